@@ -1,0 +1,1 @@
+"""memlane sidecar: sessions in Redis, long-term memory in LanceDB, context assembly over gRPC."""

@@ -1,0 +1,115 @@
+"""The session document and its messages, as the domain sees them (no proto, no Redis)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Role(enum.IntEnum):
+    """Author role of a message. Values match the proto enum ``memlane.v1.Role``."""
+
+    UNSPECIFIED = 0
+    USER = 1
+    ASSISTANT = 2
+    SYSTEM = 3
+    TOOL = 4
+    DEVELOPER = 5
+
+
+class SessionStatus(enum.IntEnum):
+    """Values match ``memlane.v1.SessionStatus``."""
+
+    UNSPECIFIED = 0
+    ACTIVE = 1
+    IDLE = 2
+    CLOSED = 3
+    EXPIRED = 4
+
+
+class PromotionState(enum.IntEnum):
+    """Where a session stands in the session-end pipeline. Values match ``memlane.v1.PromotionState``."""
+
+    UNSPECIFIED = 0
+    NONE = 1
+    PENDING = 2
+    PROMOTING = 3
+    PROMOTED = 4
+    ARCHIVED = 5
+
+
+class VisibilityKind(enum.IntEnum):
+    """Who may see a message. Values match ``memlane.v1.VisibilityKind``."""
+
+    UNSPECIFIED = 0
+    SESSION = 1  # every participant of the session
+    AGENT = 2  # only the source agent
+    GROUP = 3  # only members of ``visibility_group``
+
+
+@dataclass(slots=True)
+class Message:
+    """One message of a session. ``seq`` is the server-assigned order within the session (1-based)."""
+
+    message_id: str
+    session_id: str
+    role: Role
+    content: str
+    seq: int = 0
+    source_agent_id: str = ""
+    participant_name: str = ""
+    user_id: str = ""
+    channel: str = ""
+    # The framework's own message object, JSON text, with its format name ("langchain", "openai.responses").
+    native_format: str = ""
+    native_json: str = ""
+    # An orchestrator's planning steps and the agents/tools it invoked.
+    planning_steps: list[str] = field(default_factory=list)
+    invoked: list[str] = field(default_factory=list)
+    tool_call_ids: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    transient: bool = False
+    visibility: VisibilityKind = VisibilityKind.SESSION
+    visibility_group: str = ""
+    created_at_ms: int = 0  # the message's own timestamp (client-supplied or arrival time)
+    token_count: int = 0
+
+
+@dataclass(slots=True)
+class Summary:
+    """The rolling summary and the last message (by seq) it covers."""
+
+    text: str = ""
+    through_message_id: str = ""
+    through_seq: int = 0
+    token_count: int = 0
+    updated_at_ms: int = 0
+
+
+@dataclass(slots=True)
+class Session:
+    """The session document. Counters (``token_total``, ``message_count``) are kept by the store."""
+
+    session_id: str
+    user_id: str
+    agent_id: str = ""
+    channel: str = ""
+    participants: list[str] = field(default_factory=list)
+    group: str = ""
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    status: SessionStatus = SessionStatus.ACTIVE
+    created_at_ms: int = 0
+    last_activity_at_ms: int = 0
+    idle_at_ms: int = 0
+    closed_at_ms: int = 0
+    expired_at_ms: int = 0
+    summary: Summary = field(default_factory=Summary)
+    token_total: int = 0
+    message_count: int = 0
+    last_seq: int = 0
+    promotion_state: PromotionState = PromotionState.NONE
+    model: str = ""
+    ttl_seconds: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)

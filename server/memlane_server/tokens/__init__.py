@@ -1,0 +1,48 @@
+"""Token counting with offline tiktoken encodings, chosen by model name."""
+
+from __future__ import annotations
+
+import tiktoken
+
+from .encodings import ENCODINGS, EncodingUnavailable, load_encoding
+from .models import DEFAULT_ENCODING, context_window_for_model, encoding_for_model
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "ENCODINGS",
+    "EncodingUnavailable",
+    "TokenCounter",
+    "context_window_for_model",
+    "encoding_for_model",
+]
+
+# Chat formats add a few tokens per message for the role and separators (OpenAI's cookbook: 3 + 1 for
+# a name); assembly budgets with this so what we count matches what the provider bills.
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+class TokenCounter:
+    """Counts tokens for models. Encodings load lazily and are shared process-wide."""
+
+    def __init__(self, default_encoding: str = DEFAULT_ENCODING) -> None:
+        self.default_encoding = default_encoding
+        load_encoding(default_encoding)  # fail at start, not on the first request
+
+    def encoding(self, model: str = "") -> tiktoken.Encoding:
+        return load_encoding(encoding_for_model(model, self.default_encoding))
+
+    def count(self, text: str, model: str = "") -> int:
+        if not text:
+            return 0
+        # disallowed_special=() counts "<|endoftext|>" in user text as plain text instead of raising.
+        return len(self.encoding(model).encode(text, disallowed_special=()))
+
+    def count_many(self, texts: list[str], model: str = "") -> list[int]:
+        enc = self.encoding(model)
+        return [len(t) for t in enc.encode_batch(texts, disallowed_special=())] if texts else []
+
+    def truncate(self, text: str, max_tokens: int, model: str = "") -> str:
+        """The longest prefix of ``text`` that fits in ``max_tokens``."""
+        enc = self.encoding(model)
+        ids = enc.encode(text, disallowed_special=())
+        return text if len(ids) <= max_tokens else enc.decode(ids[: max(0, max_tokens)])
