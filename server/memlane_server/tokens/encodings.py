@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import importlib.util
 import threading
-from importlib import resources
+from pathlib import Path
 
 import tiktoken
 
@@ -83,9 +84,14 @@ def _build(name: str) -> tiktoken.Encoding:
     if name not in _SPECS:
         raise EncodingUnavailable(f"unknown encoding {name!r}; known: {', '.join(ENCODINGS)}")
     filename, sha, pat, special = _SPECS[name]
+    # Locate the file without importing bpe_openai: its __init__ loads a Rust tokenizer we do not use.
+    spec = importlib.util.find_spec("bpe_openai")
     try:
-        raw = gzip.decompress((resources.files("bpe_openai") / "data" / filename).read_bytes())
-    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError("bpe_openai")
+        path = Path(next(iter(spec.submodule_search_locations))) / "data" / filename
+        raw = gzip.decompress(path.read_bytes())
+    except FileNotFoundError as exc:
         raise EncodingUnavailable(f"{name}: BPE file not found (install the bpe-openai package)") from exc
     if hashlib.sha256(raw).hexdigest() != sha:
         raise EncodingUnavailable(f"{name}: BPE file fails its sha256 check")

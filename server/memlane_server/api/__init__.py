@@ -1,0 +1,1 @@
+"""gRPC servicers: proto <-> domain conversion, and the one place domain errors become status codes."""

@@ -1,0 +1,160 @@
+"""The boundary interceptor: every RPC passes through here once.
+
+It maps domain exceptions to gRPC status codes (servicers just raise), records per-RPC latency and
+status metrics, and turns an undecodable request (e.g. invalid UTF-8 in a string field) into
+INVALID_ARGUMENT instead of grpc's generic INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from .. import errors
+from ..observability.metrics import RpcMetrics
+
+log = logging.getLogger("memlane.api")
+
+_CODES: tuple[tuple[type[errors.MemlaneError], grpc.StatusCode], ...] = (
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),  # also Conflict
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse, so the handler can answer INVALID_ARGUMENT."""
+
+    def __init__(self, type_name: str, error: str) -> None:
+        self.type_name = type_name
+        self.error = error
+
+
+def _safe(deserializer: Callable[[bytes], Any] | None, method: str) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except (DecodeError, UnicodeDecodeError, ValueError) as exc:
+            return _Undecodable(method.rsplit("/", 1)[-1] + "Request", str(exc))
+
+    return parse
+
+
+def _sent_code(context: grpc.aio.ServicerContext) -> str:
+    code = context.code()
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+
+
+class BoundaryInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(
+        self, metrics: RpcMetrics, unavailable: tuple[type[BaseException], ...] = ()
+    ) -> None:
+        self._metrics = metrics
+        self._unavailable = unavailable
+        self._cache: dict[str, grpc.RpcMethodHandler] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+        cached = self._cache.get(method)
+        if cached is not None:
+            return cached
+        handler = await continuation(handler_call_details)
+        if handler is None or not method.startswith("/memlane."):
+            return handler  # health, reflection and unknown methods pass through untouched
+        wrapped = self._wrap(method, handler)
+        self._cache[method] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        name = method.rsplit("/", 1)[-1]
+        deser = _safe(handler.request_deserializer, method)
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                start = time.perf_counter()
+                code = "OK"
+                try:
+                    self._check(request)
+                    remaining = context.time_remaining()
+                    if remaining is not None:
+                        async with asyncio.timeout(remaining):
+                            return await inner(request, context)
+                    return await inner(request, context)
+                except grpc.aio.AbortError:
+                    code = _sent_code(context)
+                    raise
+                except Exception as exc:
+                    status, message = self._status_for(exc, name)
+                    code = status.name
+                    await context.abort(status, message)
+                finally:
+                    self._metrics.observe(name, code, time.perf_counter() - start)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=deser, response_serializer=handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                start = time.perf_counter()
+                code = "OK"
+                try:
+                    self._check(request)
+                    async for item in inner_stream(request, context):
+                        yield item
+                except grpc.aio.AbortError:
+                    code = _sent_code(context)
+                    raise
+                except Exception as exc:
+                    status, message = self._status_for(exc, name)
+                    code = status.name
+                    await context.abort(status, message)
+                finally:
+                    self._metrics.observe(name, code, time.perf_counter() - start)
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=deser, response_serializer=handler.response_serializer
+            )
+        return handler
+
+    @staticmethod
+    def _check(request: Any) -> None:
+        if isinstance(request, _Undecodable):
+            raise errors.InvalidArgument(
+                f"request is not a valid memlane.v1.{request.type_name} "
+                f"(string fields must be UTF-8): {request.error}"
+            )
+
+    def _status_for(self, exc: BaseException, name: str) -> tuple[grpc.StatusCode, str]:
+        for kind, code in _CODES:
+            if isinstance(exc, kind):
+                return code, str(exc)
+        if isinstance(exc, TimeoutError):
+            return grpc.StatusCode.DEADLINE_EXCEEDED, f"{name} did not finish before the call's deadline"
+        if self._unavailable and isinstance(exc, self._unavailable):
+            log.warning("backing store unavailable", extra={"rpc": name, "error": repr(exc)})
+            return grpc.StatusCode.UNAVAILABLE, "a backing store (Redis) is unavailable; retry shortly"
+        ref = uuid.uuid4().hex[:12]
+        log.exception("unhandled error", extra={"rpc": name, "ref": ref})
+        return grpc.StatusCode.INTERNAL, f"internal error (ref {ref}); the server log has the details"

