@@ -12,10 +12,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import memlane
 import pytest
 import redis
-
-import memlane
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
@@ -96,5 +95,3 @@ def client(server: SidecarThread) -> Iterator[memlane.Client]:
 @pytest.fixture()
 def user_id() -> str:
     return f"user-{uuid.uuid4().hex[:8]}"
-
-

@@ -1,9 +1,9 @@
 """memlane: the Python client of the memlane memory sidecar.
 
-    from memlane import Client, Message, Role
-    with Client("127.0.0.1:50051") as c:
-        s = c.create_session(user_id="u1").session
-        c.append_messages(session_id=s.session_id, messages=[Message(role=Role.ROLE_USER, content="hi")])
+from memlane import Client, Message, Role
+with Client("127.0.0.1:50051") as c:
+    s = c.create_session(user_id="u1").session
+    c.append_messages(session_id=s.session_id, messages=[Message(role=Role.ROLE_USER, content="hi")])
 """
 
 from ._client import DEFAULT_TARGET, AsyncClient, Client, iter_pages

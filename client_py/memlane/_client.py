@@ -18,6 +18,8 @@ from google.protobuf.message import Message as ProtoMessage
 from ._errors import from_rpc_error
 from ._ids import new_id
 from ._retry import RetryPolicy
+from .v1 import context_pb2 as cpb
+from .v1 import context_pb2_grpc as cpb_grpc
 from .v1 import session_service_pb2 as spb
 from .v1 import session_service_pb2_grpc as spb_grpc
 
@@ -91,6 +93,7 @@ class Client:
         self._timeout = timeout
         self._retry = retry or RetryPolicy()
         self._sessions = spb_grpc.SessionServiceStub(self._channel)
+        self._context = cpb_grpc.ContextServiceStub(self._channel)
 
     def __enter__(self) -> Client:
         return self
@@ -102,7 +105,11 @@ class Client:
         self._channel.close()
 
     def _unary(
-        self, rpc: Callable[..., Any], cls: type[R], request: R | None, fields: dict[str, Any],
+        self,
+        rpc: Callable[..., Any],
+        cls: type[R],
+        request: R | None,
+        fields: dict[str, Any],
         timeout: float | None,
     ) -> Any:
         req = _build(cls, request, fields)
@@ -112,14 +119,18 @@ class Client:
             try:
                 return rpc(req, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:  # type: ignore[attr-defined]
+                if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
                     time.sleep(self._retry.backoff(attempt))
                     attempt += 1
                     continue
                 raise from_rpc_error(exc) from None
 
     def _stream(
-        self, rpc: Callable[..., Any], cls: type[R], request: R | None, fields: dict[str, Any],
+        self,
+        rpc: Callable[..., Any],
+        cls: type[R],
+        request: R | None,
+        fields: dict[str, Any],
         timeout: float | None,
     ) -> Iterator[Any]:
         req = _build(cls, request, fields)
@@ -130,39 +141,113 @@ class Client:
 
     # --- SessionService
     def create_session(
-        self, request: spb.CreateSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.CreateSessionRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.CreateSessionResponse:
-        return self._unary(self._sessions.CreateSession, spb.CreateSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.CreateSession, spb.CreateSessionRequest, request, fields, timeout)
 
     def get_session(
         self, request: spb.GetSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
     ) -> spb.GetSessionResponse:
-        return self._unary(self._sessions.GetSession, spb.GetSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.GetSession, spb.GetSessionRequest, request, fields, timeout)
 
     def list_sessions(
-        self, request: spb.ListSessionsRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.ListSessionsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.ListSessionsResponse:
-        return self._unary(self._sessions.ListSessions, spb.ListSessionsRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.ListSessions, spb.ListSessionsRequest, request, fields, timeout)
 
     def update_session(
-        self, request: spb.UpdateSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.UpdateSessionRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.UpdateSessionResponse:
-        return self._unary(self._sessions.UpdateSession, spb.UpdateSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.UpdateSession, spb.UpdateSessionRequest, request, fields, timeout)
 
     def close_session(
-        self, request: spb.CloseSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.CloseSessionRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.CloseSessionResponse:
-        return self._unary(self._sessions.CloseSession, spb.CloseSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.CloseSession, spb.CloseSessionRequest, request, fields, timeout)
 
     def append_messages(
-        self, request: spb.AppendMessagesRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.AppendMessagesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.AppendMessagesResponse:
-        return self._unary(self._sessions.AppendMessages, spb.AppendMessagesRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.AppendMessages, spb.AppendMessagesRequest, request, fields, timeout)
 
     def list_messages(
-        self, request: spb.ListMessagesRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.ListMessagesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.ListMessagesResponse:
-        return self._unary(self._sessions.ListMessages, spb.ListMessagesRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return self._unary(self._sessions.ListMessages, spb.ListMessagesRequest, request, fields, timeout)
+
+    # --- ContextService
+    def assemble_context(
+        self,
+        request: cpb.AssembleContextRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> Iterator[cpb.AssembleContextResponse]:
+        """Streams one response per block, then one with the stats."""
+        return self._stream(
+            self._context.AssembleContext, cpb.AssembleContextRequest, request, fields, timeout
+        )
+
+    def submit_summary(
+        self,
+        request: cpb.SubmitSummaryRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> cpb.SubmitSummaryResponse:
+        return self._unary(self._context.SubmitSummary, cpb.SubmitSummaryRequest, request, fields, timeout)
+
+    def get_turn_trace(
+        self,
+        request: cpb.GetTurnTraceRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> cpb.GetTurnTraceResponse:
+        return self._unary(self._context.GetTurnTrace, cpb.GetTurnTraceRequest, request, fields, timeout)
+
+    def list_turn_traces(
+        self,
+        request: cpb.ListTurnTracesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> cpb.ListTurnTracesResponse:
+        return self._unary(self._context.ListTurnTraces, cpb.ListTurnTracesRequest, request, fields, timeout)
 
 
 class AsyncClient:
@@ -189,6 +274,7 @@ class AsyncClient:
         self._timeout = timeout
         self._retry = retry or RetryPolicy()
         self._sessions = spb_grpc.SessionServiceStub(self._channel)
+        self._context = cpb_grpc.ContextServiceStub(self._channel)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -200,7 +286,11 @@ class AsyncClient:
         await self._channel.close()
 
     async def _unary(
-        self, rpc: Callable[..., Any], cls: type[R], request: R | None, fields: dict[str, Any],
+        self,
+        rpc: Callable[..., Any],
+        cls: type[R],
+        request: R | None,
+        fields: dict[str, Any],
         timeout: float | None,
     ) -> Any:
         req = _build(cls, request, fields)
@@ -210,14 +300,18 @@ class AsyncClient:
             try:
                 return await rpc(req, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:  # type: ignore[attr-defined]
+                if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
                     await asyncio.sleep(self._retry.backoff(attempt))
                     attempt += 1
                     continue
                 raise from_rpc_error(exc) from None
 
     async def _stream(
-        self, rpc: Callable[..., Any], cls: type[R], request: R | None, fields: dict[str, Any],
+        self,
+        rpc: Callable[..., Any],
+        cls: type[R],
+        request: R | None,
+        fields: dict[str, Any],
         timeout: float | None,
     ) -> AsyncIterator[Any]:
         req = _build(cls, request, fields)
@@ -229,39 +323,131 @@ class AsyncClient:
 
     # --- SessionService
     async def create_session(
-        self, request: spb.CreateSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.CreateSessionRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.CreateSessionResponse:
-        return await self._unary(self._sessions.CreateSession, spb.CreateSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(
+            self._sessions.CreateSession, spb.CreateSessionRequest, request, fields, timeout
+        )
 
     async def get_session(
         self, request: spb.GetSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
     ) -> spb.GetSessionResponse:
-        return await self._unary(self._sessions.GetSession, spb.GetSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(self._sessions.GetSession, spb.GetSessionRequest, request, fields, timeout)
 
     async def list_sessions(
-        self, request: spb.ListSessionsRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.ListSessionsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.ListSessionsResponse:
-        return await self._unary(self._sessions.ListSessions, spb.ListSessionsRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(
+            self._sessions.ListSessions, spb.ListSessionsRequest, request, fields, timeout
+        )
 
     async def update_session(
-        self, request: spb.UpdateSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.UpdateSessionRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.UpdateSessionResponse:
-        return await self._unary(self._sessions.UpdateSession, spb.UpdateSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(
+            self._sessions.UpdateSession, spb.UpdateSessionRequest, request, fields, timeout
+        )
 
     async def close_session(
-        self, request: spb.CloseSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.CloseSessionRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.CloseSessionResponse:
-        return await self._unary(self._sessions.CloseSession, spb.CloseSessionRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(
+            self._sessions.CloseSession, spb.CloseSessionRequest, request, fields, timeout
+        )
 
     async def append_messages(
-        self, request: spb.AppendMessagesRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.AppendMessagesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.AppendMessagesResponse:
-        return await self._unary(self._sessions.AppendMessages, spb.AppendMessagesRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(
+            self._sessions.AppendMessages, spb.AppendMessagesRequest, request, fields, timeout
+        )
 
     async def list_messages(
-        self, request: spb.ListMessagesRequest | None = None, /, *, timeout: float | None = None, **fields: Any
+        self,
+        request: spb.ListMessagesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
     ) -> spb.ListMessagesResponse:
-        return await self._unary(self._sessions.ListMessages, spb.ListMessagesRequest, request, fields, timeout)  # type: ignore[no-any-return]
+        return await self._unary(
+            self._sessions.ListMessages, spb.ListMessagesRequest, request, fields, timeout
+        )
+
+    # --- ContextService
+    def assemble_context(
+        self,
+        request: cpb.AssembleContextRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> AsyncIterator[cpb.AssembleContextResponse]:
+        """Streams one response per block, then one with the stats (``async for``)."""
+        return self._stream(
+            self._context.AssembleContext, cpb.AssembleContextRequest, request, fields, timeout
+        )
+
+    async def submit_summary(
+        self,
+        request: cpb.SubmitSummaryRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> cpb.SubmitSummaryResponse:
+        return await self._unary(
+            self._context.SubmitSummary, cpb.SubmitSummaryRequest, request, fields, timeout
+        )
+
+    async def get_turn_trace(
+        self,
+        request: cpb.GetTurnTraceRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> cpb.GetTurnTraceResponse:
+        return await self._unary(
+            self._context.GetTurnTrace, cpb.GetTurnTraceRequest, request, fields, timeout
+        )
+
+    async def list_turn_traces(
+        self,
+        request: cpb.ListTurnTracesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        **fields: Any,
+    ) -> cpb.ListTurnTracesResponse:
+        return await self._unary(
+            self._context.ListTurnTraces, cpb.ListTurnTracesRequest, request, fields, timeout
+        )
 
 
 def iter_pages(fetch: Callable[[str], Any], items: str) -> Iterator[Any]:
@@ -273,4 +459,3 @@ def iter_pages(fetch: Callable[[str], Any], items: str) -> Iterator[Any]:
         token = page.next_page_token
         if not token:
             return
-

@@ -12,30 +12,112 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from memlane.v1 import session_service_pb2, session_service_pb2_grpc
+from memlane.v1 import (
+    context_pb2,
+    context_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    session_service_pb2,
+    session_service_pb2_grpc,
+)
 from prometheus_client import CollectorRegistry
 
+from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
+from .api.memory import MemoryServicer
 from .api.sessions import SessionServicer
 from .config import Settings
+from .context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
+from .context.sources import MemoryHit
+from .embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_spec
+from .extraction import (
+    ExtractionMetrics,
+    Extractor,
+    MeteredExtractor,
+    OpenAIExtractor,
+    OpenAIExtractorSettings,
+    RulesExtractor,
+    find_pii,
+)
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
+from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService, RecallQuery, Visibility
 from .observability.admin_http import AdminHttpServer
 from .observability.metrics import RpcMetrics
 from .sessions.keys import KeySpace
 from .sessions.limits import Limits
 from .sessions.store import SessionStore
+from .summarizers import (
+    ExtractiveSummarizer,
+    MeteredSummarizer,
+    OpenAISettings,
+    OpenAISummarizer,
+    SummarizationMetrics,
+    Summarizer,
+)
 from .tokens import TokenCounter
 
 log = logging.getLogger("memlane")
+
+
+class LtmMemorySource:
+    """Adapts ``ltm.MemoryService`` to assembly's ``MemorySource``; what it returns gets injected, so
+    each returned item counts one use (batched, off the hot path)."""
+
+    def __init__(self, memory: MemoryService) -> None:
+        self._memory = memory
+
+    async def profile(self, user_id: str, agent_id: str, limit_tokens: int) -> list[MemoryHit]:
+        # About four characters a token for English prose; the profile is capped again by assembly.
+        profile = await self._memory.profile(
+            Visibility(user_id, agent_id), max_chars=max(1, limit_tokens * 4)
+        )
+        items = profile.items()
+        await self._memory.bump_usage([i.id for i in items])
+        return [MemoryHit(i.id, i.content, i.importance) for i in items]
+
+    async def recall(self, user_id: str, agent_id: str, query: str, limit: int) -> list[MemoryHit]:
+        if not query.strip():
+            return []
+        hits = await self._memory.search(RecallQuery(Visibility(user_id, agent_id), query[-2000:], limit))
+        await self._memory.bump_usage([h.item.id for h in hits])
+        return [MemoryHit(h.item.id, h.item.content, h.score) for h in hits]
+
+
+def embedding_spec(s: Settings) -> OnnxModelSpec:
+    if not s.embedding_model_path:
+        return default_spec()
+    base = default_spec()
+    return OnnxModelSpec(
+        model_path=Path(s.embedding_model_path),
+        tokenizer_path=Path(s.embedding_tokenizer_path)
+        if s.embedding_tokenizer_path
+        else base.tokenizer_path,
+        ndims=s.embedding_dims,
+        pooling=Pooling(s.embedding_pooling),
+        sha256=s.embedding_sha256,
+    )
 
 
 class Sidecar:
     """Owns every resource of one running server. ``start()`` then ``stop()``; ``addresses`` lists the
     bound gRPC endpoints (ports resolved when a listen address asks for port 0)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, memory: MemorySource | None = None, embedder: Embedder | None = None
+    ) -> None:
         self.settings = settings
+        # Long-term memory for context assembly; None leaves the profile and memory sections empty.
+        self._memory = memory
+        # A caller-owned embedder (tests share one per run); otherwise loaded from settings and owned.
+        self._embedder = embedder
+        self._owns_embedder = embedder is None
+        self.ltm: MemoryService | None = None
+        self._ltm_store: LanceMemoryStore | None = None
+        self._ltm_maintenance: MemoryMaintenance | None = None
+        self._extractor_http: OpenAIExtractor | None = None
+        self._openai: OpenAISummarizer | None = None
+        self.context: ContextAssembler | None = None
         self.registry = CollectorRegistry()
         self.addresses: list[str] = []
         self.admin_port: int | None = None
@@ -71,6 +153,10 @@ class Sidecar:
             executor=self._executor,
         )
 
+        if s.ltm_enabled:
+            await self._build_ltm()
+        self.context = self._build_context(tokens)
+
         metrics = RpcMetrics(self.registry)
         server = grpc.aio.server(
             interceptors=[BoundaryInterceptor(metrics, UNAVAILABLE_ERRORS)],
@@ -81,23 +167,115 @@ class Sidecar:
             ],
         )
         session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(self.sessions), server)
+        context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
+        if self.ltm is not None:
+            memory_pb2_grpc.add_MemoryServiceServicer_to_server(
+                MemoryServicer(self.ltm, self._build_extractor()), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+            context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ]
+        if self.ltm is not None:
+            services.append(memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name)
         reflection.enable_server_reflection(services, server)
         for address in filter(None, (a.strip() for a in s.listen.split(","))):
             self.addresses.append(self._bind(server, address))
         await server.start()
         self._server = server
-        for name in [*services[:1], ""]:
+        for name in [*services[:2], ""]:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if s.admin_listen:
             self._admin = AdminHttpServer(self.registry, self._healthy)
             self.admin_port = await self._admin.start(s.admin_listen)
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
+
+    async def _build_ltm(self) -> None:
+        s = self.settings
+        if self._embedder is None:
+            spec = embedding_spec(s)
+            self._embedder = await asyncio.to_thread(
+                OnnxEmbedder.load, spec, intra_op_threads=s.embedding_threads
+            )
+        uri = s.ltm_uri or str(Path(s.data_dir) / "ltm")
+        self._ltm_store = await LanceMemoryStore.open(uri, self._embedder.ndims)
+        policy = MemoryPolicy(
+            max_items_per_agent=s.ltm_max_items_per_agent,
+            max_episodes_per_agent=s.ltm_max_episodes_per_agent,
+            duplicate_similarity=s.ltm_duplicate_similarity,
+            profile_max_items=s.ltm_profile_max_items,
+        )
+        self.ltm = MemoryService(self._ltm_store, self._embedder, policy, guard=find_pii)
+        self._ltm_maintenance = MemoryMaintenance(
+            self.ltm,
+            optimize_interval_s=s.ltm_optimize_interval_seconds,
+            prune_interval_s=s.ltm_prune_interval_seconds,
+            vector_index_min_rows=s.ltm_vector_index_min_rows,
+        )
+        self._ltm_maintenance.start()
+        if self._memory is None:
+            self._memory = LtmMemorySource(self.ltm)
+
+    def _build_extractor(self) -> Extractor:
+        s = self.settings
+        extractor: Extractor
+        if s.extractor == "rules":
+            extractor = RulesExtractor()
+        elif s.extractor == "openai":
+            if not (s.extractor_base_url and s.extractor_model):
+                raise ValueError("extractor=openai needs extractor_base_url and extractor_model")
+            self._extractor_http = extractor = OpenAIExtractor(
+                OpenAIExtractorSettings(
+                    base_url=s.extractor_base_url,
+                    model=s.extractor_model,
+                    api_key=s.extractor_api_key,
+                    timeout_s=s.extractor_timeout_seconds,
+                )
+            )
+        else:
+            raise ValueError(f"extractor: unknown provider {s.extractor!r} (rules, openai)")
+        return MeteredExtractor(extractor, ExtractionMetrics(self.registry))
+
+    def _build_context(self, tokens: TokenCounter) -> ContextAssembler:
+        s = self.settings
+        summarizer: Summarizer | None
+        if s.summarizer == "extractive":
+            summarizer = ExtractiveSummarizer(tokens, s.default_model, self._executor)
+        elif s.summarizer == "openai":
+            if not (s.summarizer_base_url and s.summarizer_model):
+                raise ValueError("summarizer=openai needs summarizer_base_url and summarizer_model")
+            self._openai = summarizer = OpenAISummarizer(
+                OpenAISettings(
+                    base_url=s.summarizer_base_url,
+                    model=s.summarizer_model,
+                    api_key=s.summarizer_api_key,
+                    timeout_s=s.summarizer_timeout_seconds,
+                ),
+                tokens,
+            )
+        elif s.summarizer == "client":
+            summarizer = None  # the agent summarizes; assembly reports the range, SubmitSummary stores it
+        else:
+            raise ValueError(f"summarizer: unknown provider {s.summarizer!r} (extractive, openai, client)")
+        scheduler = None
+        if summarizer is not None:
+            metered = MeteredSummarizer(summarizer, SummarizationMetrics(self.registry))
+            scheduler = SummaryScheduler(self.sessions, metered, tokens, self._executor)
+        return ContextAssembler(
+            self.sessions,
+            TraceStore(self.redis, self.keys, s.context_max_traces_per_session),
+            tokens,
+            memory=self._memory,
+            scheduler=scheduler,
+            policy=policy_from_settings(s),
+            system_prompt=s.context_system_prompt,
+            default_model=s.default_model,
+            max_summary_tokens=s.summary_max_tokens,
+            executor=self._executor,
+        )
 
     @staticmethod
     def _bind(server: grpc.aio.Server, address: str) -> str:
@@ -128,6 +306,20 @@ class Sidecar:
             await self._server.stop(self.settings.shutdown_grace_seconds)
         if self._admin is not None:
             await self._admin.stop()
+        if self.context is not None:
+            await self.context.aclose()  # background summarizations in flight
+        if self._openai is not None:
+            await self._openai.aclose()
+        if self._ltm_maintenance is not None:
+            await self._ltm_maintenance.close()
+        if self.ltm is not None:
+            await self.ltm.close()  # flushes pending usage bumps
+        if self._ltm_store is not None:
+            self._ltm_store.close()
+        if self._extractor_http is not None:
+            await self._extractor_http.aclose()
+        if self._embedder is not None and self._owns_embedder:
+            await self._embedder.close()
         if hasattr(self, "redis"):
             await self.redis.aclose()
         if self._embedded is not None:

@@ -12,12 +12,13 @@ from concurrent.futures import Future
 
 from .app import Sidecar
 from .config import Settings
+from .context import MemorySource
 
 
 class SidecarThread:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, memory: MemorySource | None = None) -> None:
         self.settings = settings
-        self.sidecar = Sidecar(settings)
+        self.sidecar = Sidecar(settings, memory=memory)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="memlane-sidecar", daemon=True)
         self._started: Future[None] = Future()

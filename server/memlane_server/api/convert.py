@@ -8,10 +8,14 @@ from ..errors import InvalidArgument
 from ..sessions.model import Message, Role, Session, Summary, VisibilityKind
 
 
+_ROLES = frozenset(int(r) for r in Role)
+_VISIBILITIES = frozenset(int(v) for v in VisibilityKind)
+
+
 def message_from_pb(m: pb.Message, index: int) -> Message:
-    if m.role not in Role.__members__.values():
+    if int(m.role) not in _ROLES:
         raise InvalidArgument(f"messages[{index}].role {m.role} is not a known role")
-    if m.visibility not in VisibilityKind.__members__.values():
+    if int(m.visibility) not in _VISIBILITIES:
         raise InvalidArgument(f"messages[{index}].visibility {m.visibility} is not a known visibility")
     return Message(
         message_id=m.message_id,

@@ -61,9 +61,7 @@ def _sent_code(context: grpc.aio.ServicerContext) -> str:
 
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(
-        self, metrics: RpcMetrics, unavailable: tuple[type[BaseException], ...] = ()
-    ) -> None:
+    def __init__(self, metrics: RpcMetrics, unavailable: tuple[type[BaseException], ...] = ()) -> None:
         self._metrics = metrics
         self._unavailable = unavailable
         self._cache: dict[str, grpc.RpcMethodHandler] = {}

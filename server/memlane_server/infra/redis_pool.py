@@ -9,7 +9,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # Raised by the client when Redis cannot be reached; the API maps them to UNAVAILABLE.
-UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, ConnectionError)
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+)
 
 
 def connect(url: str, *, max_connections: int = 64) -> aioredis.Redis:

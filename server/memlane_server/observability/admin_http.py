@@ -51,7 +51,7 @@ class AdminHttpServer:
             head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
             writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
             await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         except Exception:
             log.exception("admin http request failed")

@@ -19,8 +19,10 @@ class RpcMetrics:
             buckets=_RPC_BUCKETS,
         )
         self.handled = Counter(
-            "memlane_rpc_handled_total", "RPCs completed, by method and gRPC status code.",
-            ["method", "code"], registry=registry,
+            "memlane_rpc_handled_total",
+            "RPCs completed, by method and gRPC status code.",
+            ["method", "code"],
+            registry=registry,
         )
         self._latency_children: dict[str, Histogram] = {}
         self._handled_children: dict[tuple[str, str], Counter] = {}

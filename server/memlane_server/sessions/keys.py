@@ -61,6 +61,40 @@ class KeySpace:
         """ZSET: session id scored by inactivity deadline (ms); the sweeper's backstop for lost events."""
         return f"{self.prefix}:deadlines"
 
+    # --- lifecycle and the session-end pipeline (sessions/lifecycle.py, pipelines/)
+
+    def pipeline(self, session_id: str) -> str:
+        """HASH: per-step progress of the session-end pipeline (through-seqs, archive pointers)."""
+        return f"{self.prefix}:{{{session_id}}}:pipeline"
+
+    def promoted(self, session_id: str) -> str:
+        """SET: ids of the long-term memories promoted from this session."""
+        return f"{self.prefix}:{{{session_id}}}:promoted"
+
+    def lease(self, session_id: str) -> str:
+        """STRING with a TTL: who runs this session's pipeline (or resumes / retires it) right now."""
+        return f"{self.prefix}:{{{session_id}}}:lease"
+
+    def end_marker(self, session_id: str) -> str:
+        """STRING with a short TTL: an expiry job is queued; stops N listening sidecars queueing N jobs."""
+        return f"{self.prefix}:{{{session_id}}}:endq"
+
+    def events(self) -> str:
+        """STREAM: lifecycle events (idle, closed, expired, promoted, archived, retired, resumed)."""
+        return f"{self.prefix}:events"
+
+    def session_end_queue(self) -> str:
+        """STREAM with one consumer group: session-end jobs any sidecar may take."""
+        return f"{self.prefix}:queue:session-end"
+
+    def idle_due(self) -> str:
+        """ZSET: session id scored by when to check it for idleness next (ms)."""
+        return f"{self.prefix}:idle-due"
+
+    def retire_due(self) -> str:
+        """ZSET: archived session id scored by when its hot data leaves Redis (ms)."""
+        return f"{self.prefix}:retire-due"
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
         return f"{self.prefix}:*"

@@ -72,12 +72,15 @@ return out
 """
 
 # KEYS: doc, alive.  ARGV: to_status, timestamp field ('' for none), now_ms, allowed from-statuses (csv).
-# Returns the previous status; NOTFOUND / ILLEGAL <from> on failure. Reaching CLOSED or EXPIRED drops
-# the activity key so no expiry event fires for an ended session.
+# Returns the previous status; NOTFOUND / ILLEGAL <from> / ALIVE (expiring a revived session) on failure.
+# Reaching CLOSED or EXPIRED drops the activity key so no expiry event fires for an ended session.
 TRANSITION = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
 if status == ARGV[1] then return status end
+-- Expiry only wins if the activity key is still gone: an append between the expiry event and this
+-- script revived the session.
+if ARGV[1] == '4' and redis.call('EXISTS', KEYS[2]) == 1 then return redis.error_reply('ALIVE') end
 local allowed = false
 for s in string.gmatch(ARGV[4], '[^,]+') do
   if s == status then allowed = true end

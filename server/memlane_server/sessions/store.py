@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
@@ -112,6 +112,9 @@ class SessionStore:
         self.default_ttl_seconds = default_ttl_seconds
         self._executor = executor
         self._meta_cache: dict[str, tuple[int, str]] = {}
+        # redis-py leaves execute_command untyped; this is the bare, cheapest way to send one command.
+        self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
+        self._deadline_bumped: dict[str, int] = {}
         self._append = redis.register_script(scripts.APPEND)
         self._read = redis.register_script(scripts.READ_RANGE)
         self._transition = redis.register_script(scripts.TRANSITION)
@@ -124,8 +127,11 @@ class SessionStore:
 
     # ----------------------------------------------------------------- sessions
 
-    async def create(self, s: Session) -> tuple[Session, bool]:
-        """Creates ``s`` (its id generated when empty) or returns the existing session of that id."""
+    async def create(self, s: Session, *, default_ttl_seconds: int | None = None) -> tuple[Session, bool]:
+        """Creates ``s`` (its id generated when empty) or returns the existing session of that id.
+
+        ``default_ttl_seconds`` (the channel policy's expiry) replaces the store-wide default when
+        ``s.ttl_seconds`` is 0; a policy default of 0 means no time expiry (explicit close only)."""
         check_id(s.session_id, "session_id", required=False)
         check_id(s.user_id, "user_id")
         check_id(s.agent_id, "agent_id", required=False)
@@ -139,7 +145,8 @@ class SessionStore:
             session_id=s.session_id or new_id(),
             status=SessionStatus.ACTIVE,
             promotion_state=PromotionState.NONE,
-            ttl_seconds=s.ttl_seconds or self.default_ttl_seconds,
+            ttl_seconds=s.ttl_seconds
+            or (self.default_ttl_seconds if default_ttl_seconds is None else default_ttl_seconds),
         )
         s.created_at_ms = s.last_activity_at_ms = now_ms()
         k = self.keys.session(s.session_id)
@@ -163,7 +170,7 @@ class SessionStore:
 
     async def get(self, session_id: str) -> Session:
         check_id(session_id, "session_id")
-        h = await self.redis.hgetall(self.keys.session(session_id).doc)
+        h = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.session(session_id).doc))
         if not h:
             raise NotFound(f"session {session_id!r} not found")
         return decode_session(h)
@@ -180,8 +187,15 @@ class SessionStore:
         if f.user_id:
             check_id(f.user_id, "user_id")
         size = page_size(size)
-        q = query_fingerprint("sessions", f.user_id, int(f.status), f.channel, f.created_after_ms,
-                              f.created_before_ms, int(f.promotion_state))
+        q = query_fingerprint(
+            "sessions",
+            f.user_id,
+            int(f.status),
+            f.channel,
+            f.created_after_ms,
+            f.created_before_ms,
+            int(f.promotion_state),
+        )
         cursor = decode_token(token, q)
         index = self.keys.user_sessions(f.user_id) if f.user_id else self.keys.all_sessions()
         hi: float = f.created_before_ms - 1 if f.created_before_ms else float("inf")
@@ -198,7 +212,10 @@ class SessionStore:
         last: tuple[int, str] | None = after
         while len(out) < size and scanned < _SCAN_BUDGET:
             chunk = max(size * 2, 64)
-            rows = await self.redis.zrevrangebyscore(index, hi, lo, start=0, num=chunk, withscores=True)
+            rows = cast(
+                list[tuple[bytes, float]],
+                await self.redis.zrevrangebyscore(index, hi, lo, start=0, num=chunk, withscores=True),
+            )
             # Members that share the cursor's score and sort at or after it were already returned.
             if last is not None:
                 rows = [(m, sc) for m, sc in rows if not (int(sc) == last[0] and m.decode() >= last[1])]
@@ -212,7 +229,7 @@ class SessionStore:
                     out.append(doc)
                     if len(out) == size:
                         break
-            hi = last[0]
+            hi = last[0] if last is not None else hi
             if len(rows) < chunk and len(out) < size:
                 last = None  # exhausted
                 break
@@ -343,7 +360,9 @@ class SessionStore:
             args += [m.message_id, fp, encode_message(m), n]
         k = self.keys.session(session_id)
         args[1] = ttl_s * 1000
-        out = await self._append_round_trip(session_id, now, ttl_s, k.doc, k.messages, k.order, k.alive, args)
+        out = await self._append_round_trip(
+            session_id, now, ttl_s, [k.doc, k.messages, k.order, k.alive], args
+        )
         seqs = [int(x) for x in out[2::2]]
         dups = [bool(int(x)) for x in out[3::2]]
         for m, seq in zip(messages, seqs, strict=True):
@@ -358,35 +377,46 @@ class SessionStore:
         )
 
     async def _append_round_trip(
-        self, session_id: str, now: int, ttl_s: int, *keys_and_args: Any
+        self, session_id: str, now: int, ttl_s: int, keys: list[str], args: list[Any]
     ) -> Any:
-        """The append script and the deadline bump in one round trip. EVALSHA is sent directly: redis-py's
-        pipelined scripts would add a SCRIPT EXISTS round trip to every call. On NOSCRIPT (a fresh or
-        restarted Redis) the script is loaded and the pipeline sent again: nothing ran the first time."""
-        *keys, args = keys_and_args
-        for attempt in (1, 2):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.evalsha(self._append.sha, len(keys), *keys, *args)
-                if ttl_s > 0:
-                    # XX: only sessions that are tracked already; an unknown id must not plant an entry.
-                    pipe.zadd(self.keys.deadlines(), {session_id: now + ttl_s * 1000}, xx=True)
-                out = (await pipe.execute(raise_on_error=False))[0]
-            if isinstance(out, NoScriptError) and attempt == 1:
+        """One EVALSHA, sent as a bare command: redis-py's Script and pipeline wrappers cost more than the
+        round trip itself. On NOSCRIPT (a fresh or restarted Redis) the script is loaded and sent again;
+        nothing ran the first time."""
+        try:
+            try:
+                out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
+            except NoScriptError:
                 await self.redis.script_load(scripts.APPEND)
-                continue
-            if isinstance(out, ResponseError):
-                raise self._script_error(out, session_id)
-            if isinstance(out, Exception):
-                raise out
-            return out
-        raise AssertionError("unreachable")
+                out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            raise self._script_error(exc, session_id) from exc
+        if ttl_s > 0:
+            await self._bump_deadline(session_id, now + ttl_s * 1000, ttl_s)
+        return out
+
+    async def _bump_deadline(self, session_id: str, deadline_ms: int, ttl_s: int) -> None:
+        """Keeps the sweeper's deadline index roughly current without a write per append: the entry moves
+        only once a tenth of the TTL has passed since it was last moved. An entry may therefore be early,
+        never late; the sweeper confirms with the ``alive`` key (which every append refreshes exactly)
+        before it ends a session."""
+        last = self._deadline_bumped.get(session_id, 0)
+        if deadline_ms - last < ttl_s * 100:
+            return
+        if len(self._deadline_bumped) > 10_000:
+            self._deadline_bumped.clear()
+        self._deadline_bumped[session_id] = deadline_ms
+        # XX: only sessions that are tracked already; an unknown id must not plant an entry.
+        await self.redis.zadd(self.keys.deadlines(), {session_id: deadline_ms}, xx=True)
 
     async def _session_meta(self, session_id: str) -> tuple[int, str]:
         """(ttl_seconds, model) of a session. Both change rarely, so a small per-process cache keeps
         the append path at one round trip; UpdateSession invalidates it."""
         meta = self._meta_cache.get(session_id)
         if meta is None:
-            ttl, model = await self.redis.hmget(self.keys.session(session_id).doc, ["ttl_seconds", "model"])
+            ttl, model = cast(
+                list[bytes | None],
+                await self.redis.hmget(self.keys.session(session_id).doc, ["ttl_seconds", "model"]),
+            )
             meta = (int(ttl or 0), (model or b"").decode())
             if ttl is not None:
                 if len(self._meta_cache) > 10_000:
@@ -420,7 +450,9 @@ class SessionStore:
     ) -> list[Message]:
         k = self.keys.session(session_id)
         try:
-            flat = await self._read(keys=[k.doc, k.order, k.messages], args=[lo, hi, count, int(newest_first)])
+            flat = await self._read(
+                keys=[k.doc, k.order, k.messages], args=[lo, hi, count, int(newest_first)]
+            )
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
         out = []
@@ -430,13 +462,29 @@ class SessionStore:
                 out.append(decode_message(session_id, flat[i + 1].decode(), int(flat[i]), payload))
         return out
 
+    async def restore(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Puts archived messages back under their original ids and seqs (resumption of a retired
+        session). Idempotent: restoring the same message twice writes the same bytes twice."""
+        if not messages:
+            return
+        k = self.keys.session(session_id)
+        payloads = {
+            m.message_id: fingerprint(self._client_fields(m)).encode() + encode_message(m) for m in messages
+        }
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(k.messages, mapping=payloads)  # type: ignore[arg-type]
+            pipe.zadd(k.order, {m.message_id: m.seq for m in messages})
+            await pipe.execute()
+
     async def tail(self, session_id: str, limit: int) -> list[Message]:
         """The last ``limit`` messages, oldest first."""
         msgs = await self._read_range(session_id, "-inf", "+inf", limit, newest_first=True)
         msgs.reverse()
         return msgs
 
-    async def range_by_seq(self, session_id: str, after_seq: int, until_seq: int, limit: int) -> list[Message]:
+    async def range_by_seq(
+        self, session_id: str, after_seq: int, until_seq: int, limit: int
+    ) -> list[Message]:
         """Messages with ``after_seq < seq <= until_seq``, oldest first, at most ``limit``."""
         return await self._read_range(session_id, f"({after_seq}", str(until_seq), limit, newest_first=False)
 
@@ -446,8 +494,13 @@ class SessionStore:
         check_id(session_id, "session_id")
         size = page_size(size)
         q = query_fingerprint(
-            "msgs", session_id, f.newest_first, f.after_ms, f.before_ms,
-            sorted(int(r) for r in f.roles), sorted(f.source_agent_ids),
+            "msgs",
+            session_id,
+            f.newest_first,
+            f.after_ms,
+            f.before_ms,
+            sorted(int(r) for r in f.roles),
+            sorted(f.source_agent_ids),
         )
         cursor = decode_token(token, q)
         last: int | None = None
@@ -505,6 +558,8 @@ class SessionStore:
             except ValueError:
                 name = cur
             return FailedPrecondition(f"session {session_id!r} is {name}; that transition is not allowed")
+        if word == "ALIVE":
+            return Conflict(f"session {session_id!r} was active again before it could expire")
         if word == "STALE":
             return Conflict(f"summary of session {session_id!r} changed since it was read; re-read and retry")
         return exc

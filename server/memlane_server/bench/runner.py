@@ -1,0 +1,121 @@
+"""Measurement primitives: processes to measure, latency percentiles, concurrent throughput."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from .echo import METHOD
+
+
+@dataclass
+class Latency:
+    name: str
+    p50_ms: float
+    p99_ms: float
+    n: int
+
+
+def percentiles(samples_s: list[float]) -> tuple[float, float]:
+    xs = sorted(samples_s)
+    p50 = statistics.median(xs)
+    p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
+    return p50 * 1000, p99 * 1000
+
+
+def measure(name: str, call: Callable[[], object], n: int, warmup: int = 50) -> Latency:
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    p50, p99 = percentiles(samples)
+    return Latency(name, p50, p99, n)
+
+
+async def throughput(call: Callable[[], Awaitable[object]], concurrency: int, seconds: float) -> float:
+    """Completed calls per second with ``concurrency`` callers in flight."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await call()
+            done += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - t0)
+
+
+class Process:
+    """A child process that reports its port through a file; killed on exit."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start_with_port_file(self, timeout: float = 60.0) -> int:
+        with tempfile.TemporaryDirectory() as d:
+            port_file = Path(d) / "port"
+            self.proc = subprocess.Popen(
+                [*self.args, str(port_file)], env=self.env, stdout=subprocess.DEVNULL
+            )
+            deadline = time.monotonic() + timeout
+            while not port_file.exists() or not port_file.read_text():
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{self.args[:4]} did not start")
+                time.sleep(0.02)
+            return int(port_file.read_text())
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+
+    def rss_mb(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_echo() -> tuple[Process, str]:
+    p = Process([sys.executable, "-m", "memlane_server.bench.echo"])
+    port = p.start_with_port_file()
+    return p, f"127.0.0.1:{port}"
+
+
+def echo_call(channel: grpc.Channel, payload: bytes) -> Callable[[], object]:
+    stub = channel.unary_unary(METHOD)
+    return lambda: stub(payload, timeout=10)
+
+
+def aio_echo_call(channel: grpc.aio.Channel, payload: bytes) -> Callable[[], Awaitable[object]]:
+    stub = channel.unary_unary(METHOD)
+    return lambda: stub(payload, timeout=10)
