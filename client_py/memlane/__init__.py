@@ -36,6 +36,7 @@ from .v1.session_pb2 import (
     Session,
     SessionStatus,
     Summary,
+    Topology,
     VisibilityKind,
 )
 from .v1.session_service_pb2 import MessageOrder
@@ -71,6 +72,7 @@ __all__ = [
     "UnavailableError",
     "UnimplementedError",
     "UnknownError",
+    "Topology",
     "VisibilityKind",
     "iter_pages",
     "new_id",

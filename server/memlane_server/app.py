@@ -22,6 +22,8 @@ from memlane.v1 import (
 )
 from prometheus_client import CollectorRegistry
 
+from .access.authenticate import Authenticator
+from .access.policy import PolicyFile
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
 from .api.memory import MemoryServicer
@@ -46,6 +48,7 @@ from .observability.admin_http import AdminHttpServer
 from .observability.metrics import RpcMetrics
 from .sessions.keys import KeySpace
 from .sessions.limits import Limits
+from .sessions.model import Topology
 from .sessions.store import SessionStore
 from .summarizers import (
     ExtractiveSummarizer,
@@ -150,6 +153,7 @@ class Sidecar:
                 max_batch_bytes=s.max_batch_bytes,
             ),
             default_ttl_seconds=s.session_ttl_seconds,
+            default_topology=Topology[s.default_topology.upper()],
             executor=self._executor,
         )
 
@@ -159,7 +163,7 @@ class Sidecar:
 
         metrics = RpcMetrics(self.registry)
         server = grpc.aio.server(
-            interceptors=[BoundaryInterceptor(metrics, UNAVAILABLE_ERRORS)],
+            interceptors=[BoundaryInterceptor(metrics, self._authenticator(), UNAVAILABLE_ERRORS)],
             options=[
                 ("grpc.max_receive_message_length", s.max_receive_message_bytes),
                 ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share it
@@ -183,7 +187,7 @@ class Sidecar:
             services.append(memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name)
         reflection.enable_server_reflection(services, server)
         for address in filter(None, (a.strip() for a in s.listen.split(","))):
-            self.addresses.append(self._bind(server, address))
+            self.addresses.append(self._bind(server, address, self._tls_credentials()))
         await server.start()
         self._server = server
         for name in [*services[:2], ""]:
@@ -277,8 +281,32 @@ class Sidecar:
             executor=self._executor,
         )
 
+    def _authenticator(self) -> Authenticator:
+        s = self.settings
+        self.policy = PolicyFile(
+            Path(s.access_policy_file) if s.access_policy_file else None, s.access_policy_reload_seconds
+        )
+        self.policy.start()
+        if not s.auth_required:
+            log.warning(
+                "auth is disabled: serving loopback and Unix-socket callers only, identified by the "
+                "x-memlane-agent header; set auth_required and access_policy_file in production"
+            )
+        return Authenticator(self.policy, required=s.auth_required)
+
+    def _tls_credentials(self) -> grpc.ServerCredentials | None:
+        s = self.settings
+        if not s.tls_cert_file:
+            return None
+        ca = Path(s.tls_client_ca_file).read_bytes() if s.tls_client_ca_file else None
+        return grpc.ssl_server_credentials(
+            [(Path(s.tls_key_file).read_bytes(), Path(s.tls_cert_file).read_bytes())],
+            root_certificates=ca,
+            require_client_auth=ca is not None,
+        )
+
     @staticmethod
-    def _bind(server: grpc.aio.Server, address: str) -> str:
+    def _bind(server: grpc.aio.Server, address: str, tls: grpc.ServerCredentials | None = None) -> str:
         if address.startswith("unix:"):
             path = Path(address[len("unix:") :].removeprefix("//"))
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -286,7 +314,7 @@ class Sidecar:
                 path.unlink()  # a stale socket from a crashed run
             server.add_insecure_port(f"unix:{path}")
             return f"unix:{path}"
-        port = server.add_insecure_port(address)
+        port = server.add_secure_port(address, tls) if tls else server.add_insecure_port(address)
         if port == 0:
             raise OSError(f"cannot listen on {address}")
         host = address.rsplit(":", 1)[0]
@@ -302,6 +330,8 @@ class Sidecar:
         """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls, then
         close pools and the embedded Redis."""
         await self._health.enter_graceful_shutdown()
+        if hasattr(self, "policy"):
+            await self.policy.stop()
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_seconds)
         if self._admin is not None:

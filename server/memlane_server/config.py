@@ -46,6 +46,14 @@ class Settings:
     max_batch_messages: int = 500
     max_batch_bytes: int = 4 * 1024 * 1024
     executor_threads: int = 2
+    # --- access control
+    default_topology: str = "shared"  # shared | distributed | selective (per session on CreateSession)
+    auth_required: bool = False  # off: only loopback / Unix-socket callers, identified by x-memlane-agent
+    access_policy_file: str = ""  # YAML: tokens -> agents, roles, groups, delegations (see access/policy.py)
+    access_policy_reload_seconds: float = 2.0
+    tls_cert_file: str = ""  # serve TLS on every TCP listen address
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""  # set: clients must present a certificate signed by this CA (mTLS)
     # --- context assembly (issue 3)
     context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
     context_strategy_by_channel: str = ""  # "voice=sliding_window,eval=full_buffer"

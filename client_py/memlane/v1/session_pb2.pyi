@@ -115,6 +115,32 @@ VISIBILITY_KIND_GROUP: VisibilityKind.ValueType  # 3
 """Only the members of `visibility_group`."""
 Global___VisibilityKind: _TypeAlias = VisibilityKind  # noqa: Y015
 
+class _Topology:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TopologyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Topology.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOPOLOGY_UNSPECIFIED: _Topology.ValueType  # 0
+    TOPOLOGY_SHARED: _Topology.ValueType  # 1
+    """One history that every agent of the session reads and writes (messages default to session-wide)."""
+    TOPOLOGY_DISTRIBUTED: _Topology.ValueType  # 2
+    """Each agent keeps its own private memory of the session (messages default to agent-private)."""
+    TOPOLOGY_SELECTIVE: _Topology.ValueType  # 3
+    """Memory visible to the session's working group only (messages default to the session's group)."""
+
+class Topology(_Topology, metaclass=_TopologyEnumTypeWrapper):
+    """How the agents of a session share its memory."""
+
+TOPOLOGY_UNSPECIFIED: Topology.ValueType  # 0
+TOPOLOGY_SHARED: Topology.ValueType  # 1
+"""One history that every agent of the session reads and writes (messages default to session-wide)."""
+TOPOLOGY_DISTRIBUTED: Topology.ValueType  # 2
+"""Each agent keeps its own private memory of the session (messages default to agent-private)."""
+TOPOLOGY_SELECTIVE: Topology.ValueType  # 3
+"""Memory visible to the session's working group only (messages default to the session's group)."""
+Global___Topology: _TypeAlias = Topology  # noqa: Y015
+
 @_typing.final
 class NativeMessage(_message.Message):
     """The framework's own message object, kept whole so the exact history can be rebuilt."""
@@ -205,6 +231,7 @@ class Message(_message.Message):
     transient: _builtins.bool
     """Scratch data: discarded at session end, never promoted or archived."""
     visibility: Global___VisibilityKind.ValueType
+    """Unspecified: the session topology's default (session-wide, agent-private or the session's group)."""
     visibility_group: _builtins.str
     """The group for VISIBILITY_KIND_GROUP."""
     created_at_unix_ms: _builtins.int
@@ -336,6 +363,7 @@ class Session(_message.Message):
     PROMOTION_STATE_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     user_id: _builtins.str
     agent_id: _builtins.str
@@ -357,6 +385,7 @@ class Session(_message.Message):
     """Model whose encoding counts tokens (empty: the server default)."""
     ttl_seconds: _builtins.int
     """Inactivity timeout; 0 means the server default."""
+    topology: Global___Topology.ValueType
     @_builtins.property
     def participants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -388,10 +417,11 @@ class Session(_message.Message):
         promotion_state: Global___PromotionState.ValueType = ...,
         model: _builtins.str = ...,
         ttl_seconds: _builtins.int = ...,
+        topology: Global___Topology.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "channel", b"channel", "closed_at_unix_ms", b"closed_at_unix_ms", "created_at_unix_ms", b"created_at_unix_ms", "expired_at_unix_ms", b"expired_at_unix_ms", "group", b"group", "idle_at_unix_ms", b"idle_at_unix_ms", "last_activity_at_unix_ms", b"last_activity_at_unix_ms", "message_count", b"message_count", "metadata", b"metadata", "model", b"model", "participants", b"participants", "promotion_state", b"promotion_state", "session_id", b"session_id", "status", b"status", "summary", b"summary", "tags", b"tags", "token_total", b"token_total", "ttl_seconds", b"ttl_seconds", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "channel", b"channel", "closed_at_unix_ms", b"closed_at_unix_ms", "created_at_unix_ms", b"created_at_unix_ms", "expired_at_unix_ms", b"expired_at_unix_ms", "group", b"group", "idle_at_unix_ms", b"idle_at_unix_ms", "last_activity_at_unix_ms", b"last_activity_at_unix_ms", "message_count", b"message_count", "metadata", b"metadata", "model", b"model", "participants", b"participants", "promotion_state", b"promotion_state", "session_id", b"session_id", "status", b"status", "summary", b"summary", "tags", b"tags", "token_total", b"token_total", "topology", b"topology", "ttl_seconds", b"ttl_seconds", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

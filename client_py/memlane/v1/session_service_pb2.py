@@ -26,7 +26,7 @@ from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mas
 from memlane.v1 import session_pb2 as memlane_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n memlane/v1/session_service.proto\x12\nmemlane.v1\x1a google/protobuf/field_mask.proto\x1a\x18memlane/v1/session.proto\"\xa8\x02\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x04 \x01(\t\x12\x14\n\x0cparticipants\x18\x05 \x03(\t\x12\r\n\x05group\x18\x06 \x01(\t\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12@\n\x08metadata\x18\x08 \x03(\x0b\x32..memlane.v1.CreateSessionRequest.MetadataEntry\x12\r\n\x05model\x18\t \x01(\t\x12\x13\n\x0bttl_seconds\x18\n \x01(\x05\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\x15\x43reateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\":\n\x12GetSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\"\xfd\x01\n\x13ListSessionsRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.memlane.v1.SessionStatus\x12\x0f\n\x07\x63hannel\x18\x03 \x01(\t\x12\x1d\n\x15\x63reated_after_unix_ms\x18\x04 \x01(\x03\x12\x1e\n\x16\x63reated_before_unix_ms\x18\x05 \x01(\x03\x12\x33\n\x0fpromotion_state\x18\x06 \x01(\x0e\x32\x1a.memlane.v1.PromotionState\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"V\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.memlane.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"m\n\x14UpdateSessionRequest\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"=\n\x15UpdateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"<\n\x14\x43loseSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\"R\n\x15\x41ppendMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.memlane.v1.Message\"W\n\x0c\x41ppendResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"o\n\x16\x41ppendMessagesResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.memlane.v1.AppendResult\x12\x13\n\x0btoken_total\x18\x02 \x01(\x03\x12\x15\n\rmessage_count\x18\x03 \x01(\x03\"\xe3\x01\n\x13ListMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x05order\x18\x02 \x01(\x0e\x32\x18.memlane.v1.MessageOrder\x12\x15\n\rafter_unix_ms\x18\x03 \x01(\x03\x12\x16\n\x0e\x62\x65\x66ore_unix_ms\x18\x04 \x01(\x03\x12\x1f\n\x05roles\x18\x05 \x03(\x0e\x32\x10.memlane.v1.Role\x12\x18\n\x10source_agent_ids\x18\x06 \x03(\t\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"V\n\x14ListMessagesResponse\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.memlane.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*m\n\x0cMessageOrder\x12\x1d\n\x19MESSAGE_ORDER_UNSPECIFIED\x10\x00\x12\x1e\n\x1aMESSAGE_ORDER_OLDEST_FIRST\x10\x01\x12\x1e\n\x1aMESSAGE_ORDER_NEWEST_FIRST\x10\x02\x32\xdb\x04\n\x0eSessionService\x12T\n\rCreateSession\x12 .memlane.v1.CreateSessionRequest\x1a!.memlane.v1.CreateSessionResponse\x12K\n\nGetSession\x12\x1d.memlane.v1.GetSessionRequest\x1a\x1e.memlane.v1.GetSessionResponse\x12Q\n\x0cListSessions\x12\x1f.memlane.v1.ListSessionsRequest\x1a .memlane.v1.ListSessionsResponse\x12T\n\rUpdateSession\x12 .memlane.v1.UpdateSessionRequest\x1a!.memlane.v1.UpdateSessionResponse\x12Q\n\x0c\x43loseSession\x12\x1f.memlane.v1.CloseSessionRequest\x1a .memlane.v1.CloseSessionResponse\x12W\n\x0e\x41ppendMessages\x12!.memlane.v1.AppendMessagesRequest\x1a\".memlane.v1.AppendMessagesResponse\x12Q\n\x0cListMessages\x12\x1f.memlane.v1.ListMessagesRequest\x1a .memlane.v1.ListMessagesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n memlane/v1/session_service.proto\x12\nmemlane.v1\x1a google/protobuf/field_mask.proto\x1a\x18memlane/v1/session.proto\"\xd0\x02\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x04 \x01(\t\x12\x14\n\x0cparticipants\x18\x05 \x03(\t\x12\r\n\x05group\x18\x06 \x01(\t\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12@\n\x08metadata\x18\x08 \x03(\x0b\x32..memlane.v1.CreateSessionRequest.MetadataEntry\x12\r\n\x05model\x18\t \x01(\t\x12\x13\n\x0bttl_seconds\x18\n \x01(\x05\x12&\n\x08topology\x18\x0b \x01(\x0e\x32\x14.memlane.v1.Topology\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\x15\x43reateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\":\n\x12GetSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\"\xfd\x01\n\x13ListSessionsRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12)\n\x06status\x18\x02 \x01(\x0e\x32\x19.memlane.v1.SessionStatus\x12\x0f\n\x07\x63hannel\x18\x03 \x01(\t\x12\x1d\n\x15\x63reated_after_unix_ms\x18\x04 \x01(\x03\x12\x1e\n\x16\x63reated_before_unix_ms\x18\x05 \x01(\x03\x12\x33\n\x0fpromotion_state\x18\x06 \x01(\x0e\x32\x1a.memlane.v1.PromotionState\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"V\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.memlane.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"m\n\x14UpdateSessionRequest\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"=\n\x15UpdateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"<\n\x14\x43loseSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\"R\n\x15\x41ppendMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.memlane.v1.Message\"W\n\x0c\x41ppendResult\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"o\n\x16\x41ppendMessagesResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.memlane.v1.AppendResult\x12\x13\n\x0btoken_total\x18\x02 \x01(\x03\x12\x15\n\rmessage_count\x18\x03 \x01(\x03\"\xe3\x01\n\x13ListMessagesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x05order\x18\x02 \x01(\x0e\x32\x18.memlane.v1.MessageOrder\x12\x15\n\rafter_unix_ms\x18\x03 \x01(\x03\x12\x16\n\x0e\x62\x65\x66ore_unix_ms\x18\x04 \x01(\x03\x12\x1f\n\x05roles\x18\x05 \x03(\x0e\x32\x10.memlane.v1.Role\x12\x18\n\x10source_agent_ids\x18\x06 \x03(\t\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"V\n\x14ListMessagesResponse\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.memlane.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xdb\x02\n\x0cSessionEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12*\n\x04type\x18\x02 \x01(\x0e\x32\x1c.memlane.v1.SessionEventType\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x05 \x01(\t\x12)\n\x06status\x18\x06 \x01(\x0e\x32\x19.memlane.v1.SessionStatus\x12\x33\n\x0fpromotion_state\x18\x07 \x01(\x0e\x32\x1a.memlane.v1.PromotionState\x12\x12\n\nat_unix_ms\x18\x08 \x01(\x03\x12\x34\n\x06\x64\x65tail\x18\t \x03(\x0b\x32$.memlane.v1.SessionEvent.DetailEntry\x1a-\n\x0b\x44\x65tailEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x15PromoteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x63lose\x18\x02 \x01(\x08\"q\n\x16PromoteSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Session\x12\x1b\n\x13promoted_memory_ids\x18\x02 \x03(\t\x12\x14\n\x0c\x61rchive_uris\x18\x03 \x03(\t\"\x82\x01\n\x19WatchSessionEventsRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12+\n\x05types\x18\x03 \x03(\x0e\x32\x1c.memlane.v1.SessionEventType\x12\x16\n\x0e\x61\x66ter_event_id\x18\x04 \x01(\t\"E\n\x1aWatchSessionEventsResponse\x12\'\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x18.memlane.v1.SessionEvent*m\n\x0cMessageOrder\x12\x1d\n\x19MESSAGE_ORDER_UNSPECIFIED\x10\x00\x12\x1e\n\x1aMESSAGE_ORDER_OLDEST_FIRST\x10\x01\x12\x1e\n\x1aMESSAGE_ORDER_NEWEST_FIRST\x10\x02*\x94\x02\n\x10SessionEventType\x12\"\n\x1eSESSION_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17SESSION_EVENT_TYPE_IDLE\x10\x01\x12\x1d\n\x19SESSION_EVENT_TYPE_CLOSED\x10\x02\x12\x1e\n\x1aSESSION_EVENT_TYPE_EXPIRED\x10\x03\x12\x1f\n\x1bSESSION_EVENT_TYPE_PROMOTED\x10\x04\x12\x1f\n\x1bSESSION_EVENT_TYPE_ARCHIVED\x10\x05\x12\x1e\n\x1aSESSION_EVENT_TYPE_RETIRED\x10\x06\x12\x1e\n\x1aSESSION_EVENT_TYPE_RESUMED\x10\x07\x32\x9b\x06\n\x0eSessionService\x12T\n\rCreateSession\x12 .memlane.v1.CreateSessionRequest\x1a!.memlane.v1.CreateSessionResponse\x12K\n\nGetSession\x12\x1d.memlane.v1.GetSessionRequest\x1a\x1e.memlane.v1.GetSessionResponse\x12Q\n\x0cListSessions\x12\x1f.memlane.v1.ListSessionsRequest\x1a .memlane.v1.ListSessionsResponse\x12T\n\rUpdateSession\x12 .memlane.v1.UpdateSessionRequest\x1a!.memlane.v1.UpdateSessionResponse\x12Q\n\x0c\x43loseSession\x12\x1f.memlane.v1.CloseSessionRequest\x1a .memlane.v1.CloseSessionResponse\x12W\n\x0e\x41ppendMessages\x12!.memlane.v1.AppendMessagesRequest\x1a\".memlane.v1.AppendMessagesResponse\x12Q\n\x0cListMessages\x12\x1f.memlane.v1.ListMessagesRequest\x1a .memlane.v1.ListMessagesResponse\x12W\n\x0ePromoteSession\x12!.memlane.v1.PromoteSessionRequest\x1a\".memlane.v1.PromoteSessionResponse\x12\x65\n\x12WatchSessionEvents\x12%.memlane.v1.WatchSessionEventsRequest\x1a&.memlane.v1.WatchSessionEventsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,40 +35,56 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CREATESESSIONREQUEST_METADATAENTRY']._loaded_options = None
   _globals['_CREATESESSIONREQUEST_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_MESSAGEORDER']._serialized_start=1815
-  _globals['_MESSAGEORDER']._serialized_end=1924
+  _globals['_SESSIONEVENT_DETAILENTRY']._loaded_options = None
+  _globals['_SESSIONEVENT_DETAILENTRY']._serialized_options = b'8\001'
+  _globals['_MESSAGEORDER']._serialized_start=2584
+  _globals['_MESSAGEORDER']._serialized_end=2693
+  _globals['_SESSIONEVENTTYPE']._serialized_start=2696
+  _globals['_SESSIONEVENTTYPE']._serialized_end=2972
   _globals['_CREATESESSIONREQUEST']._serialized_start=109
-  _globals['_CREATESESSIONREQUEST']._serialized_end=405
-  _globals['_CREATESESSIONREQUEST_METADATAENTRY']._serialized_start=358
-  _globals['_CREATESESSIONREQUEST_METADATAENTRY']._serialized_end=405
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=407
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=485
-  _globals['_GETSESSIONREQUEST']._serialized_start=487
-  _globals['_GETSESSIONREQUEST']._serialized_end=526
-  _globals['_GETSESSIONRESPONSE']._serialized_start=528
-  _globals['_GETSESSIONRESPONSE']._serialized_end=586
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=589
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=842
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=844
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=930
-  _globals['_UPDATESESSIONREQUEST']._serialized_start=932
-  _globals['_UPDATESESSIONREQUEST']._serialized_end=1041
-  _globals['_UPDATESESSIONRESPONSE']._serialized_start=1043
-  _globals['_UPDATESESSIONRESPONSE']._serialized_end=1104
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1106
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1147
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1149
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1209
-  _globals['_APPENDMESSAGESREQUEST']._serialized_start=1211
-  _globals['_APPENDMESSAGESREQUEST']._serialized_end=1293
-  _globals['_APPENDRESULT']._serialized_start=1295
-  _globals['_APPENDRESULT']._serialized_end=1382
-  _globals['_APPENDMESSAGESRESPONSE']._serialized_start=1384
-  _globals['_APPENDMESSAGESRESPONSE']._serialized_end=1495
-  _globals['_LISTMESSAGESREQUEST']._serialized_start=1498
-  _globals['_LISTMESSAGESREQUEST']._serialized_end=1725
-  _globals['_LISTMESSAGESRESPONSE']._serialized_start=1727
-  _globals['_LISTMESSAGESRESPONSE']._serialized_end=1813
-  _globals['_SESSIONSERVICE']._serialized_start=1927
-  _globals['_SESSIONSERVICE']._serialized_end=2530
+  _globals['_CREATESESSIONREQUEST']._serialized_end=445
+  _globals['_CREATESESSIONREQUEST_METADATAENTRY']._serialized_start=398
+  _globals['_CREATESESSIONREQUEST_METADATAENTRY']._serialized_end=445
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=447
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=525
+  _globals['_GETSESSIONREQUEST']._serialized_start=527
+  _globals['_GETSESSIONREQUEST']._serialized_end=566
+  _globals['_GETSESSIONRESPONSE']._serialized_start=568
+  _globals['_GETSESSIONRESPONSE']._serialized_end=626
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=629
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=882
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=884
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=970
+  _globals['_UPDATESESSIONREQUEST']._serialized_start=972
+  _globals['_UPDATESESSIONREQUEST']._serialized_end=1081
+  _globals['_UPDATESESSIONRESPONSE']._serialized_start=1083
+  _globals['_UPDATESESSIONRESPONSE']._serialized_end=1144
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1146
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1187
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1189
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1249
+  _globals['_APPENDMESSAGESREQUEST']._serialized_start=1251
+  _globals['_APPENDMESSAGESREQUEST']._serialized_end=1333
+  _globals['_APPENDRESULT']._serialized_start=1335
+  _globals['_APPENDRESULT']._serialized_end=1422
+  _globals['_APPENDMESSAGESRESPONSE']._serialized_start=1424
+  _globals['_APPENDMESSAGESRESPONSE']._serialized_end=1535
+  _globals['_LISTMESSAGESREQUEST']._serialized_start=1538
+  _globals['_LISTMESSAGESREQUEST']._serialized_end=1765
+  _globals['_LISTMESSAGESRESPONSE']._serialized_start=1767
+  _globals['_LISTMESSAGESRESPONSE']._serialized_end=1853
+  _globals['_SESSIONEVENT']._serialized_start=1856
+  _globals['_SESSIONEVENT']._serialized_end=2203
+  _globals['_SESSIONEVENT_DETAILENTRY']._serialized_start=2158
+  _globals['_SESSIONEVENT_DETAILENTRY']._serialized_end=2203
+  _globals['_PROMOTESESSIONREQUEST']._serialized_start=2205
+  _globals['_PROMOTESESSIONREQUEST']._serialized_end=2263
+  _globals['_PROMOTESESSIONRESPONSE']._serialized_start=2265
+  _globals['_PROMOTESESSIONRESPONSE']._serialized_end=2378
+  _globals['_WATCHSESSIONEVENTSREQUEST']._serialized_start=2381
+  _globals['_WATCHSESSIONEVENTSREQUEST']._serialized_end=2511
+  _globals['_WATCHSESSIONEVENTSRESPONSE']._serialized_start=2513
+  _globals['_WATCHSESSIONEVENTSRESPONSE']._serialized_end=2582
+  _globals['_SESSIONSERVICE']._serialized_start=2975
+  _globals['_SESSIONSERVICE']._serialized_end=3770
 # @@protoc_insertion_point(module_scope)

@@ -41,6 +41,48 @@ MESSAGE_ORDER_OLDEST_FIRST: MessageOrder.ValueType  # 1
 MESSAGE_ORDER_NEWEST_FIRST: MessageOrder.ValueType  # 2
 Global___MessageOrder: _TypeAlias = MessageOrder  # noqa: Y015
 
+class _SessionEventType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SessionEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SessionEventType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SESSION_EVENT_TYPE_UNSPECIFIED: _SessionEventType.ValueType  # 0
+    SESSION_EVENT_TYPE_IDLE: _SessionEventType.ValueType  # 1
+    """No activity for the channel's idle threshold."""
+    SESSION_EVENT_TYPE_CLOSED: _SessionEventType.ValueType  # 2
+    """Closed by CloseSession: the session-end pipeline is queued."""
+    SESSION_EVENT_TYPE_EXPIRED: _SessionEventType.ValueType  # 3
+    """No activity for the inactivity timeout: the session-end pipeline is queued."""
+    SESSION_EVENT_TYPE_PROMOTED: _SessionEventType.ValueType  # 4
+    """Long-term memories were extracted (detail: "memories", the count)."""
+    SESSION_EVENT_TYPE_ARCHIVED: _SessionEventType.ValueType  # 5
+    """Transcript, summary and traces were written to cold storage: the session end is complete."""
+    SESSION_EVENT_TYPE_RETIRED: _SessionEventType.ValueType  # 6
+    """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
+    SESSION_EVENT_TYPE_RESUMED: _SessionEventType.ValueType  # 7
+    """A retired session was reloaded from the archive and is active again."""
+
+class SessionEventType(_SessionEventType, metaclass=_SessionEventTypeEnumTypeWrapper):
+    """What happened to a session."""
+
+SESSION_EVENT_TYPE_UNSPECIFIED: SessionEventType.ValueType  # 0
+SESSION_EVENT_TYPE_IDLE: SessionEventType.ValueType  # 1
+"""No activity for the channel's idle threshold."""
+SESSION_EVENT_TYPE_CLOSED: SessionEventType.ValueType  # 2
+"""Closed by CloseSession: the session-end pipeline is queued."""
+SESSION_EVENT_TYPE_EXPIRED: SessionEventType.ValueType  # 3
+"""No activity for the inactivity timeout: the session-end pipeline is queued."""
+SESSION_EVENT_TYPE_PROMOTED: SessionEventType.ValueType  # 4
+"""Long-term memories were extracted (detail: "memories", the count)."""
+SESSION_EVENT_TYPE_ARCHIVED: SessionEventType.ValueType  # 5
+"""Transcript, summary and traces were written to cold storage: the session end is complete."""
+SESSION_EVENT_TYPE_RETIRED: SessionEventType.ValueType  # 6
+"""Messages left Redis after the channel's hot retention; a stub with the summary stays."""
+SESSION_EVENT_TYPE_RESUMED: SessionEventType.ValueType  # 7
+"""A retired session was reloaded from the archive and is active again."""
+Global___SessionEventType: _TypeAlias = SessionEventType  # noqa: Y015
+
 @_typing.final
 class CreateSessionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -75,6 +117,7 @@ class CreateSessionRequest(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Optional client-chosen id (letters, digits, '-', '_', '.', ':', up to 128); generated when empty."""
     user_id: _builtins.str
@@ -83,6 +126,8 @@ class CreateSessionRequest(_message.Message):
     group: _builtins.str
     model: _builtins.str
     ttl_seconds: _builtins.int
+    topology: _session_pb2.Topology.ValueType
+    """Unspecified: the server's default_topology."""
     @_builtins.property
     def participants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -102,10 +147,11 @@ class CreateSessionRequest(_message.Message):
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         model: _builtins.str = ...,
         ttl_seconds: _builtins.int = ...,
+        topology: _session_pb2.Topology.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "channel", b"channel", "group", b"group", "metadata", b"metadata", "model", b"model", "participants", b"participants", "session_id", b"session_id", "tags", b"tags", "ttl_seconds", b"ttl_seconds", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "channel", b"channel", "group", b"group", "metadata", b"metadata", "model", b"model", "participants", b"participants", "session_id", b"session_id", "tags", b"tags", "topology", b"topology", "ttl_seconds", b"ttl_seconds", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -478,3 +524,182 @@ class ListMessagesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListMessagesResponse: _TypeAlias = ListMessagesResponse  # noqa: Y015
+
+@_typing.final
+class SessionEvent(_message.Message):
+    """One lifecycle event."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class DetailEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    USER_ID_FIELD_NUMBER: _builtins.int
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    PROMOTION_STATE_FIELD_NUMBER: _builtins.int
+    AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.str
+    """Orders events; pass it as `after_event_id` to resume watching."""
+    type: Global___SessionEventType.ValueType
+    session_id: _builtins.str
+    user_id: _builtins.str
+    channel: _builtins.str
+    status: _session_pb2.SessionStatus.ValueType
+    """The session's status and promotion state right after the event."""
+    promotion_state: _session_pb2.PromotionState.ValueType
+    at_unix_ms: _builtins.int
+    @_builtins.property
+    def detail(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Event-specific facts, e.g. "memories" for PROMOTED, "transcript" (archive URI) for ARCHIVED."""
+
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.str = ...,
+        type: Global___SessionEventType.ValueType = ...,
+        session_id: _builtins.str = ...,
+        user_id: _builtins.str = ...,
+        channel: _builtins.str = ...,
+        status: _session_pb2.SessionStatus.ValueType = ...,
+        promotion_state: _session_pb2.PromotionState.ValueType = ...,
+        at_unix_ms: _builtins.int = ...,
+        detail: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix_ms", b"at_unix_ms", "channel", b"channel", "detail", b"detail", "event_id", b"event_id", "promotion_state", b"promotion_state", "session_id", b"session_id", "status", b"status", "type", b"type", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionEvent: _TypeAlias = SessionEvent  # noqa: Y015
+
+@_typing.final
+class PromoteSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CLOSE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    close: _builtins.bool
+    """Close an active or idle session first (otherwise such a session is refused)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        close: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close", b"close", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromoteSessionRequest: _TypeAlias = PromoteSessionRequest  # noqa: Y015
+
+@_typing.final
+class PromoteSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    PROMOTED_MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    ARCHIVE_URIS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> _session_pb2.Session: ...
+    @_builtins.property
+    def promoted_memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every long-term memory promoted from this session so far."""
+
+    @_builtins.property
+    def archive_uris(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The archive files written for this session, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        session: _session_pb2.Session | None = ...,
+        promoted_memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        archive_uris: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive_uris", b"archive_uris", "promoted_memory_ids", b"promoted_memory_ids", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromoteSessionResponse: _TypeAlias = PromoteSessionResponse  # noqa: Y015
+
+@_typing.final
+class WatchSessionEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    CHANNEL_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
+    AFTER_EVENT_ID_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    """Only this user's sessions (empty: all)."""
+    channel: _builtins.str
+    """Only this channel's sessions (empty: all)."""
+    after_event_id: _builtins.str
+    """Start after this event ("": only events from now on; "0": everything still retained)."""
+    @_builtins.property
+    def types(self) -> _containers.RepeatedScalarFieldContainer[Global___SessionEventType.ValueType]:
+        """Only these types (empty: all)."""
+
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+        channel: _builtins.str = ...,
+        types: _abc.Iterable[Global___SessionEventType.ValueType] | None = ...,
+        after_event_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_event_id", b"after_event_id", "channel", b"channel", "types", b"types", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSessionEventsRequest: _TypeAlias = WatchSessionEventsRequest  # noqa: Y015
+
+@_typing.final
+class WatchSessionEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def event(self) -> Global___SessionEvent: ...
+    def __init__(
+        self,
+        *,
+        event: Global___SessionEvent | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSessionEventsResponse: _TypeAlias = WatchSessionEventsResponse  # noqa: Y015

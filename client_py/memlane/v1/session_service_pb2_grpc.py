@@ -70,6 +70,16 @@ class SessionServiceStub:
                 request_serializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesResponse.FromString,
                 _registered_method=True)
+        self.PromoteSession = channel.unary_unary(
+                '/memlane.v1.SessionService/PromoteSession',
+                request_serializer=memlane_dot_v1_dot_session__service__pb2.PromoteSessionRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_session__service__pb2.PromoteSessionResponse.FromString,
+                _registered_method=True)
+        self.WatchSessionEvents = channel.unary_stream(
+                '/memlane.v1.SessionService/WatchSessionEvents',
+                request_serializer=memlane_dot_v1_dot_session__service__pb2.WatchSessionEventsRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_session__service__pb2.WatchSessionEventsResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -133,6 +143,27 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PromoteSession(self, request, context):
+        """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+        archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
+        finished steps are not redone. With `close`, an active or idle session is closed first.
+        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+        DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchSessionEvents(self, request, context):
+        """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+        only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
+        lets a watcher resume after a disconnect.
+        Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +201,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ListMessages,
                     request_deserializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesResponse.SerializeToString,
+            ),
+            'PromoteSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.PromoteSession,
+                    request_deserializer=memlane_dot_v1_dot_session__service__pb2.PromoteSessionRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_session__service__pb2.PromoteSessionResponse.SerializeToString,
+            ),
+            'WatchSessionEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSessionEvents,
+                    request_deserializer=memlane_dot_v1_dot_session__service__pb2.WatchSessionEventsRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_session__service__pb2.WatchSessionEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -362,6 +403,60 @@ class SessionService:
             '/memlane.v1.SessionService/ListMessages',
             memlane_dot_v1_dot_session__service__pb2.ListMessagesRequest.SerializeToString,
             memlane_dot_v1_dot_session__service__pb2.ListMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PromoteSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.SessionService/PromoteSession',
+            memlane_dot_v1_dot_session__service__pb2.PromoteSessionRequest.SerializeToString,
+            memlane_dot_v1_dot_session__service__pb2.PromoteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSessionEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/memlane.v1.SessionService/WatchSessionEvents',
+            memlane_dot_v1_dot_session__service__pb2.WatchSessionEventsRequest.SerializeToString,
+            memlane_dot_v1_dot_session__service__pb2.WatchSessionEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

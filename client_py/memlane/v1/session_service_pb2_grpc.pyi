@@ -61,6 +61,19 @@ class SessionServiceStub:
     """Lists a session's messages, oldest or newest first, with filters; paginated.
     Errors: INVALID_ARGUMENT (bad page token or filter), NOT_FOUND.
     """
+    PromoteSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.PromoteSessionRequest, _session_service_pb2.PromoteSessionResponse]
+    """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+    archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
+    finished steps are not redone. With `close`, an active or idle session is closed first.
+    Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+    DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
+    """
+    WatchSessionEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.WatchSessionEventsRequest, _session_service_pb2.WatchSessionEventsResponse]
+    """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+    only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
+    lets a watcher resume after a disconnect.
+    Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -94,6 +107,19 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListMessages: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ListMessagesRequest, _session_service_pb2.ListMessagesResponse]  # type: ignore[assignment]
     """Lists a session's messages, oldest or newest first, with filters; paginated.
     Errors: INVALID_ARGUMENT (bad page token or filter), NOT_FOUND.
+    """
+    PromoteSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.PromoteSessionRequest, _session_service_pb2.PromoteSessionResponse]  # type: ignore[assignment]
+    """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+    archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
+    finished steps are not redone. With `close`, an active or idle session is closed first.
+    Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+    DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
+    """
+    WatchSessionEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.WatchSessionEventsRequest, _session_service_pb2.WatchSessionEventsResponse]  # type: ignore[assignment]
+    """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+    only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
+    lets a watcher resume after a disconnect.
+    Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -167,6 +193,31 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_service_pb2.ListMessagesResponse, _abc.Awaitable[_session_service_pb2.ListMessagesResponse]]:
         """Lists a session's messages, oldest or newest first, with filters; paginated.
         Errors: INVALID_ARGUMENT (bad page token or filter), NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def PromoteSession(
+        self,
+        request: _session_service_pb2.PromoteSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.PromoteSessionResponse, _abc.Awaitable[_session_service_pb2.PromoteSessionResponse]]:
+        """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+        archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
+        finished steps are not redone. With `close`, an active or idle session is closed first.
+        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+        DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchSessionEvents(
+        self,
+        request: _session_service_pb2.WatchSessionEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_session_service_pb2.WatchSessionEventsResponse], _abc.AsyncIterator[_session_service_pb2.WatchSessionEventsResponse]]:
+        """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+        only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
+        lets a watcher resume after a disconnect.
+        Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -33,7 +33,7 @@ def message_from_pb(m: pb.Message, index: int) -> Message:
         tool_call_ids=list(m.tool_call_ids),
         metadata=dict(m.metadata),
         transient=m.transient,
-        visibility=VisibilityKind(m.visibility or VisibilityKind.SESSION),
+        visibility=VisibilityKind(m.visibility),
         visibility_group=m.visibility_group,
         created_at_ms=m.created_at_unix_ms,
     )
@@ -98,4 +98,5 @@ def session_to_pb(s: Session) -> pb.Session:
         promotion_state=int(s.promotion_state),  # type: ignore[arg-type]
         model=s.model,
         ttl_seconds=s.ttl_seconds,
+        topology=int(s.topology),  # type: ignore[arg-type]
     )

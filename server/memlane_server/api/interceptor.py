@@ -18,6 +18,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from .. import errors
+from ..access.authenticate import Authenticator, check_method
+from ..access.identity import Caller, use_caller
 from ..observability.metrics import RpcMetrics
 
 log = logging.getLogger("memlane.api")
@@ -61,8 +63,14 @@ def _sent_code(context: grpc.aio.ServicerContext) -> str:
 
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, metrics: RpcMetrics, unavailable: tuple[type[BaseException], ...] = ()) -> None:
+    def __init__(
+        self,
+        metrics: RpcMetrics,
+        authenticator: Authenticator,
+        unavailable: tuple[type[BaseException], ...] = (),
+    ) -> None:
         self._metrics = metrics
+        self._auth = authenticator
         self._unavailable = unavailable
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
 
@@ -93,11 +101,12 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
                 code = "OK"
                 try:
                     self._check(request)
-                    remaining = context.time_remaining()
-                    if remaining is not None:
-                        async with asyncio.timeout(remaining):
-                            return await inner(request, context)
-                    return await inner(request, context)
+                    with use_caller(self._caller(context, name)):
+                        remaining = context.time_remaining()
+                        if remaining is not None:
+                            async with asyncio.timeout(remaining):
+                                return await inner(request, context)
+                        return await inner(request, context)
                 except grpc.aio.AbortError:
                     code = _sent_code(context)
                     raise
@@ -119,8 +128,9 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
                 code = "OK"
                 try:
                     self._check(request)
-                    async for item in inner_stream(request, context):
-                        yield item
+                    with use_caller(self._caller(context, name)):
+                        async for item in inner_stream(request, context):
+                            yield item
                 except grpc.aio.AbortError:
                     code = _sent_code(context)
                     raise
@@ -135,6 +145,11 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
                 stream, request_deserializer=deser, response_serializer=handler.response_serializer
             )
         return handler
+
+    def _caller(self, context: Any, name: str) -> Caller:
+        caller = self._auth.authenticate(context.invocation_metadata() or (), context.peer(), context.auth_context())
+        check_method(caller, name)
+        return caller
 
     @staticmethod
     def _check(request: Any) -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 import grpc
 from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
-from ..errors import InvalidArgument
-from ..sessions.model import PromotionState, Role, Session, SessionStatus
+from ..access.identity import current_caller
+from ..errors import FailedPrecondition, InvalidArgument
+from ..pipelines import Resumer, SessionEndPipeline
+from ..sessions.events import EventType, SessionEvent
+from ..sessions.lifecycle import Lifecycle
+from ..sessions.model import PromotionState, Role, Session, SessionStatus, Topology
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
 
@@ -24,9 +29,39 @@ def _enum(cls: type[Any], value: int, field: str) -> Any:
         raise InvalidArgument(f"{field} {value} is not a known value") from None
 
 
+def event_to_pb(ev: SessionEvent) -> spb.SessionEvent:
+    return spb.SessionEvent(
+        event_id=ev.event_id,
+        type=int(ev.type),  # type: ignore[arg-type]
+        session_id=ev.session_id,
+        user_id=ev.user_id,
+        channel=ev.channel,
+        status=int(ev.status),  # type: ignore[arg-type]
+        promotion_state=int(ev.promotion_state),  # type: ignore[arg-type]
+        at_unix_ms=ev.at_ms,
+        detail=ev.detail,
+    )
+
+
 class SessionServicer(spb_grpc.SessionServiceServicer):
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        lifecycle: Lifecycle | None = None,
+        pipeline: SessionEndPipeline | None = None,
+        resumer: Resumer | None = None,
+    ) -> None:
         self._store = store
+        # Lifecycle pieces (issue 5); without them sessions never idle, expire or get promoted.
+        self._lifecycle = lifecycle
+        self._pipeline = pipeline
+        self._resumer = resumer
+
+    async def _hot(self, session_id: str) -> None:
+        """A retired session is reloaded from the archive before it is served."""
+        if self._resumer is not None and session_id:
+            await self._resumer.ensure_hot(session_id)
 
     async def CreateSession(
         self, request: spb.CreateSessionRequest, context: _Ctx
@@ -42,11 +77,18 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             metadata=dict(request.metadata),
             model=request.model,
             ttl_seconds=request.ttl_seconds,
+            topology=_enum(Topology, request.topology, "topology"),
         )
-        session, created = await self._store.create(draft)
+        policy_ttl: int | None = None
+        if self._lifecycle is not None:
+            draft, policy_ttl = self._lifecycle.policies.apply(draft)
+        session, created = await self._store.create(draft, default_ttl_seconds=policy_ttl)
+        if created and self._lifecycle is not None:
+            await self._lifecycle.created(session)
         return spb.CreateSessionResponse(session=session_to_pb(session), created=created)
 
     async def GetSession(self, request: spb.GetSessionRequest, context: _Ctx) -> spb.GetSessionResponse:
+        await self._hot(request.session_id)
         return spb.GetSessionResponse(session=session_to_pb(await self._store.get(request.session_id)))
 
     async def ListSessions(self, request: spb.ListSessionsRequest, context: _Ctx) -> spb.ListSessionsResponse:
@@ -83,13 +125,17 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         return spb.UpdateSessionResponse(session=session_to_pb(updated))
 
     async def CloseSession(self, request: spb.CloseSessionRequest, context: _Ctx) -> spb.CloseSessionResponse:
+        if self._lifecycle is not None:
+            return spb.CloseSessionResponse(
+                session=session_to_pb(await self._lifecycle.close(request.session_id))
+            )
         return spb.CloseSessionResponse(session=session_to_pb(await self._store.close(request.session_id)))
 
     async def AppendMessages(
         self, request: spb.AppendMessagesRequest, context: _Ctx
     ) -> spb.AppendMessagesResponse:
         msgs = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
-        out = await self._store.append(request.session_id, msgs)
+        out = await self._store.append(request.session_id, msgs, writer=current_caller())
         return spb.AppendMessagesResponse(
             results=[
                 spb.AppendResult(message_id=mid, seq=seq, token_count=n, duplicate=dup)
@@ -108,10 +154,39 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             before_ms=request.before_unix_ms,
             roles=frozenset(_enum(Role, r, "roles[]") for r in request.roles),
             source_agent_ids=frozenset(request.source_agent_ids),
+            viewer=current_caller(),
         )
         if request.order not in (0, 1, 2):
             raise InvalidArgument(f"order {request.order} is not a known value")
+        await self._hot(request.session_id)
         msgs, token = await self._store.list_messages(
             request.session_id, f, request.page_size, request.page_token
         )
         return spb.ListMessagesResponse(messages=[message_to_pb(m) for m in msgs], next_page_token=token)
+
+    async def PromoteSession(
+        self, request: spb.PromoteSessionRequest, context: _Ctx
+    ) -> spb.PromoteSessionResponse:
+        if self._pipeline is None:
+            raise FailedPrecondition("the session-end pipeline is not enabled on this sidecar")
+        await self._hot(request.session_id)
+        remaining = context.time_remaining()
+        # Wait for another sidecar's run for most of the call's deadline, leaving time to answer.
+        wait_s = max(0.0, (remaining if remaining is not None else 30.0) * 0.8)
+        report = await self._pipeline.force(request.session_id, close=request.close, wait_s=wait_s)
+        return spb.PromoteSessionResponse(
+            session=session_to_pb(report.session),
+            promoted_memory_ids=report.promoted_ids,
+            archive_uris=[p.transcript for p in report.archives],
+        )
+
+    async def WatchSessionEvents(
+        self, request: spb.WatchSessionEventsRequest, context: _Ctx
+    ) -> AsyncIterator[spb.WatchSessionEventsResponse]:
+        if self._lifecycle is None:
+            raise FailedPrecondition("session lifecycle events are not enabled on this sidecar")
+        types = [_enum(EventType, t, "types[]") for t in request.types]
+        async for ev in self._lifecycle.events.follow(
+            user_id=request.user_id, channel=request.channel, types=types, after_id=request.after_event_id
+        ):
+            yield spb.WatchSessionEventsResponse(event=event_to_pb(ev))

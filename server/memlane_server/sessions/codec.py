@@ -18,6 +18,7 @@ from .model import (
     Session,
     SessionStatus,
     Summary,
+    Topology,
     VisibilityKind,
 )
 
@@ -110,6 +111,7 @@ def encode_session(s: Session) -> dict[str, str | int]:
     out["session_id"] = s.session_id
     out["status"] = int(s.status)
     out["promotion_state"] = int(s.promotion_state)
+    out["topology"] = int(s.topology)
     out.update(encode_summary(s.summary))
     return out
 
@@ -136,6 +138,7 @@ def decode_session(h: dict[bytes, bytes]) -> Session:
             setattr(s, f, orjson.loads(g[f]))
     s.status = SessionStatus(int(g.get("status", SessionStatus.ACTIVE)))
     s.promotion_state = PromotionState(int(g.get("promotion_state", PromotionState.NONE)))
+    s.topology = Topology(int(g.get("topology", Topology.SHARED)))
     s.summary = Summary(
         text=g.get("summary_text", ""),
         through_message_id=g.get("summary_through_id", ""),

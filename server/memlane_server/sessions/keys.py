@@ -95,6 +95,10 @@ class KeySpace:
         """ZSET: archived session id scored by when its hot data leaves Redis (ms)."""
         return f"{self.prefix}:retire-due"
 
+    def job_lock(self, name: str) -> str:
+        """STRING with a TTL: one sidecar at a time runs the named periodic job (e.g. archive retention)."""
+        return f"{self.prefix}:lock:{name}"
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
         return f"{self.prefix}:*"

@@ -39,6 +39,15 @@ class PromotionState(enum.IntEnum):
     ARCHIVED = 5
 
 
+class Topology(enum.IntEnum):
+    """How a session's agents share memory. Values match ``memlane.v1.Topology``."""
+
+    UNSPECIFIED = 0
+    SHARED = 1
+    DISTRIBUTED = 2
+    SELECTIVE = 3
+
+
 class VisibilityKind(enum.IntEnum):
     """Who may see a message. Values match ``memlane.v1.VisibilityKind``."""
 
@@ -70,7 +79,7 @@ class Message:
     tool_call_ids: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
     transient: bool = False
-    visibility: VisibilityKind = VisibilityKind.SESSION
+    visibility: VisibilityKind = VisibilityKind.SESSION  # UNSPECIFIED on input: the topology's default
     visibility_group: str = ""
     created_at_ms: int = 0  # the message's own timestamp (client-supplied or arrival time)
     token_count: int = 0
@@ -112,4 +121,5 @@ class Session:
     promotion_state: PromotionState = PromotionState.NONE
     model: str = ""
     ttl_seconds: int = 0
+    topology: Topology = Topology.SHARED
     extra: dict[str, Any] = field(default_factory=dict)

@@ -12,11 +12,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
+from ..access.identity import UNRESTRICTED, Caller
 from ..errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound
 from ..tokens import TokenCounter
 from . import scripts
@@ -32,7 +33,16 @@ from .codec import (
 from .ids import new_id
 from .keys import KeySpace
 from .limits import Limits, check_batch, check_id, check_metadata, check_short
-from .model import Message, PromotionState, Role, Session, SessionStatus, Summary
+from .model import (
+    Message,
+    PromotionState,
+    Role,
+    Session,
+    SessionStatus,
+    Summary,
+    Topology,
+    VisibilityKind,
+)
 from .paging import decode_token, encode_token, page_size, query_fingerprint
 
 # Above this many characters per batch, token counting moves to the executor so the loop stays free.
@@ -75,8 +85,11 @@ class MessageFilter:
     before_ms: int = 0
     roles: frozenset[Role] = field(default_factory=frozenset)
     source_agent_ids: frozenset[str] = field(default_factory=frozenset)
+    viewer: Caller = UNRESTRICTED  # messages the viewer may not see are skipped silently
 
     def matches(self, m: Message) -> bool:
+        if not self.viewer.can_see(m.visibility, m.source_agent_id, m.visibility_group):
+            return False
         if self.after_ms and m.created_at_ms < self.after_ms:
             return False
         if self.before_ms and m.created_at_ms >= self.before_ms:
@@ -87,8 +100,24 @@ class MessageFilter:
 
     @property
     def active(self) -> bool:
-        return bool(self.after_ms or self.before_ms or self.roles or self.source_agent_ids)
+        return bool(
+            self.after_ms or self.before_ms or self.roles or self.source_agent_ids or not self.viewer.unrestricted
+        )
 
+
+class _SessionMeta(NamedTuple):
+    ttl_seconds: int
+    model: str
+    topology: Topology
+    group: str
+
+
+_DEFAULT_VISIBILITY = {
+    Topology.UNSPECIFIED: VisibilityKind.SESSION,
+    Topology.SHARED: VisibilityKind.SESSION,
+    Topology.DISTRIBUTED: VisibilityKind.AGENT,
+    Topology.SELECTIVE: VisibilityKind.GROUP,
+}
 
 # Fields UpdateSession may set, with their validators.
 UPDATABLE_FIELDS = frozenset({"tags", "metadata", "participants", "status", "group", "model", "ttl_seconds"})
@@ -103,6 +132,7 @@ class SessionStore:
         *,
         limits: Limits,
         default_ttl_seconds: int,
+        default_topology: Topology = Topology.SHARED,
         executor: Executor | None = None,
     ) -> None:
         self.redis = redis
@@ -110,8 +140,9 @@ class SessionStore:
         self.tokens = tokens
         self.limits = limits
         self.default_ttl_seconds = default_ttl_seconds
+        self.default_topology = default_topology
         self._executor = executor
-        self._meta_cache: dict[str, tuple[int, str]] = {}
+        self._meta_cache: dict[str, _SessionMeta] = {}
         # redis-py leaves execute_command untyped; this is the bare, cheapest way to send one command.
         self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
         self._deadline_bumped: dict[str, int] = {}
@@ -145,6 +176,7 @@ class SessionStore:
             session_id=s.session_id or new_id(),
             status=SessionStatus.ACTIVE,
             promotion_state=PromotionState.NONE,
+            topology=s.topology or self.default_topology,
             ttl_seconds=s.ttl_seconds
             or (self.default_ttl_seconds if default_ttl_seconds is None else default_ttl_seconds),
         )
@@ -332,21 +364,35 @@ class SessionStore:
 
     # ----------------------------------------------------------------- messages
 
-    async def append(self, session_id: str, messages: list[Message], model: str = "") -> AppendOutcome:
-        """Appends a batch atomically. Ids left empty are generated; tokens are counted here, once."""
+    async def append(
+        self, session_id: str, messages: list[Message], writer: Caller = UNRESTRICTED, model: str = ""
+    ) -> AppendOutcome:
+        """Appends a batch atomically. Ids left empty are generated; tokens are counted here, once.
+        Messages without a visibility get the session topology's default; ``writer`` may only write as
+        itself and into its own groups."""
         check_id(session_id, "session_id")
-        check_batch(messages, self.limits)
+        meta = await self._session_meta(session_id)
         now = now_ms()
         fps: list[str] = []
-        for m in messages:
-            fps.append(fingerprint(self._client_fields(m)))
+        for i, m in enumerate(messages):
+            fps.append(fingerprint(self._client_fields(m)))  # before defaults, so a retry matches
             if not m.message_id:
                 m.message_id = new_id()
             if not m.created_at_ms:
                 m.created_at_ms = now
             m.session_id = session_id
-        ttl_s, session_model = await self._session_meta(session_id)
-        model = model or session_model
+            if not m.source_agent_id:
+                m.source_agent_id = writer.agent_id
+            if m.visibility == VisibilityKind.UNSPECIFIED:
+                m.visibility, default_group = _DEFAULT_VISIBILITY[meta.topology], meta.group
+                if m.visibility == VisibilityKind.GROUP:
+                    if not default_group:
+                        m.visibility = VisibilityKind.SESSION  # a selective session without a group
+                    m.visibility_group = m.visibility_group or default_group
+            writer.check_write(int(m.visibility), m.source_agent_id, m.visibility_group, f"messages[{i}]")
+        check_batch(messages, self.limits)
+        ttl_s = meta.ttl_seconds
+        model = model or meta.model
         texts = [m.content for m in messages]
         if sum(len(t) for t in texts) > _INLINE_TOKENIZE_CHARS:
             counts = await asyncio.get_running_loop().run_in_executor(
@@ -408,16 +454,23 @@ class SessionStore:
         # XX: only sessions that are tracked already; an unknown id must not plant an entry.
         await self.redis.zadd(self.keys.deadlines(), {session_id: deadline_ms}, xx=True)
 
-    async def _session_meta(self, session_id: str) -> tuple[int, str]:
-        """(ttl_seconds, model) of a session. Both change rarely, so a small per-process cache keeps
-        the append path at one round trip; UpdateSession invalidates it."""
+    async def _session_meta(self, session_id: str) -> _SessionMeta:
+        """What the append path needs of the document. It changes rarely, so a small per-process cache
+        keeps appends at one round trip; UpdateSession invalidates it."""
         meta = self._meta_cache.get(session_id)
         if meta is None:
-            ttl, model = cast(
+            ttl, model, topology, group = cast(
                 list[bytes | None],
-                await self.redis.hmget(self.keys.session(session_id).doc, ["ttl_seconds", "model"]),
+                await self.redis.hmget(
+                    self.keys.session(session_id).doc, ["ttl_seconds", "model", "topology", "group"]
+                ),
             )
-            meta = (int(ttl or 0), (model or b"").decode())
+            meta = _SessionMeta(
+                int(ttl or 0),
+                (model or b"").decode(),
+                Topology(int(topology or Topology.SHARED)),
+                (group or b"").decode(),
+            )
             if ttl is not None:
                 if len(self._meta_cache) > 10_000:
                     self._meta_cache.clear()

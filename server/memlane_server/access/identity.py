@@ -1,0 +1,94 @@
+"""The caller of an RPC and the one visibility rule.
+
+Visibility kinds (the values of ``memlane.v1.VisibilityKind``): 1 session-wide, 2 private to the source
+agent, 3 a named group. ``Caller.can_see`` is the only place that decides whether a caller may read a
+message or memory item; ``Caller.check_write`` the only place that decides whether it may write one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ..errors import PermissionDenied
+
+SESSION, AGENT, GROUP = 1, 2, 3
+
+
+class CallerRole(enum.StrEnum):
+    AGENT = "agent"  # reads session-wide data, its own private data and its groups'
+    ORCHESTRATOR = "orchestrator"  # also reads the private data of the agents it delegates to
+    AUDITOR = "auditor"  # reads everything, writes nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    agent_id: str
+    roles: frozenset[CallerRole] = frozenset({CallerRole.AGENT})
+    groups: frozenset[str] = frozenset()
+    delegates: frozenset[str] = frozenset()  # agents an orchestrator may read for
+    how: str = "token"  # token | mtls | header | local
+    # A local caller with auth disabled and no agent header: a single-agent pod in development.
+    unrestricted: bool = field(default=False)
+
+    @property
+    def is_auditor(self) -> bool:
+        return CallerRole.AUDITOR in self.roles
+
+    def reads_for(self, agent_id: str) -> bool:
+        """May this caller read ``agent_id``'s private data?"""
+        if self.unrestricted or self.is_auditor or agent_id == self.agent_id:
+            return True
+        return CallerRole.ORCHESTRATOR in self.roles and agent_id in self.delegates
+
+    def can_see(self, visibility: int, source_agent_id: str, group: str) -> bool:
+        if self.unrestricted or self.is_auditor:
+            return True
+        if visibility == AGENT:
+            return self.reads_for(source_agent_id)
+        if visibility == GROUP:
+            return group in self.groups or (
+                CallerRole.ORCHESTRATOR in self.roles and source_agent_id in self.delegates
+            )
+        return True  # session-wide
+
+    def check_write(self, visibility: int, source_agent_id: str, group: str, field_name: str) -> None:
+        """Raises PermissionDenied for a write this caller may not make."""
+        if self.unrestricted:
+            return
+        if self.is_auditor:
+            raise PermissionDenied(f"agent {self.agent_id!r} is an auditor: auditors read, they never write")
+        if source_agent_id and source_agent_id != self.agent_id:
+            raise PermissionDenied(
+                f"{field_name}.source_agent_id {source_agent_id!r} is not the calling agent {self.agent_id!r}"
+            )
+        if visibility == GROUP and group not in self.groups:
+            raise PermissionDenied(
+                f"{field_name}: agent {self.agent_id!r} is not a member of group {group!r}"
+            )
+
+
+UNRESTRICTED = Caller(agent_id="", roles=frozenset(), how="local", unrestricted=True)
+
+# No default: a handler that runs without an authenticated caller is a bug, and must fail closed.
+_current: contextvars.ContextVar[Caller] = contextvars.ContextVar("memlane_caller")
+
+
+def current_caller() -> Caller:
+    """The caller of the RPC being served (set by the API boundary for the handler's task)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise PermissionDenied("no authenticated caller for this call") from None
+
+
+@contextmanager
+def use_caller(caller: Caller) -> Iterator[None]:
+    token = _current.set(caller)
+    try:
+        yield
+    finally:
+        _current.reset(token)

@@ -1,0 +1,180 @@
+"""The access policy: bearer tokens, agents' roles, groups and delegations, from a YAML file (a mounted
+Kubernetes Secret in production). The file is re-read when it changes; no restart needed.
+
+    tokens:                       # bearer token -> agent; store sha256 digests, not the tokens
+      - sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+        agent: planner
+        expires_at: 2027-01-01T00:00:00Z      # optional
+      - token: dev-only-plaintext
+        agent: researcher
+    agents:
+      planner:   {roles: [orchestrator], groups: [research], delegates: [researcher, writer]}
+      auditor-1: {roles: [auditor]}
+    groups:
+      research: [planner, researcher]         # members; adds to agents.<name>.groups
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import Unauthenticated
+from .identity import Caller, CallerRole
+
+log = logging.getLogger(__name__)
+
+
+class PolicyError(ValueError):
+    """The policy file cannot be used; the message names the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    agent_id: str
+    expires_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AccessPolicy:
+    tokens: dict[str, _Token]  # sha256 hex of the token -> entry
+    callers: dict[str, Caller]  # agent id -> identity (roles, groups, delegates)
+
+    @staticmethod
+    def parse(data: Any, source: str = "policy") -> AccessPolicy:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise PolicyError(f"{source}: expected a mapping at the top level")
+        agents: dict[str, dict[str, Any]] = {}
+        for name, spec in (data.get("agents") or {}).items():
+            if not isinstance(spec, dict):
+                raise PolicyError(f"{source}: agents.{name} must be a mapping")
+            agents[str(name)] = spec
+        groups: dict[str, set[str]] = {}
+        for name, spec in agents.items():
+            for g in spec.get("groups") or []:
+                groups.setdefault(str(g), set()).add(name)
+        for g, members in (data.get("groups") or {}).items():
+            for m in members or []:
+                groups.setdefault(str(g), set()).add(str(m))
+                agents.setdefault(str(m), {})
+        tokens: dict[str, _Token] = {}
+        for i, entry in enumerate(data.get("tokens") or []):
+            where = f"{source}: tokens[{i}]"
+            if not isinstance(entry, dict) or not entry.get("agent"):
+                raise PolicyError(f"{where} needs an agent")
+            if entry.get("sha256"):
+                digest = str(entry["sha256"]).lower()
+            elif entry.get("token"):
+                digest = hashlib.sha256(str(entry["token"]).encode()).hexdigest()
+            else:
+                raise PolicyError(f"{where} needs a sha256 or a token")
+            expires = entry.get("expires_at")
+            if isinstance(expires, str):
+                try:
+                    expires = dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
+                except ValueError as exc:
+                    raise PolicyError(f"{where}.expires_at is not an ISO-8601 time") from exc
+            if isinstance(expires, dt.datetime) and expires.tzinfo is None:
+                expires = expires.replace(tzinfo=dt.UTC)
+            tokens[digest] = _Token(str(entry["agent"]), expires)
+            agents.setdefault(str(entry["agent"]), {})
+        callers: dict[str, Caller] = {}
+        for name, spec in agents.items():
+            try:
+                roles = frozenset(CallerRole(r) for r in (spec.get("roles") or ["agent"]))
+            except ValueError as exc:
+                raise PolicyError(f"{source}: agents.{name}.roles: {exc}") from exc
+            callers[name] = Caller(
+                agent_id=name,
+                roles=roles,
+                groups=frozenset(g for g, members in groups.items() if name in members),
+                delegates=frozenset(str(d) for d in spec.get("delegates") or []),
+            )
+        return AccessPolicy(tokens, callers)
+
+    def caller_for_token(self, token: str, now: dt.datetime | None = None) -> Caller:
+        entry = self.tokens.get(hashlib.sha256(token.encode()).hexdigest())
+        if entry is None:
+            raise Unauthenticated("the bearer token is not valid")
+        if entry.expires_at is not None and (now or dt.datetime.now(dt.UTC)) >= entry.expires_at:
+            raise Unauthenticated(f"the bearer token of agent {entry.agent_id!r} has expired")
+        return self.caller_for_agent(entry.agent_id, how="token")
+
+    def caller_for_agent(self, agent_id: str, how: str) -> Caller:
+        known = self.callers.get(agent_id)
+        if known is None:
+            return Caller(agent_id=agent_id, how=how)
+        return Caller(known.agent_id, known.roles, known.groups, known.delegates, how=how)
+
+
+EMPTY = AccessPolicy({}, {})
+
+
+class PolicyFile:
+    """Holds the current policy and reloads it when the file changes (checked every ``interval``
+    seconds). A broken edit is logged and the last good policy stays in force."""
+
+    def __init__(self, path: Path | None, interval: float = 2.0) -> None:
+        self.path = path
+        self.interval = interval
+        self.policy = EMPTY
+        self._stamp: tuple[float, int, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+        if path is not None:
+            self.policy = self._load()  # a broken file at start is fatal: fail fast, not open
+
+    def _file_stamp(self) -> tuple[float, int, int]:
+        assert self.path is not None
+        st = os.stat(self.path)  # follows the symlink a Kubernetes Secret mount swaps on update
+        return (st.st_mtime, st.st_size, st.st_ino)
+
+    def _load(self) -> AccessPolicy:
+        assert self.path is not None
+        stamp = self._file_stamp()
+        try:
+            data = yaml.safe_load(self.path.read_text())
+        except yaml.YAMLError as exc:
+            raise PolicyError(f"{self.path}: {exc}") from exc
+        policy = AccessPolicy.parse(data, str(self.path))
+        self._stamp = stamp
+        return policy
+
+    def reload_if_changed(self) -> bool:
+        if self.path is None:
+            return False
+        try:
+            if self._file_stamp() == self._stamp:
+                return False
+            self.policy = self._load()
+        except (OSError, PolicyError) as exc:
+            log.error("access policy not reloaded; keeping the previous one", extra={"error": str(exc)})
+            return False
+        log.info("access policy reloaded", extra={"agents": len(self.policy.callers)})
+        return True
+
+    def start(self) -> None:
+        if self.path is not None and self._task is None:
+            self._task = asyncio.create_task(self._watch(), name="memlane-policy-reload")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await asyncio.to_thread(self.reload_if_changed)

@@ -1,0 +1,195 @@
+"""ContextService: streamed working-memory assembly, client summaries and turn traces over gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+import grpc
+from memlane.v1 import context_pb2 as cpb
+from memlane.v1 import context_pb2_grpc as cpb_grpc
+from memlane.v1 import session_pb2 as pb
+
+from ..context import (
+    AssembleRequest,
+    AssembleStats,
+    Block,
+    ContextAssembler,
+    SectionCaps,
+    Strategy,
+    TurnTrace,
+)
+from ..errors import InvalidArgument
+from .convert import summary_to_pb
+
+_Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+
+
+def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
+    try:
+        strategy = Strategy(r.strategy)
+    except ValueError:
+        raise InvalidArgument(f"strategy {r.strategy} is not a known value") from None
+    return AssembleRequest(
+        session_id=r.session_id,
+        user_input=r.user_input,
+        model=r.model,
+        context_window=r.context_window_tokens,
+        reserved_output=r.reserved_output_tokens,
+        system_prompt=r.system_prompt if r.HasField("system_prompt") else None,
+        caps=SectionCaps(
+            system=r.caps.system_tokens,
+            profile=r.caps.profile_tokens,
+            memory=r.caps.memory_tokens,
+            history=r.caps.history_tokens,
+        ),
+        strategy=strategy,
+        window_turns=r.window_turns,
+        memory_limit=r.memory_limit,
+        render_text=r.render_text,
+        request_id=r.request_id,
+    )
+
+
+def request_to_pb(r: AssembleRequest) -> cpb.AssembleContextRequest:
+    out = cpb.AssembleContextRequest(
+        session_id=r.session_id,
+        user_input=r.user_input,
+        model=r.model,
+        context_window_tokens=r.context_window,
+        reserved_output_tokens=r.reserved_output,
+        caps=cpb.SectionCaps(
+            system_tokens=r.caps.system,
+            profile_tokens=r.caps.profile,
+            memory_tokens=r.caps.memory,
+            history_tokens=r.caps.history,
+        ),
+        strategy=cpb.ContextStrategy.ValueType(r.strategy),
+        window_turns=r.window_turns,
+        memory_limit=r.memory_limit,
+        render_text=r.render_text,
+        request_id=r.request_id,
+    )
+    if r.system_prompt is not None:
+        out.system_prompt = r.system_prompt
+    return out
+
+
+def block_to_pb(b: Block) -> cpb.ContextBlock:
+    out = cpb.ContextBlock(
+        provenance=cpb.Provenance.ValueType(b.provenance),
+        token_count=b.token_count,
+        message_ids=b.message_ids,
+        memories=[cpb.MemoryRef(memory_id=m.memory_id, score=m.score) for m in b.memories],
+        rendered_text=b.rendered_text,
+        cap_tokens=b.cap_tokens,
+        truncated=b.truncated,
+    )
+    for m in b.messages:
+        msg = out.messages.add(
+            role=pb.Role.ValueType(m.role),
+            name=m.name,
+            content=m.content,
+            message_id=m.message_id,
+            seq=m.seq,
+        )
+        if m.native_format or m.native_json:
+            msg.native.CopyFrom(pb.NativeMessage(format=m.native_format, json=m.native_json))
+    return out
+
+
+def stats_to_pb(s: AssembleStats) -> cpb.AssembleStats:
+    out = cpb.AssembleStats(
+        trace_id=s.trace_id,
+        model=s.model,
+        context_window_tokens=s.context_window,
+        reserved_output_tokens=s.reserved_output,
+        input_tokens=s.input_tokens,
+        total_tokens=s.total_tokens,
+        headroom_tokens=s.headroom_tokens,
+        strategy=cpb.ContextStrategy.ValueType(s.strategy),
+        summary_through_seq=s.summary_through_seq,
+        summary_behind=s.summary_behind,
+        fallback=cpb.HistoryFallback.ValueType(s.fallback),
+        dropped_message_count=s.dropped_message_count,
+        gap_message_count=s.gap_message_count,
+        summarization_scheduled=s.summarization_scheduled,
+        budgets=[
+            cpb.SectionBudget(
+                section=cpb.ContextSection.ValueType(b.section),
+                cap_tokens=b.cap_tokens,
+                used_tokens=b.used_tokens,
+            )
+            for b in s.budgets
+        ],
+        truncations=[
+            cpb.Truncation(
+                section=cpb.ContextSection.ValueType(t.section),
+                reason=t.reason,
+                tokens_removed=t.tokens_removed,
+                items_removed=t.items_removed,
+            )
+            for t in s.truncations
+        ],
+        elapsed_us=s.elapsed_us,
+    )
+    if s.summary_request is not None:
+        r = s.summary_request
+        out.summary_request.CopyFrom(
+            cpb.SummaryRange(
+                after_seq=r.after_seq,
+                through_seq=r.through_seq,
+                through_message_id=r.through_message_id,
+                budget_tokens=r.budget_tokens,
+            )
+        )
+    return out
+
+
+def trace_to_pb(t: TurnTrace) -> cpb.TurnTrace:
+    return cpb.TurnTrace(
+        trace_id=t.trace_id,
+        session_id=t.session_id,
+        created_at_unix_ms=t.created_at_ms,
+        request=request_to_pb(t.request),
+        blocks=[block_to_pb(b) for b in t.blocks],
+        stats=stats_to_pb(t.stats),
+    )
+
+
+class ContextServicer(cpb_grpc.ContextServiceServicer):
+    def __init__(self, assembler: ContextAssembler) -> None:
+        self._assembler = assembler
+
+    async def AssembleContext(
+        self, request: cpb.AssembleContextRequest, context: _Ctx
+    ) -> AsyncIterator[cpb.AssembleContextResponse]:
+        async for item in self._assembler.assemble(request_from_pb(request)):
+            if isinstance(item, Block):
+                yield cpb.AssembleContextResponse(block=block_to_pb(item))
+            else:
+                yield cpb.AssembleContextResponse(stats=stats_to_pb(item))
+
+    async def SubmitSummary(
+        self, request: cpb.SubmitSummaryRequest, context: _Ctx
+    ) -> cpb.SubmitSummaryResponse:
+        summary = await self._assembler.submit_summary(
+            request.session_id,
+            request.text,
+            request.after_seq,
+            request.through_seq,
+            request.through_message_id,
+        )
+        return cpb.SubmitSummaryResponse(summary=summary_to_pb(summary))
+
+    async def GetTurnTrace(self, request: cpb.GetTurnTraceRequest, context: _Ctx) -> cpb.GetTurnTraceResponse:
+        trace = await self._assembler.get_trace(request.session_id, request.trace_id)
+        return cpb.GetTurnTraceResponse(trace=trace_to_pb(trace))
+
+    async def ListTurnTraces(
+        self, request: cpb.ListTurnTracesRequest, context: _Ctx
+    ) -> cpb.ListTurnTracesResponse:
+        traces, token = await self._assembler.list_traces(
+            request.session_id, request.page_size, request.page_token
+        )
+        return cpb.ListTurnTracesResponse(traces=[trace_to_pb(t) for t in traces], next_page_token=token)

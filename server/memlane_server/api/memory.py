@@ -1,0 +1,309 @@
+"""MemoryService: long-term memory over gRPC. Proto <-> domain only; domain errors propagate to the
+boundary interceptor, which maps them to status codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from memlane.v1 import memory_pb2 as mpb
+from memlane.v1 import memory_pb2_grpc as mpb_grpc
+
+from ..errors import InvalidArgument
+from ..extraction import Extractor, build_episodes
+from ..ltm import (
+    Feedback,
+    IngestOutcome,
+    MemoryFilter,
+    MemoryItem,
+    MemoryKind,
+    MemoryPatch,
+    MemoryScope,
+    MemoryService,
+    NewMemory,
+    Owner,
+    RecallQuery,
+    SearchMode,
+    Visibility,
+)
+from ..sessions.model import Session
+from .convert import message_from_pb
+
+_Ctx = grpc.aio.ServicerContext[Any, Any]
+
+_KIND_TO_PB = {
+    MemoryKind.FACT: mpb.MEMORY_KIND_FACT,
+    MemoryKind.PREFERENCE: mpb.MEMORY_KIND_PREFERENCE,
+    MemoryKind.EPISODIC: mpb.MEMORY_KIND_EPISODIC,
+    MemoryKind.INSTRUCTION: mpb.MEMORY_KIND_INSTRUCTION,
+}
+_KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
+_SCOPE_TO_PB = {
+    MemoryScope.USER: mpb.MEMORY_SCOPE_USER,
+    MemoryScope.AGENT: mpb.MEMORY_SCOPE_AGENT,
+    MemoryScope.GROUP: mpb.MEMORY_SCOPE_GROUP,
+    MemoryScope.SHARED: mpb.MEMORY_SCOPE_SHARED,
+}
+_SCOPE_FROM_PB = {v: k for k, v in _SCOPE_TO_PB.items()}
+_MODE_FROM_PB = {
+    mpb.SEARCH_MODE_UNSPECIFIED: SearchMode.HYBRID,
+    mpb.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
+    mpb.SEARCH_MODE_KEYWORD: SearchMode.KEYWORD,
+    mpb.SEARCH_MODE_VECTOR: SearchMode.VECTOR,
+}
+_OUTCOME_TO_PB = {
+    IngestOutcome.CREATED: mpb.INGEST_OUTCOME_CREATED,
+    IngestOutcome.MERGED: mpb.INGEST_OUTCOME_MERGED,
+    IngestOutcome.SUPERSEDED: mpb.INGEST_OUTCOME_SUPERSEDED,
+    IngestOutcome.SKIPPED: mpb.INGEST_OUTCOME_SKIPPED,
+}
+_UPDATABLE = {"content", "keywords", "importance", "kind", "scope", "slot", "metadata", "valid_until_unix_ms"}
+
+
+def _kind(value: int, field: str = "kind") -> MemoryKind:
+    kind = _KIND_FROM_PB.get(value)
+    if kind is None:
+        raise InvalidArgument(f"{field} must be a known MemoryKind, got {value}")
+    return kind
+
+
+def _scope(value: int, field: str = "scope") -> MemoryScope:
+    scope = _SCOPE_FROM_PB.get(value)
+    if scope is None:
+        raise InvalidArgument(f"{field} must be a known MemoryScope, got {value}")
+    return scope
+
+
+def _who(caller: mpb.Caller) -> Visibility:
+    if not caller.user_id:
+        raise InvalidArgument("caller.user_id is required")
+    return Visibility(caller.user_id, caller.agent_id, list(caller.groups))
+
+
+def _filter(f: mpb.MemoryFilter, *, allow_retired: bool) -> MemoryFilter:
+    if f.include_retired and not allow_retired:
+        raise InvalidArgument("filter.include_retired is only for ListMemories and GetMemory")
+    if f.since_unix_ms and f.until_unix_ms and f.since_unix_ms >= f.until_unix_ms:
+        raise InvalidArgument("filter.since_unix_ms must be before filter.until_unix_ms")
+    return MemoryFilter(
+        kinds=[_kind(k, "filter.kinds") for k in f.kinds],
+        scopes=[_scope(s, "filter.scopes") for s in f.scopes],
+        channel=f.channel,
+        since_ms=f.since_unix_ms,
+        until_ms=f.until_unix_ms,
+        include_retired=f.include_retired,
+    )
+
+
+def memory_to_pb(m: MemoryItem) -> mpb.Memory:
+    return mpb.Memory(
+        memory_id=m.id,
+        user_id=m.user_id,
+        agent_id=m.agent_id,
+        scope=_SCOPE_TO_PB[m.scope],
+        group=m.group,
+        kind=_KIND_TO_PB[m.kind],
+        content=m.content,
+        keywords=m.keywords,
+        slot=m.slot,
+        importance=m.importance,
+        usage_count=m.usage_count,
+        useful_count=m.useful_count,
+        wrong_count=m.wrong_count,
+        last_used_at_unix_ms=m.last_used_at_ms,
+        created_at_unix_ms=m.created_at_ms,
+        updated_at_unix_ms=m.updated_at_ms,
+        occurred_at_unix_ms=m.occurred_at_ms,
+        source_session_id=m.source_session_id,
+        source_message_ids=m.source_message_ids,
+        channel=m.channel,
+        superseded_by=m.superseded_by,
+        valid_until_unix_ms=m.valid_until_ms,
+        metadata=m.metadata,
+    )
+
+
+class MemoryServicer(mpb_grpc.MemoryServiceServicer):
+    def __init__(self, memory: MemoryService, extractor: Extractor) -> None:
+        self._memory = memory
+        self._extractor = extractor
+
+    async def SearchMemories(
+        self, request: mpb.SearchMemoriesRequest, context: _Ctx
+    ) -> mpb.SearchMemoriesResponse:
+        mode = _MODE_FROM_PB.get(request.mode)
+        if mode is None:
+            raise InvalidArgument(f"mode must be a known SearchMode, got {request.mode}")
+        query = RecallQuery(
+            who=_who(request.caller),
+            text=request.query,
+            limit=request.limit or 10,
+            filter=_filter(request.filter, allow_retired=False),
+            mode=mode,
+            min_score=request.min_score,
+        )
+        hits = await self._memory.search(query)
+        return mpb.SearchMemoriesResponse(
+            results=[
+                mpb.ScoredMemory(
+                    memory=memory_to_pb(h.item),
+                    score=h.score,
+                    parts=mpb.ScoreParts(
+                        keyword_rank=h.parts.keyword_rank,
+                        keyword_score=h.parts.keyword_score,
+                        vector_rank=h.parts.vector_rank,
+                        vector_similarity=h.parts.vector_similarity,
+                        fused=h.parts.fused,
+                        recency=h.parts.recency,
+                        usage=h.parts.usage,
+                        importance=h.parts.importance,
+                        final=h.parts.final,
+                    ),
+                )
+                for h in hits
+            ]
+        )
+
+    async def GetProfile(self, request: mpb.GetProfileRequest, context: _Ctx) -> mpb.GetProfileResponse:
+        if request.max_items < 0 or request.max_chars < 0:
+            raise InvalidArgument("max_items and max_chars must not be negative")
+        profile = await self._memory.profile(
+            _who(request.caller), max_items=request.max_items, max_chars=request.max_chars
+        )
+        return mpb.GetProfileResponse(
+            instructions=[memory_to_pb(m) for m in profile.instructions],
+            preferences=[memory_to_pb(m) for m in profile.preferences],
+            facts=[memory_to_pb(m) for m in profile.facts],
+        )
+
+    async def CreateMemory(self, request: mpb.CreateMemoryRequest, context: _Ctx) -> mpb.CreateMemoryResponse:
+        who = _who(request.caller)
+        if not 0.0 <= request.importance <= 1.0:
+            raise InvalidArgument("importance must be between 0 and 1")
+        draft = NewMemory(
+            kind=_kind(request.kind).value,
+            content=request.content,
+            keywords=list(request.keywords),
+            slot=request.slot,
+            importance=request.importance or 0.5,
+            source_message_ids=list(request.source_message_ids),
+            occurred_at_ms=request.occurred_at_unix_ms,
+            scope=_scope(request.scope).value if request.scope else "",
+            group=request.group,
+            memory_id=request.memory_id,
+            metadata=dict(request.metadata),
+            valid_until_ms=request.valid_until_unix_ms,
+        )
+        owner = Owner(who.user_id, who.agent_id, request.channel, request.source_session_id)
+        result = await self._memory.create(owner, draft)
+        return mpb.CreateMemoryResponse(
+            memory=memory_to_pb(result.item),
+            outcome=_OUTCOME_TO_PB[result.outcome],
+            superseded_ids=result.superseded_ids,
+        )
+
+    async def GetMemory(self, request: mpb.GetMemoryRequest, context: _Ctx) -> mpb.GetMemoryResponse:
+        item = await self._memory.get(_who(request.caller), request.memory_id)
+        return mpb.GetMemoryResponse(memory=memory_to_pb(item))
+
+    async def ListMemories(self, request: mpb.ListMemoriesRequest, context: _Ctx) -> mpb.ListMemoriesResponse:
+        page = await self._memory.list_items(
+            _who(request.caller),
+            _filter(request.filter, allow_retired=True),
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return mpb.ListMemoriesResponse(
+            memories=[memory_to_pb(m) for m in page.items],
+            next_page_token=page.next_page_token,
+            total_size=page.total,
+        )
+
+    async def UpdateMemory(self, request: mpb.UpdateMemoryRequest, context: _Ctx) -> mpb.UpdateMemoryResponse:
+        paths = set(request.update_mask.paths)
+        if not paths:
+            raise InvalidArgument("update_mask must name at least one field")
+        unknown = paths - _UPDATABLE
+        if unknown:
+            raise InvalidArgument(f"update_mask: cannot update {', '.join(sorted(unknown))}")
+        m = request.memory
+        if "importance" in paths and not 0.0 <= m.importance <= 1.0:
+            raise InvalidArgument("importance must be between 0 and 1")
+        patch = MemoryPatch(
+            content=m.content if "content" in paths else None,
+            keywords=list(m.keywords) if "keywords" in paths else None,
+            importance=m.importance if "importance" in paths else None,
+            kind=_kind(m.kind, "memory.kind") if "kind" in paths else None,
+            scope=_scope(m.scope, "memory.scope") if "scope" in paths else None,
+            slot=m.slot if "slot" in paths else None,
+            metadata=dict(m.metadata) if "metadata" in paths else None,
+            valid_until_ms=m.valid_until_unix_ms if "valid_until_unix_ms" in paths else None,
+        )
+        item = await self._memory.update(_who(request.caller), m.memory_id, patch)
+        return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
+
+    async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:
+        await self._memory.delete(_who(request.caller), request.memory_id)
+        return mpb.DeleteMemoryResponse()
+
+    async def RecordFeedback(
+        self, request: mpb.RecordFeedbackRequest, context: _Ctx
+    ) -> mpb.RecordFeedbackResponse:
+        verdicts = {mpb.FEEDBACK_VERDICT_USEFUL: Feedback.USEFUL, mpb.FEEDBACK_VERDICT_WRONG: Feedback.WRONG}
+        verdict = verdicts.get(request.verdict)
+        if verdict is None:
+            raise InvalidArgument("verdict must be FEEDBACK_VERDICT_USEFUL or FEEDBACK_VERDICT_WRONG")
+        item = await self._memory.feedback(_who(request.caller), request.memory_id, verdict)
+        return mpb.RecordFeedbackResponse(memory=memory_to_pb(item))
+
+    async def ExtractMemories(
+        self, request: mpb.ExtractMemoriesRequest, context: _Ctx
+    ) -> mpb.ExtractMemoriesResponse:
+        who = _who(request.caller)
+        if not request.messages:
+            raise InvalidArgument("messages must not be empty")
+        messages = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
+        for i, msg in enumerate(messages):
+            msg.message_id = msg.message_id or f"{request.session_id or 'inline'}:{i + 1}"
+        session = Session(
+            session_id=request.session_id, user_id=who.user_id, agent_id=who.agent_id, channel=request.channel
+        )
+        result = await self._extractor.extract(messages, session)
+        drafts = [*result.memories, *(build_episodes(messages, session) if request.include_episodes else [])]
+        response = mpb.ExtractMemoriesResponse(
+            rejected_pii=result.rejected_pii,
+            rejected_picky=result.rejected_picky,
+            tokens_in=result.tokens_in,
+            tokens_out=result.tokens_out,
+        )
+        if request.dry_run:
+            for d in drafts:
+                response.memories.add(
+                    memory=mpb.Memory(
+                        user_id=who.user_id,
+                        agent_id=who.agent_id,
+                        kind=_kind_of(d.kind),
+                        content=d.content,
+                        keywords=d.keywords,
+                        slot=d.slot,
+                        importance=d.importance,
+                        source_message_ids=d.source_message_ids,
+                        occurred_at_unix_ms=d.occurred_at_ms,
+                        source_session_id=request.session_id,
+                        channel=request.channel,
+                    ),
+                    outcome=mpb.INGEST_OUTCOME_UNSPECIFIED,
+                )
+            return response
+        owner = Owner(who.user_id, who.agent_id, request.channel, request.session_id)
+        for r in await self._memory.ingest(owner, drafts):
+            response.memories.add(
+                memory=memory_to_pb(r.item),
+                outcome=_OUTCOME_TO_PB[r.outcome],
+                superseded_ids=r.superseded_ids,
+            )
+        return response
+
+
+def _kind_of(value: str) -> mpb.MemoryKind.ValueType:
+    return _KIND_TO_PB[MemoryKind(value)]

@@ -1,0 +1,54 @@
+"""Working-memory assembly: budgets, strategies, rolling summaries, turn traces."""
+
+from .assembler import STRATEGY_METADATA_KEY, ContextAssembler, parse_strategy
+from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, policy_from_settings, resolve_window
+from .model import (
+    AssembleRequest,
+    AssembleStats,
+    Block,
+    BlockMessage,
+    Fallback,
+    MemoryRef,
+    Provenance,
+    Section,
+    SectionBudget,
+    SectionCaps,
+    Strategy,
+    SummaryRange,
+    Truncation,
+    TurnTrace,
+)
+from .sources import MemoryHit, MemorySource, NoMemory
+from .summarization import SummaryScheduler
+from .traces import TraceStore
+
+__all__ = [
+    "STRATEGY_METADATA_KEY",
+    "AssembleRequest",
+    "AssembleStats",
+    "Block",
+    "BlockMessage",
+    "BudgetPlan",
+    "BudgetPolicy",
+    "ContextAssembler",
+    "Fallback",
+    "Ledger",
+    "MemoryHit",
+    "MemoryRef",
+    "MemorySource",
+    "NoMemory",
+    "Provenance",
+    "Section",
+    "SectionBudget",
+    "SectionCaps",
+    "Strategy",
+    "SummaryRange",
+    "SummaryScheduler",
+    "TraceStore",
+    "Truncation",
+    "TurnTrace",
+    "parse_strategy",
+    "plan_budget",
+    "policy_from_settings",
+    "resolve_window",
+]

@@ -1,0 +1,506 @@
+"""Working-memory assembly: per request, exactly what the model sees, streamed section by section.
+
+The system block goes out at once while profile, recall and the history read run concurrently; each
+later block is sent as soon as it and everything before it is ready. Budgets are granted in priority
+order by a ``Ledger`` (see ``budget``), so the headroom invariant holds whatever the sections return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from memlane_server.errors import Conflict, InvalidArgument, ResourceExhausted
+from memlane_server.sessions.model import Message, Role, Session, Summary
+from memlane_server.sessions.store import SessionStore
+from memlane_server.summarizers import ExtractiveSummarizer
+from memlane_server.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, encoding_for_model
+
+from .budget import BudgetPolicy, Ledger, plan_budget, resolve_window
+from .compose import (
+    MEMORY_HEADING,
+    PROFILE_HEADING,
+    Costing,
+    HistoryPlan,
+    history_blocks,
+    hits_block,
+    render,
+    select_history,
+    summary_content,
+    text_block,
+)
+from .model import (
+    AssembleRequest,
+    AssembleStats,
+    Block,
+    Fallback,
+    Provenance,
+    Section,
+    Strategy,
+    SummaryRange,
+    Truncation,
+    TurnTrace,
+)
+from .sources import MemoryHit, MemorySource, NoMemory
+from .summarization import SummaryScheduler
+from .traces import TraceStore, new_trace_id, now_ms
+
+log = logging.getLogger("memlane.context")
+
+# Tokenizing more text than this inline would stall the event loop noticeably (about 40 us per 200
+# characters); beyond it, counting moves to the executor.
+INLINE_COUNT_CHARS = 16_000
+# Session metadata key that pins a session's strategy (e.g. "sliding_window").
+STRATEGY_METADATA_KEY = "memlane.context.strategy"
+# Room the summary block's own heading takes, kept out of the summary's content budget.
+SUMMARY_HEADING_TOKENS = 24
+
+
+def parse_strategy(name: str) -> Strategy:
+    key = name.strip().upper().replace("-", "_")
+    try:
+        return Strategy[key] if key else Strategy.UNSPECIFIED
+    except KeyError:
+        raise InvalidArgument(f"unknown context strategy {name!r}") from None
+
+
+@dataclass(slots=True)
+class _History:
+    candidates: list[Message]
+    unscanned: int
+
+
+@dataclass(slots=True)
+class _Cached:
+    after: int  # the list holds every stored message with seq > after, up to last_seq
+    last_seq: int
+    message_count: int
+    messages: list[Message]
+
+
+class _RecentTurns:
+    """Decoded recent turns per session, so a request reads only the turns appended since the last one.
+
+    Reading and decoding 200 messages costs about 2 ms, several gRPC round trips. Turns are append-only
+    (an id is never rewritten), so a cached list stays valid while the session document shows only
+    appends since: ``last_seq`` and ``message_count`` grew by the same amount. Anything else (a retired
+    message, another writer's surprise) refetches. Bounded LRU; a miss just costs the full read.
+    """
+
+    def __init__(self, store: SessionStore, max_sessions: int = 256) -> None:
+        self._store = store
+        self._max = max_sessions
+        self._entries: OrderedDict[str, _Cached] = OrderedDict()
+
+    async def after(self, session: Session, after: int, limit: int) -> list[Message]:
+        """The newest ``limit`` stored messages with seq > ``after``, oldest first."""
+        sid = session.session_id
+        entry = self._entries.get(sid)
+        grown = session.last_seq - entry.last_seq if entry else -1
+        if (
+            entry is not None
+            and entry.after <= after
+            and grown >= 0
+            and session.message_count - entry.message_count == grown
+        ):
+            new = (
+                await self._store.range_by_seq(sid, entry.last_seq, session.last_seq, grown) if grown else []
+            )
+            msgs = [m for m in entry.messages if m.seq > after] + new
+        else:
+            msgs = await self._store.tail(sid, limit)
+            msgs = [m for m in msgs if m.seq > after]
+            # Complete above `after` only if the tail did not stop short of it.
+            if len(msgs) >= limit:
+                after = msgs[0].seq - 1
+        msgs = msgs[-limit:] if len(msgs) > limit else msgs
+        start = msgs[0].seq - 1 if len(msgs) >= limit else after
+        self._entries[sid] = _Cached(start, session.last_seq, session.message_count, msgs)
+        self._entries.move_to_end(sid)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+        return msgs
+
+
+class ContextAssembler:
+    """Assembles context, accepts client summaries and serves turn traces.
+
+    ``scheduler`` runs server-side summarization (extractive or openai); None means the ``client``
+    provider: assembly then reports the range that needs a summary and waits for ``submit_summary``.
+    ``memory`` is the long-term memory source (``NoMemory`` leaves the profile and memory sections empty).
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        traces: TraceStore,
+        counter: TokenCounter,
+        *,
+        memory: MemorySource | None = None,
+        scheduler: SummaryScheduler | None = None,
+        policy: BudgetPolicy | None = None,
+        system_prompt: str = "",
+        default_model: str = "",
+        max_summary_tokens: int = 8192,
+        executor: Executor | None = None,
+    ) -> None:
+        self._store = store
+        self._traces = traces
+        self._counter = counter
+        self._memory: MemorySource = memory or NoMemory()
+        self._scheduler = scheduler
+        self._policy = policy or BudgetPolicy()
+        self._system_prompt = system_prompt
+        self._default_model = default_model
+        self._max_summary_tokens = max_summary_tokens
+        self._executor = executor
+        self._gap = ExtractiveSummarizer(counter, executor=executor)
+        self._recent = _RecentTurns(store)
+
+    @property
+    def policy(self) -> BudgetPolicy:
+        return self._policy
+
+    # ------------------------------------------------------------------------------------- assembly
+
+    def _strategy(self, req: AssembleRequest, session: Session) -> Strategy:
+        if req.strategy != Strategy.UNSPECIFIED:
+            return req.strategy
+        pinned = parse_strategy(session.metadata.get(STRATEGY_METADATA_KEY, ""))
+        if pinned != Strategy.UNSPECIFIED:
+            return pinned
+        return self._policy.strategy_by_channel.get(session.channel, self._policy.default_strategy)
+
+    async def _count(self, texts: list[str], model: str) -> list[int]:
+        if sum(len(t) for t in texts) <= INLINE_COUNT_CHARS:
+            return self._counter.count_many(texts, model)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._counter.count_many, texts, model)
+
+    async def _read_history(self, session: Session, strategy: Strategy, window_turns: int) -> _History:
+        p = self._policy
+        sid = session.session_id
+        if not session.last_seq:
+            return _History([], 0)
+        if strategy == Strategy.SLIDING_WINDOW:
+            return _History(await self._store.tail(sid, max(1, window_turns)), 0)
+        after = session.summary.through_seq if strategy in (Strategy.HYBRID, Strategy.ROLLING_SUMMARY) else 0
+        pending = max(0, session.last_seq - after)
+        if pending == 0:
+            return _History([], 0)
+        msgs = await self._recent.after(session, after, min(pending, p.max_scan_messages))
+        return _History(msgs, max(0, pending - p.max_scan_messages))
+
+    async def _message_costs(
+        self, costing: Costing, msgs: list[Message], model: str, session: Session
+    ) -> list[int]:
+        # Stored counts were made in the session's encoding; reuse them when the request's matches.
+        same = encoding_for_model(model, self._counter.default_encoding) == encoding_for_model(
+            session.model, self._counter.default_encoding
+        )
+        todo = [i for i, m in enumerate(msgs) if not same or (m.content and not m.token_count)]
+        counted = dict(zip(todo, await self._count([msgs[i].content for i in todo], model), strict=True))
+        return [
+            counted.get(i, m.token_count) + MESSAGE_OVERHEAD_TOKENS + costing.name_cost(m.participant_name)
+            for i, m in enumerate(msgs)
+        ]
+
+    async def assemble(self, req: AssembleRequest) -> AsyncIterator[Block | AssembleStats]:
+        """Yields the system, profile, memory, summary and conversation blocks, then the stats."""
+        started = time.perf_counter()
+        created = now_ms()
+        if not req.session_id:
+            raise InvalidArgument("session_id is required")
+        if req.window_turns < 0 or req.memory_limit < 0:
+            raise InvalidArgument("window_turns and memory_limit must not be negative")
+        session = await self._store.get(req.session_id)
+        p = self._policy
+        model = req.model or session.model or self._default_model
+        window = resolve_window(model, req.context_window)
+        reserved = req.reserved_output or min(p.default_reserved_output, window // 4)
+        strategy = self._strategy(req, session)
+        window_turns = req.window_turns or p.window_turns
+        costing = Costing(self._counter, model)
+        input_tokens = costing.message(req.user_input) if req.user_input else 0
+        plan = plan_budget(window, reserved, input_tokens, req.caps, p)
+        ledger = Ledger(plan)
+        stats = AssembleStats(
+            trace_id=new_trace_id(created),
+            model=model,
+            context_window=window,
+            reserved_output=reserved,
+            strategy=strategy,
+            summary_through_seq=session.summary.through_seq,
+        )
+        blocks: list[Block] = []
+
+        # Retrieval and the history read start now and overlap the blocks sent before them.
+        profile_task = asyncio.create_task(
+            self._memory.profile(session.user_id, session.agent_id, plan.caps[Section.PROFILE])
+        )
+        recall_task = asyncio.create_task(
+            self._memory.recall(
+                session.user_id, session.agent_id, req.user_input, req.memory_limit or p.memory_limit
+            )
+            if req.user_input
+            else _nothing()
+        )
+        history_task = asyncio.create_task(self._read_history(session, strategy, window_turns))
+        tasks = (profile_task, recall_task, history_task)
+        try:
+            system = req.system_prompt if req.system_prompt is not None else self._system_prompt
+            grant = ledger.grant(Section.SYSTEM)
+            if len(system) > INLINE_COUNT_CHARS:
+                loop = asyncio.get_running_loop()
+                block = await loop.run_in_executor(
+                    self._executor, text_block, costing, Provenance.SYSTEM, system, grant
+                )
+            else:
+                block = text_block(costing, Provenance.SYSTEM, system, grant)
+            if block.truncated:
+                removed = costing.message(system) - block.token_count
+                stats.truncations.append(Truncation(Section.SYSTEM, "system prompt exceeds its cap", removed))
+            yield self._emit(req, ledger, section=Section.SYSTEM, grant=grant, block=block, blocks=blocks)
+
+            for section, task, provenance, heading in (
+                (Section.PROFILE, profile_task, Provenance.PROFILE, PROFILE_HEADING),
+                (Section.MEMORY, recall_task, Provenance.MEMORY, MEMORY_HEADING),
+            ):
+                hits = await task
+                grant = ledger.grant(section)
+                block = hits_block(costing, provenance, heading, hits, grant)
+                if len(block.memories) < len(hits):
+                    stats.truncations.append(
+                        Truncation(
+                            section, "over the section cap", items_removed=len(hits) - len(block.memories)
+                        )
+                    )
+                yield self._emit(req, ledger, section=section, grant=grant, block=block, blocks=blocks)
+
+            history = await history_task
+            cands = history.candidates
+            # The input may already be stored as the last turn: then it is in the history, not extra.
+            if input_tokens and cands and cands[-1].role == Role.USER and cands[-1].content == req.user_input:
+                ledger.remaining += input_tokens
+                if not req.caps.history:
+                    plan.caps[Section.HISTORY] = max(plan.caps[Section.HISTORY], ledger.remaining)
+                plan.input_tokens = input_tokens = 0
+            stats.input_tokens = input_tokens
+            costs = await self._message_costs(costing, cands, model, session)
+            grant = ledger.grant(Section.HISTORY)
+            summary = session.summary
+            hplan = select_history(
+                strategy,
+                summary,
+                cands,
+                costs,
+                grant,
+                policy=p,
+                summary_cost=costing.message(summary_content(summary.text, summary.through_seq))
+                if summary.text
+                else 0,
+                window_turns=window_turns,
+                unscanned=history.unscanned,
+            )
+            if hplan.gap:
+                await self._fold_gap(session, hplan)
+            summary_block, conversation = history_blocks(costing, hplan, grant)
+            self._history_stats(stats, hplan, summary_block)
+            if strategy in (Strategy.HYBRID, Strategy.ROLLING_SUMMARY):
+                self._maybe_summarize(
+                    session,
+                    strategy,
+                    cands,
+                    costs,
+                    history_budget=grant,
+                    unscanned=history.unscanned,
+                    stats=stats,
+                )
+            # Both history blocks share one grant; spend it in one go, then send them in order.
+            ledger.spend(Section.HISTORY, grant, summary_block.token_count + conversation.token_count)
+            for block in (summary_block, conversation):
+                if req.render_text:
+                    block.rendered_text = render(block)
+                blocks.append(block)
+            stats.total_tokens = sum(b.token_count for b in blocks)
+            stats.headroom_tokens = window - reserved - input_tokens - stats.total_tokens
+            stats.budgets = ledger.budgets
+            stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
+            # The trace write overlaps sending the history blocks; stats (with its id) go out once stored,
+            # so a GetTurnTrace right after the stream always finds it.
+            put = asyncio.create_task(
+                self._traces.put(TurnTrace(stats.trace_id, session.session_id, created, req, blocks, stats))
+            )
+            try:
+                yield summary_block
+                yield conversation
+            finally:
+                await put
+            yield stats
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+
+    def _emit(
+        self,
+        req: AssembleRequest,
+        ledger: Ledger,
+        *,
+        section: Section,
+        grant: int,
+        block: Block,
+        blocks: list[Block],
+    ) -> Block:
+        ledger.spend(section, grant, block.token_count)
+        if req.render_text:
+            block.rendered_text = render(block)
+        blocks.append(block)
+        return block
+
+    @staticmethod
+    def _history_stats(stats: AssembleStats, plan: HistoryPlan, summary_block: Block) -> None:
+        stats.fallback = plan.fallback
+        stats.dropped_message_count = plan.dropped
+        stats.gap_message_count = len(plan.gap)
+        stats.summary_behind = bool(plan.gap) or (
+            plan.fallback == Fallback.DROPPED_OLDEST
+            and plan.strategy in (Strategy.HYBRID, Strategy.ROLLING_SUMMARY)
+        )
+        if plan.gap:
+            stats.truncations.append(
+                Truncation(
+                    Section.HISTORY, "summary behind: turns folded into a gap summary", 0, len(plan.gap)
+                )
+            )
+        if plan.dropped:
+            stats.truncations.append(
+                Truncation(Section.HISTORY, "oldest turns do not fit the history budget", 0, plan.dropped)
+            )
+        if summary_block.truncated:
+            stats.truncations.append(Truncation(Section.HISTORY, "summary cut to fit the history budget"))
+
+    async def _fold_gap(self, session: Session, plan: HistoryPlan) -> None:
+        """Fallback: a fast extractive summary of the turns the stored summary does not cover yet."""
+        budget = max(0, plan.gap_summary_budget - SUMMARY_HEADING_TOKENS)
+        result = await self._gap.summarize(plan.summary_text, plan.gap, budget)
+        prev = session.summary
+        plan.summary_text = result.text
+        plan.summary_through_seq = plan.gap[-1].seq
+        if prev.through_seq == 0 and result.text:
+            # Resumption: a session without a summary gets one before (not instead of) the background
+            # run, so the next request starts from it. Losing the race to another writer is fine.
+            new = Summary(
+                result.text, plan.gap[-1].message_id, plan.gap[-1].seq, result.token_count, now_ms()
+            )
+            with contextlib.suppress(Conflict):
+                await self._store.set_summary(session.session_id, new, expected_through_seq=0)
+                session.summary = new
+
+    def _maybe_summarize(
+        self,
+        session: Session,
+        strategy: Strategy,
+        cands: list[Message],
+        costs: list[int],
+        *,
+        history_budget: int,
+        unscanned: int,
+        stats: AssembleStats,
+    ) -> None:
+        """Starts a background summarization once the unsummarized turns reach the trigger ratio."""
+        p = self._policy
+        stored = session.summary.through_seq
+        pending = [(m, c) for m, c in zip(cands, costs, strict=True) if m.seq > stored]
+        if not pending or (sum(c for _, c in pending) < p.trigger_ratio * history_budget and not unscanned):
+            return
+        if strategy == Strategy.ROLLING_SUMMARY:
+            keep = min(p.rolling_keep_turns, len(pending))
+        else:
+            target = p.hybrid_recent_share * history_budget
+            keep, total = 0, 0
+            for _, c in reversed(pending):
+                if total + c > target:
+                    break
+                total += c
+                keep += 1
+        if keep >= len(pending):
+            return
+        last = pending[len(pending) - keep - 1][0]
+        budget = min(self._max_summary_tokens, int(history_budget * p.summary_share)) - SUMMARY_HEADING_TOKENS
+        rng = SummaryRange(stored, last.seq, last.message_id, max(1, budget))
+        if self._scheduler is None:
+            stats.summary_request = rng
+        else:
+            stats.summarization_scheduled = self._scheduler.schedule(session.session_id, rng)
+
+    # ------------------------------------------------------------------------------ client summaries
+
+    async def submit_summary(
+        self, session_id: str, text: str, after_seq: int, through_seq: int, through_message_id: str
+    ) -> Summary:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
+        if not text.strip():
+            raise InvalidArgument("text is required")
+        if after_seq < 0 or through_seq <= after_seq:
+            raise InvalidArgument("through_seq must be greater than after_seq (and after_seq >= 0)")
+        if not through_message_id:
+            raise InvalidArgument("through_message_id is required")
+        session = await self._store.get(session_id)
+        stored = session.summary
+        if (
+            stored.through_seq == through_seq
+            and stored.through_message_id == through_message_id
+            and stored.text == text
+        ):
+            return stored  # a retry of a submission that already landed
+        if stored.through_seq != after_seq:
+            raise Conflict(
+                f"stale summary: it continues turn {after_seq} but the stored summary covers through "
+                f"turn {stored.through_seq}; summarize from there"
+            )
+        if through_seq > session.last_seq:
+            raise InvalidArgument(
+                f"through_seq {through_seq} is beyond the session's last turn {session.last_seq}"
+            )
+        at = await self._store.range_by_seq(session_id, through_seq - 1, through_seq, 1)
+        if not at or at[0].message_id != through_message_id:
+            raise InvalidArgument(
+                f"through_message_id {through_message_id!r} is not the turn at seq {through_seq}"
+            )
+        tokens = (await self._count([text], session.model))[0]
+        if tokens > self._max_summary_tokens:
+            raise ResourceExhausted(f"summary has {tokens} tokens; the limit is {self._max_summary_tokens}")
+        new = Summary(text, through_message_id, through_seq, tokens, now_ms())
+        await self._store.set_summary(session_id, new, expected_through_seq=after_seq)
+        return new
+
+    # ---------------------------------------------------------------------------------------- traces
+
+    async def get_trace(self, session_id: str, trace_id: str) -> TurnTrace:
+        return await self._traces.get(session_id, trace_id)
+
+    async def list_traces(
+        self, session_id: str, page_size: int, page_token: str
+    ) -> tuple[list[TurnTrace], str]:
+        if not session_id:
+            raise InvalidArgument("session_id is required")
+        await self._store.get(session_id)  # NOT_FOUND for an unknown session, not an empty page
+        return await self._traces.list(session_id, page_size, page_token)
+
+    async def aclose(self) -> None:
+        if self._scheduler is not None:
+            await self._scheduler.aclose()
+
+
+async def _nothing() -> list[MemoryHit]:
+    return []

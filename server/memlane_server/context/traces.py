@@ -1,0 +1,163 @@
+"""Turn traces in Redis, under the session's own keys (so retention and erasure treat them like messages).
+
+``traces`` is a ZSET of trace ids scored by creation time (ms); ``trace_data`` a HASH of id -> JSON.
+Each session keeps at most ``max_per_session`` traces; the oldest are trimmed in the same pipeline.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+from memlane_server.errors import InvalidArgument, NotFound
+from memlane_server.sessions.keys import KeySpace
+from memlane_server.sessions.model import Role
+
+from .model import (
+    AssembleRequest,
+    AssembleStats,
+    Block,
+    BlockMessage,
+    Fallback,
+    MemoryRef,
+    Provenance,
+    Section,
+    SectionBudget,
+    SectionCaps,
+    Strategy,
+    SummaryRange,
+    Truncation,
+    TurnTrace,
+)
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 20
+
+
+def new_trace_id(now_ms: int) -> str:
+    """Time-sortable: 13 digits of ms, then randomness (ids of one ms never collide in practice)."""
+    return f"{now_ms:013d}-{os.urandom(6).hex()}"
+
+
+def encode_trace(trace: TurnTrace) -> bytes:
+    return orjson.dumps(trace)
+
+
+def decode_trace(raw: bytes) -> TurnTrace:
+    d = orjson.loads(raw)
+    req = d["request"]
+    st = d["stats"]
+    sr = st.get("summary_request")
+    return TurnTrace(
+        trace_id=d["trace_id"],
+        session_id=d["session_id"],
+        created_at_ms=d["created_at_ms"],
+        request=AssembleRequest(
+            **{**req, "caps": SectionCaps(**req["caps"]), "strategy": Strategy(req["strategy"])}
+        ),
+        blocks=[_block(b) for b in d["blocks"]],
+        stats=AssembleStats(
+            **{
+                **st,
+                "strategy": Strategy(st["strategy"]),
+                "fallback": Fallback(st["fallback"]),
+                "summary_request": SummaryRange(**sr) if sr else None,
+                "budgets": [
+                    SectionBudget(Section(b["section"]), b["cap_tokens"], b["used_tokens"])
+                    for b in st["budgets"]
+                ],
+                "truncations": [_truncation(t) for t in st["truncations"]],
+            }
+        ),
+    )
+
+
+def _block(b: dict[str, Any]) -> Block:
+    return Block(
+        **{
+            **b,
+            "provenance": Provenance(b["provenance"]),
+            "messages": [BlockMessage(**{**m, "role": Role(m["role"])}) for m in b["messages"]],
+            "memories": [MemoryRef(**m) for m in b["memories"]],
+        }
+    )
+
+
+def _truncation(t: dict[str, Any]) -> Truncation:
+    return Truncation(**{**t, "section": Section(t["section"])})
+
+
+def _page_token(score: int, trace_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{score}:{trace_id}".encode()).decode()
+
+
+def _parse_token(token: str) -> tuple[int, str]:
+    try:
+        score, trace_id = base64.urlsafe_b64decode(token.encode()).decode().split(":", 1)
+        return int(score), trace_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgument("page_token is malformed") from exc
+
+
+class TraceStore:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace, max_per_session: int = 500) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._max = max_per_session
+
+    async def put(self, trace: TurnTrace) -> None:
+        k = self._keys.session(trace.session_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(k.trace_data, trace.trace_id, encode_trace(trace))
+            pipe.zadd(k.traces, {trace.trace_id: trace.created_at_ms})
+            # Trim the oldest beyond the cap: the ZSET first, then their payloads by a follow-up below.
+            pipe.zrange(k.traces, 0, -(self._max + 1))
+            pipe.zremrangebyrank(k.traces, 0, -(self._max + 1))
+            results = await pipe.execute()
+        stale = results[2]
+        if stale:
+            await self._redis.hdel(k.trace_data, *stale)
+
+    async def get(self, session_id: str, trace_id: str) -> TurnTrace:
+        if not session_id or not trace_id:
+            raise InvalidArgument("session_id and trace_id are required")
+        raw: bytes | None = await self._redis.hget(self._keys.session(session_id).trace_data, trace_id)  # type: ignore[assignment]
+        if raw is None:
+            raise NotFound(f"trace {trace_id} of session {session_id} not found")
+        return decode_trace(raw)
+
+    async def list(self, session_id: str, page_size: int, page_token: str) -> tuple[list[TurnTrace], str]:
+        """Newest first. The token holds the last (score, id) returned, so inserts never shift pages."""
+        if page_size < 0:
+            raise InvalidArgument("page_size must not be negative")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        k = self._keys.session(session_id)
+        found: Any  # redis-py types replies loosely; this client returns bytes (decode_responses=False)
+        if page_token:
+            score, last_id = _parse_token(page_token)
+            # Same-ms neighbours: fetch a little extra and skip ids at or after the cursor.
+            found = await self._redis.zrevrangebyscore(
+                k.traces, score, "-inf", start=0, num=size + 64, withscores=True
+            )
+            rows = [(tid.decode(), int(s)) for tid, s in found]
+            rows = [(tid, s) for tid, s in rows if s < score or tid < last_id]
+        else:
+            found = await self._redis.zrevrange(k.traces, 0, size, withscores=True)
+            rows = [(tid.decode(), int(s)) for tid, s in found]
+        page = rows[:size]
+        if not page:
+            return [], ""
+        raws: Any = await self._redis.hmget(k.trace_data, [tid for tid, _ in page])
+        traces = [decode_trace(r) for r in raws if r is not None]
+        last_id_s, last_score = page[-1]
+        token = _page_token(last_score, last_id_s) if len(rows) > size else ""
+        return traces, token
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,189 @@
+"""``OpenAIExtractor``: memories from any OpenAI-compatible chat-completions endpoint.
+
+Strict JSON-schema output at temperature 0, so the reply parses or the call fails loudly. Whatever the
+model returns then goes through the same screen as the rules (PII, greetings, questions), and its
+provenance is checked: a memory may only cite message ids it was shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from memlane_server.errors import Unavailable
+from memlane_server.extraction.keywords import keywords as fallback_keywords
+from memlane_server.extraction.model import KIND_EPISODIC, KINDS, ExtractedMemory, ExtractionResult
+from memlane_server.extraction.picky import screen
+from memlane_server.sessions.model import Message, Role, Session
+
+PROVIDER = "openai"
+
+SYSTEM_PROMPT = (
+    "You extract durable long-term memories about the USER from a conversation. Return only facts worth "
+    "remembering for future conversations: personal facts (name, location, job, family, diet), preferences "
+    "(including units), standing instructions to the assistant (always/never/from now on), and decisions. "
+    "Write each memory as one short third-person sentence ('User lives in Pune.'). Never store greetings, "
+    "acknowledgements, questions, restatements, or anything the assistant said that the user did not "
+    "confirm. Never store personal data such as emails, phone numbers, card numbers, IBANs, national ids, "
+    "passwords, API keys or street addresses. For a single-valued attribute set `slot` (e.g. 'location', "
+    "'units', 'name', 'job', 'diet'); otherwise an empty string. `source_message_ids` must list the ids "
+    "(shown in brackets) of the user messages the memory comes from. Return an empty list if nothing "
+    "qualifies."
+)
+
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["memories"],
+    "properties": {
+        "memories": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["kind", "content", "keywords", "slot", "importance", "source_message_ids"],
+                "properties": {
+                    "kind": {"type": "string", "enum": ["fact", "preference", "instruction"]},
+                    "content": {"type": "string"},
+                    "keywords": {"type": "array", "items": {"type": "string"}},
+                    "slot": {"type": "string"},
+                    "importance": {"type": "number"},
+                    "source_message_ids": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        }
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIExtractorSettings:
+    base_url: str  # e.g. "https://api.openai.com/v1" (the path /chat/completions is appended)
+    model: str
+    api_key: str = ""
+    timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    max_retries: int = 1  # on 429/5xx and transport errors; extraction runs off the request path
+    max_transcript_chars: int = 24_000
+
+
+class OpenAIExtractor:
+    """Implements ``Extractor``. Pass a shared ``httpx.AsyncClient`` or let it own one."""
+
+    def __init__(self, settings: OpenAIExtractorSettings, client: httpx.AsyncClient | None = None) -> None:
+        self._settings = settings
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s)
+        )
+
+    @property
+    def provider(self) -> str:
+        return PROVIDER
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    def _transcript(self, messages: list[Message]) -> str:
+        lines = [
+            f"[{m.message_id}] {'user' if m.role is Role.USER else 'assistant'}: {m.content.strip()}"
+            for m in messages
+            if m.role in (Role.USER, Role.ASSISTANT) and not m.transient and m.content.strip()
+        ]
+        text = "\n".join(lines)
+        # Keep the end: at session end the latest statements are the ones that stand.
+        return text[-self._settings.max_transcript_chars :]
+
+    async def extract(self, messages: list[Message], session: Session) -> ExtractionResult:
+        transcript = self._transcript(messages)
+        if not transcript:
+            return ExtractionResult()
+        s = self._settings
+        body = {
+            "model": s.model,
+            "temperature": 0,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": transcript},
+            ],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "memories", "strict": True, "schema": RESPONSE_SCHEMA},
+            },
+        }
+        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
+        url = s.base_url.rstrip("/") + "/chat/completions"
+        payload = await self._post(url, body, headers)
+        return self._parse(payload, messages)
+
+    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        attempts = self._settings.max_retries + 1
+        last = ""
+        for attempt in range(attempts):
+            try:
+                resp = await self._client.post(
+                    url, content=orjson.dumps(body), headers={**headers, "Content-Type": "application/json"}
+                )
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code == 200:
+                    try:
+                        data = orjson.loads(resp.content)
+                    except orjson.JSONDecodeError as exc:
+                        raise Unavailable(f"extraction provider sent invalid JSON: {exc}") from exc
+                    if not isinstance(data, dict):
+                        raise Unavailable("extraction provider sent an unexpected body")
+                    return data
+                last = f"HTTP {resp.status_code}"
+                if resp.status_code != 429 and resp.status_code < 500:
+                    break  # a 4xx other than 429 will not get better on retry
+            if attempt + 1 < attempts:
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise Unavailable(f"extraction provider failed: {last}")
+
+    def _parse(self, payload: dict[str, Any], messages: list[Message]) -> ExtractionResult:
+        usage = payload.get("usage") or {}
+        result = ExtractionResult(
+            tokens_in=int(usage.get("prompt_tokens") or 0),
+            tokens_out=int(usage.get("completion_tokens") or 0),
+        )
+        try:
+            content = payload["choices"][0]["message"]["content"]
+            parsed = orjson.loads(content)
+            raw = parsed["memories"]
+        except (KeyError, IndexError, TypeError, orjson.JSONDecodeError) as exc:
+            raise Unavailable(f"extraction provider reply does not match the schema: {exc}") from exc
+        by_id = {m.message_id: m for m in messages}
+        user_ids = {m.message_id for m in messages if m.role is Role.USER}
+        for entry in raw if isinstance(raw, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            kind = str(entry.get("kind", ""))
+            text = str(entry.get("content", "")).strip()
+            if kind not in KINDS or kind == KIND_EPISODIC or not text:
+                result.rejected_picky += 1
+                continue
+            sources = [str(i) for i in entry.get("source_message_ids") or [] if str(i) in user_ids]
+            if not sources:
+                # No provenance in the user's own words: the model may be repeating the assistant.
+                result.rejected_picky += 1
+                continue
+            words = [str(k) for k in entry.get("keywords") or [] if str(k).strip()]
+            result.memories.append(
+                ExtractedMemory(
+                    kind=kind,
+                    content=text,
+                    keywords=words[:16] or fallback_keywords(text),
+                    slot=str(entry.get("slot") or "").strip().lower(),
+                    importance=min(1.0, max(0.0, float(entry.get("importance") or 0.5))),
+                    source_message_ids=sources,
+                    occurred_at_ms=by_id[sources[0]].created_at_ms,
+                )
+            )
+        return screen(result)

@@ -1,0 +1,70 @@
+"""What is never worth remembering: greetings, acknowledgements, questions, restatements, PII.
+
+Applied to every provider's output (an LLM told not to store "thanks!" sometimes does anyway).
+"""
+
+from __future__ import annotations
+
+import re
+
+from memlane_server.extraction.model import ExtractedMemory, ExtractionResult
+from memlane_server.extraction.pii import find_pii
+
+_CHITCHAT = re.compile(
+    r"^(?:hi|hello|hey|yo|good (?:morning|afternoon|evening|night)|bye|goodbye|see you|cheers|"
+    r"thanks?(?: you)?(?: so much| a lot)?|thx|ty|ok(?:ay)?|k|sure|yes|yeah|yep|no|nope|cool|great|nice|"
+    r"got it|sounds good|perfect|awesome|alright|all right|noted|understood|makes sense|lol|haha|"
+    r"you'?re welcome|no problem|np)(?:[\s,!.]+(?:there|man|mate|again|then|thanks?|bot|assistant))*[\s!.]*$",
+    re.IGNORECASE,
+)
+_QUESTION_START = re.compile(
+    r"^(?:who|what|when|where|why|how|which|whose|whom|is|are|am|was|were|do|does|did|can|could|"
+    r"would|will|shall|should|may|might|have|has|had)\b",
+    re.IGNORECASE,
+)
+_RESTATEMENT = re.compile(
+    r"^(?:as i (?:said|mentioned|told you)|like i said|again,|to repeat|i already (?:told|said))",
+    re.IGNORECASE,
+)
+_MIN_CHARS = 8
+
+
+def is_chitchat(text: str) -> bool:
+    return bool(_CHITCHAT.match(text.strip()))
+
+
+def is_question(text: str) -> bool:
+    t = text.strip()
+    return t.endswith("?") or bool(_QUESTION_START.match(t))
+
+
+def normalized(text: str) -> str:
+    return re.sub(r"[^\w]+", " ", text.lower()).strip()
+
+
+def keep(memory: ExtractedMemory) -> bool:
+    text = memory.content.strip()
+    return not (
+        len(text) < _MIN_CHARS or is_chitchat(text) or is_question(text) or bool(_RESTATEMENT.match(text))
+    )
+
+
+def screen(result: ExtractionResult) -> ExtractionResult:
+    """Drop picky rejects, PII-bearing items and restatements (same normalized content twice)."""
+    kept: list[ExtractedMemory] = []
+    seen: set[str] = set()
+    for memory in result.memories:
+        if not keep(memory):
+            result.rejected_picky += 1
+            continue
+        if find_pii(memory.content) or any(find_pii(k) for k in memory.keywords):
+            result.rejected_pii += 1
+            continue
+        key = normalized(memory.content)
+        if key in seen:
+            result.rejected_picky += 1
+            continue
+        seen.add(key)
+        kept.append(memory)
+    result.memories = kept
+    return result

@@ -1,0 +1,334 @@
+"""``RulesExtractor``: the offline, deterministic default.
+
+Reads only the user's own messages (what the assistant said is not the user's fact), sentence by
+sentence, and matches first-person patterns. Each match becomes a third-person memory ("User lives in
+Pune.") so it reads the same in any later context. Captures stop at clause boundaries so one sentence
+cannot drag a paragraph into memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memlane_server.extraction.keywords import keywords
+from memlane_server.extraction.model import (
+    KIND_FACT,
+    KIND_INSTRUCTION,
+    KIND_PREFERENCE,
+    ExtractedMemory,
+    ExtractionResult,
+)
+from memlane_server.extraction.picky import is_chitchat, is_question, screen
+from memlane_server.extraction.pii import find_pii
+from memlane_server.sessions.model import Message, Role, Session
+
+PROVIDER = "rules"
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+# A capture ends at the first clause boundary.
+_CUT = re.compile(
+    r"\s*(?:,|;|\.(?:\s|$)|!|\?| - | but | because | since | so | and then | which | who )", re.I
+)
+_MAX_CAPTURE = 80
+# "I'm from IT" or "I'm from the team" are not hometowns.
+_NOT_PLACES = frozenset({"it", "hr", "the", "work", "here", "there"})
+
+
+def _clip(value: str) -> str:
+    value = _CUT.split(value, maxsplit=1)[0].strip(" .!\"'")
+    return value[:_MAX_CAPTURE].strip()
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    pattern: re.Pattern[str]
+    kind: str
+    render: Callable[[re.Match[str]], str | None]
+    slot: str | Callable[[re.Match[str]], str] = ""
+    importance: float = 0.6
+
+
+def _units_slot(text: str) -> str:
+    t = text.lower()
+    if re.search(r"celsius|fahrenheit", t):
+        return "temperature_unit"
+    if re.search(r"metric|imperial|kilo|pound|\bkm\b|miles?|\bkg\b|\blbs?\b|feet|meters?|metres?", t):
+        return "units"
+    return ""
+
+
+def _g(m: re.Match[str], name: str = "x") -> str:
+    return _clip(m.group(name))
+
+
+_VAGUE = frozenset({"it", "that", "this", "them", "him", "her", "you", "one", "so", "too", "a lot", "to"})
+
+
+def _pref_render(verb: str) -> Callable[[re.Match[str]], str | None]:
+    def render(m: re.Match[str]) -> str | None:
+        x = _g(m)
+        # "I love it" says nothing on its own: without the antecedent there is no memory.
+        return f"User {verb} {x}." if x and x.lower() not in _VAGUE else None
+
+    return render
+
+
+_I = r"(?:i|i'm|im|i am)"
+_RULES: tuple[_Rule, ...] = (
+    # --- instructions (checked first: "always use metric" is an instruction, not a preference)
+    _Rule(
+        re.compile(
+            r"^(?:please\s+)?(?:from now on|going forward|in future|in the future)[,:]?\s+(?P<x>.+)", re.I
+        ),
+        KIND_INSTRUCTION,
+        lambda m: f"From now on: {_g(m)}." if _g(m) else None,
+        slot=lambda m: _units_slot(m.group("x")),
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(r"^(?:please\s+)?(?:always|never|don't ever|do not ever|never ever)\s+(?P<x>.+)", re.I),
+        KIND_INSTRUCTION,
+        lambda m: (
+            f"{m.group(0).split()[0 if not m.group(0).lower().startswith('please') else 1].capitalize()}"
+            f" {_g(m)}."
+            if _g(m)
+            else None
+        ),
+        slot=lambda m: _units_slot(m.group("x")),
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(
+            r"^(?:please\s+)?(?:use|give me|show|answer in|reply in|respond in)\s+"
+            r"(?P<x>(?:the\s+)?(?:metric|imperial|celsius|fahrenheit)\b.*)",
+            re.I,
+        ),
+        KIND_INSTRUCTION,
+        lambda m: f"Use {_g(m)}.",
+        slot=lambda m: _units_slot(m.group("x")),
+        importance=0.8,
+    ),
+    # --- personal facts
+    _Rule(
+        re.compile(
+            r"\b(?i:my name is|my name's|call me|i go by)\s+(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,2})"
+        ),
+        KIND_FACT,
+        lambda m: f"User's name is {_g(m)}.",
+        slot="name",
+        importance=0.9,
+    ),
+    _Rule(
+        re.compile(
+            rf"\b(?i:{_I}\s+(?:now\s+)?(?:living|based|located|staying)\s+in|i\s+(?:now\s+)?live\s+in|"
+            rf"{_I}\s+(?:just\s+)?(?:moved|relocated)\s+to|i\s+(?:just\s+|"
+            rf"recently\s+)?(?:moved|relocated)\s+to|"
+            r"i(?:'ve| have) (?:just )?moved to)\s+(?P<x>[A-Z][\w'-]*(?:[\s,]+[A-Z][\w'-]*){0,3})"
+        ),
+        KIND_FACT,
+        lambda m: f"User lives in {_g(m)}.",
+        slot="location",
+        importance=0.9,
+    ),
+    _Rule(
+        re.compile(
+            rf"\b(?i:{_I}\s+from|i\s+grew up in|i was born in)\s+"
+            r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
+        ),
+        KIND_FACT,
+        lambda m: f"User is from {_g(m)}." if _g(m).lower() not in _NOT_PLACES else None,
+        slot="hometown",
+        importance=0.7,
+    ),
+    _Rule(
+        re.compile(
+            rf"\b(?:i work as|{_I}\s+working as|my job is|my role is|{_I}\s+employed as)\s+(?P<x>.+)", re.I
+        ),
+        KIND_FACT,
+        lambda m: f"User works as {_g(m)}.",
+        slot="job",
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(
+            rf"\b(?:i work (?:at|for)|{_I}\s+working (?:at|for)|{_I}\s+employed (?:at|by))\s+(?P<x>.+)", re.I
+        ),
+        KIND_FACT,
+        lambda m: f"User works at {_g(m)}.",
+        slot="employer",
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(
+            r"\b(?:i'm|i am|im)\s+an?\s+(?P<x>(?:[\w-]+\s+){0,2}(?:engineer|developer|doctor|nurse|teacher|"
+            r"designer|manager|lawyer|student|scientist|researcher|architect|accountant|consultant|"
+            r"analyst|writer|chef|pilot|programmer|professor|founder|ceo|cto|pharmacist|dentist|"
+            r"photographer|artist|musician|farmer|electrician|plumber|mechanic|journalist|editor))\b",
+            re.I,
+        ),
+        KIND_FACT,
+        lambda m: f"User is a {_g(m)}.",
+        slot="job",
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(
+            r"\b(?i:my)\s+(?P<rel>(?i:wife|husband|partner|son|daughter|"
+            r"mother|mom|mum|father|dad|brother|sister|"
+            r"girlfriend|boyfriend|fianc[ée]e?|kid|child|baby|dog|cat|grandmother|grandfather))(?i:'s name)?"
+            r"\s+(?i:is called|is named|'s called|'s named|is|named)\s+"
+            r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?)"
+        ),
+        KIND_FACT,
+        lambda m: f"User's {m.group('rel').lower()} is named {_g(m)}.",
+        importance=0.7,
+    ),
+    _Rule(
+        re.compile(
+            r"\bi have (?P<x>(?:a|an|one|two|three|four|five|\d+)\s+(?:kids?|children|sons?|daughters?|"
+            r"brothers?|sisters?|siblings?|dogs?|cats?|pets?)(?:\s+named\s+[A-Z][\w'-]*)?)",
+            re.I,
+        ),
+        KIND_FACT,
+        lambda m: f"User has {_g(m)}.",
+        importance=0.6,
+    ),
+    _Rule(
+        re.compile(
+            rf"\b{_I}\s+(?:a\s+)?(?P<x>vegetarian|vegan|pescatarian|pescetarian|keto|gluten[- ]free|"
+            r"lactose[- ]intolerant|halal|kosher)\b",
+            re.I,
+        ),
+        KIND_FACT,
+        lambda m: f"User is {m.group('x').lower()}.",
+        slot="diet",
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(rf"\b{_I}\s+allergic to\s+(?P<x>.+)", re.I),
+        KIND_FACT,
+        lambda m: f"User is allergic to {_g(m)}.",
+        importance=0.9,
+    ),
+    _Rule(
+        re.compile(r"\bi (?:don't|do not|never) eat\s+(?P<x>.+)", re.I),
+        KIND_FACT,
+        lambda m: f"User does not eat {_g(m)}.",
+        importance=0.8,
+    ),
+    # --- units and other preferences
+    _Rule(
+        re.compile(
+            r"\bi (?:prefer|like|use|want|work in|think in)\s+(?P<x>(?:the\s+)?(?:metric|imperial|celsius|"
+            r"fahrenheit)\b.*)",
+            re.I,
+        ),
+        KIND_PREFERENCE,
+        lambda m: f"User prefers {_g(m)}.",
+        slot=lambda m: _units_slot(m.group("x")),
+        importance=0.8,
+    ),
+    _Rule(
+        re.compile(r"\bmy (?:favou?rite|fave)\s+(?P<what>[\w ]{2,30}?)\s+(?:is|are)\s+(?P<x>.+)", re.I),
+        KIND_PREFERENCE,
+        lambda m: f"User's favorite {m.group('what').strip().lower()} is {_g(m)}.",
+        slot=lambda m: "favorite:" + m.group("what").strip().lower(),
+        importance=0.6,
+    ),
+    _Rule(
+        re.compile(r"\bi (?:really |much |would )?(?:prefer|rather have)\s+(?P<x>.+)", re.I),
+        KIND_PREFERENCE,
+        _pref_render("prefers"),
+        importance=0.6,
+    ),
+    _Rule(
+        re.compile(r"\bi (?:really |absolutely )?(?:love|like|enjoy|am a fan of|adore)\s+(?P<x>.+)", re.I),
+        KIND_PREFERENCE,
+        _pref_render("likes"),
+        importance=0.6,
+    ),
+    _Rule(
+        re.compile(
+            r"\bi (?:really )?(?:hate|dislike|can't stand|cannot stand|don't like|do not like|detest)"
+            r"\s+(?P<x>.+)",
+            re.I,
+        ),
+        KIND_PREFERENCE,
+        _pref_render("dislikes"),
+        importance=0.6,
+    ),
+    # --- decisions
+    _Rule(
+        re.compile(
+            r"\b(?:we|i)(?:'ve| have)?\s+(?:decided|agreed|chose|chosen|settled on|picked)"
+            r"\s+(?:to\s+|on\s+)?(?P<x>.+)",
+            re.I,
+        ),
+        KIND_FACT,
+        lambda m: f"Decision: {_g(m)}." if _g(m) else None,
+        importance=0.7,
+    ),
+    _Rule(
+        re.compile(r"\b(?:let's|let us|we'll|we will|i'll|i will)\s+go with\s+(?P<x>.+)", re.I),
+        KIND_FACT,
+        lambda m: f"Decision: go with {_g(m)}." if _g(m) else None,
+        importance=0.7,
+    ),
+)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+def _slot(rule: _Rule, m: re.Match[str]) -> str:
+    return rule.slot(m) if callable(rule.slot) else rule.slot
+
+
+class RulesExtractor:
+    """Implements ``Extractor``. Stateless and deterministic: the same messages give the same items."""
+
+    @property
+    def provider(self) -> str:
+        return PROVIDER
+
+    async def extract(self, messages: list[Message], session: Session) -> ExtractionResult:
+        return self.extract_sync(messages)
+
+    def extract_sync(self, messages: list[Message]) -> ExtractionResult:
+        result = ExtractionResult()
+        for msg in messages:
+            if msg.role is not Role.USER or msg.transient or not msg.content.strip():
+                continue
+            for sentence in _sentences(msg.content):
+                if is_chitchat(sentence) or is_question(sentence):
+                    continue
+                if find_pii(sentence):
+                    # What surrounds personal data is usually about it ("my email is x, I love it").
+                    result.rejected_pii += 1
+                    continue
+                taken: list[tuple[int, int]] = []
+                for rule in _RULES:
+                    m = rule.pattern.search(sentence)
+                    if m is None or any(s < m.end() and m.start() < e for s, e in taken):
+                        continue
+                    content = rule.render(m)
+                    if not content or len(content) < 12:
+                        continue
+                    # Several facts may share a sentence ("I live in Pune and prefer metric"), but a
+                    # span claimed by a more specific rule is not re-read by a looser one.
+                    taken.append((m.start(), m.end()))
+                    result.memories.append(
+                        ExtractedMemory(
+                            kind=rule.kind,
+                            content=content,
+                            keywords=keywords(content),
+                            slot=_slot(rule, m),
+                            importance=rule.importance,
+                            source_message_ids=[msg.message_id],
+                            occurred_at_ms=msg.created_at_ms,
+                        )
+                    )
+        return screen(result)

@@ -1,0 +1,67 @@
+"""Background upkeep of the memory table: optimize (compaction, index refresh, version cleanup),
+the vector index once the table is large, and the scheduled pruning job.
+
+Every ``add``/``update`` makes a table version and leaves new rows outside the indexes until the next
+optimize; doing that on a timer keeps writes cheap and searches fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from memlane_server.ltm.service import MemoryService
+
+log = logging.getLogger(__name__)
+
+
+class MemoryMaintenance:
+    def __init__(
+        self,
+        service: MemoryService,
+        *,
+        optimize_interval_s: float = 300.0,
+        prune_interval_s: float = 3600.0,
+        vector_index_min_rows: int = 200_000,
+    ) -> None:
+        self._service = service
+        self._optimize_interval = optimize_interval_s
+        self._prune_interval = prune_interval_s
+        self._vector_index_min_rows = vector_index_min_rows
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="memlane-ltm-maintenance")
+
+    async def run_once(self, *, prune: bool = True) -> None:
+        store = self._service.store
+        await self._service.flush_usage()
+        if prune:
+            report = await self._service.prune()
+            if report.total:
+                log.info("pruned %d memories (%s)", report.total, report)
+        await store.ensure_vector_index(self._vector_index_min_rows)
+        if store.writes_since_optimize:
+            await store.optimize()
+
+    async def _run(self) -> None:
+        last_prune = time.monotonic()
+        while True:
+            await asyncio.sleep(self._optimize_interval)
+            due = time.monotonic() - last_prune >= self._prune_interval
+            try:
+                await self.run_once(prune=due)
+            except Exception:  # upkeep failing must not take the server down; next round retries
+                log.exception("memory maintenance failed")
+            if due:
+                last_prune = time.monotonic()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

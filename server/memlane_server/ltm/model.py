@@ -1,0 +1,235 @@
+"""Memory items and the value types of recall, as the domain sees them (no proto, no LanceDB)."""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class MemoryKind(enum.StrEnum):
+    FACT = "fact"
+    PREFERENCE = "preference"
+    EPISODIC = "episodic"
+    INSTRUCTION = "instruction"
+
+
+class MemoryScope(enum.StrEnum):
+    """Who may recall an item. Every scope stays inside one user: nothing ever crosses users.
+
+    USER: every agent serving the user. AGENT: only ``agent_id``. GROUP: only agents that present
+    ``group``. SHARED: like USER, but written on purpose for hand-off between agents (kept apart so a
+    viewer can tell an agent's notes from things the user asked to share).
+    """
+
+    USER = "user"
+    AGENT = "agent"
+    GROUP = "group"
+    SHARED = "shared"
+
+
+class SearchMode(enum.StrEnum):
+    """Hybrid is the product; the pure modes exist so the golden set can prove hybrid beats them."""
+
+    HYBRID = "hybrid"
+    KEYWORD = "keyword"
+    VECTOR = "vector"
+
+
+class IngestOutcome(enum.StrEnum):
+    CREATED = "created"
+    MERGED = "merged"  # said the same as an existing item: folded into it
+    SUPERSEDED = "superseded"  # created, and retired older items it contradicts
+    SKIPPED = "skipped"  # an episode already stored (re-promotion of the same turns)
+
+
+def new_memory_id(now_ms: int) -> str:
+    """Time-sortable id: 12 hex digits of milliseconds, then 16 random hex digits."""
+    return f"mem_{now_ms:012x}{secrets.token_hex(8)}"
+
+
+@dataclass(slots=True)
+class MemoryItem:
+    """One long-term memory. ``vector`` is omitted (empty) when a read does not need it."""
+
+    id: str
+    user_id: str
+    agent_id: str
+    scope: MemoryScope
+    kind: MemoryKind
+    content: str
+    keywords: list[str] = field(default_factory=list)
+    # Single-valued attribute this item states ("location", "units"): a newer item with the same slot
+    # and different content supersedes it. Empty for multi-valued facts.
+    slot: str = ""
+    group: str = ""
+    importance: float = 0.5
+    usage_count: int = 0
+    useful_count: int = 0
+    wrong_count: int = 0
+    last_used_at_ms: int = 0
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+    # When the remembered thing happened (an episode's first turn); equals created_at_ms for others.
+    occurred_at_ms: int = 0
+    source_session_id: str = ""
+    source_message_ids: list[str] = field(default_factory=list)
+    channel: str = ""
+    superseded_by: str = ""
+    valid_until_ms: int = 0  # 0 = open-ended; retired items carry the time they stopped being served
+    metadata: dict[str, str] = field(default_factory=dict)
+    vector: list[float] = field(default_factory=list, repr=False)
+
+    def is_active(self, now_ms: int) -> bool:
+        return not self.superseded_by and (self.valid_until_ms == 0 or self.valid_until_ms > now_ms)
+
+
+class MemoryDraft(Protocol):
+    """What ingestion needs from a candidate memory.
+
+    A protocol rather than a class so extraction (which must not import ltm) can hand over its own
+    dataclass unchanged; ``kind``/``scope`` are the string values of ``MemoryKind``/``MemoryScope``.
+    """
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def keywords(self) -> list[str]: ...
+    @property
+    def slot(self) -> str: ...
+    @property
+    def importance(self) -> float: ...
+    @property
+    def source_message_ids(self) -> list[str]: ...
+    @property
+    def occurred_at_ms(self) -> int: ...
+
+
+@dataclass(slots=True)
+class NewMemory:
+    """A concrete draft (satisfies ``MemoryDraft``) with the optional fields CreateMemory can set."""
+
+    kind: str
+    content: str
+    keywords: list[str] = field(default_factory=list)
+    slot: str = ""
+    importance: float = 0.5
+    source_message_ids: list[str] = field(default_factory=list)
+    occurred_at_ms: int = 0
+    scope: str = ""  # empty: the kind's default (see policy.default_scope)
+    group: str = ""
+    memory_id: str = ""  # client-chosen id, makes CreateMemory retries idempotent
+    metadata: dict[str, str] = field(default_factory=dict)
+    valid_until_ms: int = 0
+
+
+@dataclass(slots=True)
+class Owner:
+    """Where ingested items belong and where they came from."""
+
+    user_id: str
+    agent_id: str = ""
+    channel: str = ""
+    source_session_id: str = ""
+
+
+@dataclass(slots=True)
+class IngestResult:
+    item: MemoryItem
+    outcome: IngestOutcome
+    superseded_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Visibility:
+    """Who is asking. ``user_id`` is mandatory on every read: it is always part of the filter."""
+
+    user_id: str
+    agent_id: str = ""
+    groups: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MemoryFilter:
+    """Optional narrowing on top of visibility. Empty lists / zero times mean "no constraint"."""
+
+    kinds: list[MemoryKind] = field(default_factory=list)
+    scopes: list[MemoryScope] = field(default_factory=list)
+    channel: str = ""
+    since_ms: int = 0  # occurred_at_ms >= since_ms
+    until_ms: int = 0  # occurred_at_ms < until_ms
+    # Only the memory viewer may ask for retired items; recall and profile never serve them.
+    include_retired: bool = False
+
+
+@dataclass(slots=True)
+class RecallQuery:
+    who: Visibility
+    text: str
+    limit: int = 10
+    filter: MemoryFilter = field(default_factory=MemoryFilter)
+    mode: SearchMode = SearchMode.HYBRID
+    min_score: float = 0.0
+
+
+@dataclass(slots=True)
+class ScoreParts:
+    """Why an item ranked where it did. Ranks are 1-based; 0 means "not among that retriever's hits"."""
+
+    keyword_rank: int = 0
+    keyword_score: float = 0.0  # BM25
+    vector_rank: int = 0
+    vector_similarity: float = 0.0  # cosine
+    fused: float = 0.0  # reciprocal-rank fusion, 1.0 = first in every retriever used
+    recency: float = 0.0  # 1.0 = just now, halves every half-life
+    usage: float = 0.0  # saturating function of usage_count
+    importance: float = 0.0
+    final: float = 0.0
+
+
+@dataclass(slots=True)
+class ScoredMemory:
+    item: MemoryItem
+    score: float
+    parts: ScoreParts
+
+
+@dataclass(slots=True)
+class Profile:
+    """The capped set assembly injects every turn: instructions, preferences, stable facts."""
+
+    instructions: list[MemoryItem] = field(default_factory=list)
+    preferences: list[MemoryItem] = field(default_factory=list)
+    facts: list[MemoryItem] = field(default_factory=list)
+
+    def items(self) -> list[MemoryItem]:
+        return [*self.instructions, *self.preferences, *self.facts]
+
+
+@dataclass(slots=True)
+class MemoryPatch:
+    """UpdateMemory: ``None`` leaves a field unchanged. Changing content re-embeds the item."""
+
+    content: str | None = None
+    keywords: list[str] | None = None
+    importance: float | None = None
+    kind: MemoryKind | None = None
+    scope: MemoryScope | None = None
+    slot: str | None = None
+    metadata: dict[str, str] | None = None
+    valid_until_ms: int | None = None
+
+
+class Feedback(enum.StrEnum):
+    USEFUL = "useful"
+    WRONG = "wrong"
+
+
+@dataclass(slots=True)
+class MemoryPage:
+    items: list[MemoryItem]
+    next_page_token: str = ""
+    total: int = 0

@@ -1,0 +1,51 @@
+"""Tuning knobs of long-term memory, with the defaults the golden set was measured with.
+
+``app.py`` builds one ``MemoryPolicy`` from ``Settings``; the domain never reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memlane_server.ltm.model import MemoryKind, MemoryScope
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPolicy:
+    # Caps: per (user, agent). Episodes are many and cheap, so they get their own, larger cap.
+    max_items_per_agent: int = 200
+    max_episodes_per_agent: int = 5000
+    # Conflicts: cosine at or above this, same user/agent/kind, is "the same thing said again".
+    duplicate_similarity: float = 0.9
+    # Recall: candidates fetched from each retriever before fusion and re-ranking.
+    candidates: int = 40
+    rrf_k: float = 10.0
+    recency_half_life_days: float = 60.0
+    # Final score = fused * (base + w_recency*recency + w_usage*usage + w_importance*importance).
+    # Multiplicative so popularity can re-order relevant items but never lift an irrelevant one.
+    weight_base: float = 0.6
+    weight_recency: float = 0.1
+    weight_usage: float = 0.1
+    weight_importance: float = 0.2
+    usage_saturation: int = 20  # usage_count at which the usage part reaches 1.0
+    # Profile injected every turn.
+    profile_max_items: int = 20
+    profile_max_chars: int = 2000
+    # Feedback.
+    useful_importance_step: float = 0.1
+    wrong_importance_step: float = 0.3
+    # Pruning job.
+    unused_ttl_days: float = 180.0  # never-used, unimportant items older than this die
+    unused_keep_importance: float = 0.8  # ...unless at least this important
+    retired_retention_days: float = 365.0  # superseded/wrong items kept this long for audit
+    max_source_ids: int = 64  # provenance ids kept on a merged item
+
+
+def default_scope(kind: MemoryKind) -> MemoryScope:
+    """Facts and preferences describe the user (every agent may use them); instructions and episodes
+    were given to one agent, so they stay with it unless the caller says otherwise."""
+    if kind in (MemoryKind.FACT, MemoryKind.PREFERENCE):
+        return MemoryScope.USER
+    return MemoryScope.AGENT

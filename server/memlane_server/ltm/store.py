@@ -1,0 +1,184 @@
+"""``LanceMemoryStore``: the LanceDB table of memory items (async API, so no call blocks the loop).
+
+Storage only: it knows columns, indexes and queries, not ranking or conflict policy. Every read takes
+a filter expression that the caller built from ``filters.visible_to`` or ``filters.owned_by``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import lancedb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from lancedb.expr import Expr
+from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
+
+from memlane_server.errors import Unavailable
+from memlane_server.ltm.model import MemoryItem
+from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
+
+log = logging.getLogger(__name__)
+
+# The FTS query is plain terms: dropping punctuation keeps user text from being read as query syntax.
+_TERM = re.compile(r"[\w]+", re.UNICODE)
+
+
+@dataclass(slots=True)
+class Hit:
+    item: MemoryItem
+    score: float  # BM25 for keyword hits, cosine similarity for vector hits
+
+
+class LanceMemoryStore:
+    """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...``."""
+
+    def __init__(self, db: lancedb.AsyncConnection, table: lancedb.AsyncTable, ndims: int) -> None:
+        self._db = db
+        self._table = table
+        self._ndims = ndims
+        self._writes_since_optimize = 0
+
+    @classmethod
+    async def open(
+        cls, uri: str, ndims: int, *, storage_options: dict[str, str] | None = None
+    ) -> LanceMemoryStore:
+        try:
+            db = await lancedb.connect_async(uri, storage_options=storage_options)
+            names = (await db.list_tables()).tables
+            if TABLE_NAME in names:
+                table = await db.open_table(TABLE_NAME)
+            else:
+                table = await db.create_table(TABLE_NAME, schema=table_schema(ndims), exist_ok=True)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise Unavailable(f"cannot open memory store at {uri}: {exc}") from exc
+        vector_type = (await table.schema()).field("vector").type
+        if getattr(vector_type, "list_size", ndims) != ndims:
+            raise ValueError(
+                f"memory store {uri} holds {vector_type.list_size}-dimensional vectors but the embedder"
+                f" makes {ndims}: re-embed the table or configure the model it was built with"
+            )
+        store = cls(db, table, ndims)
+        await store._ensure_scalar_indexes()
+        return store
+
+    async def _ensure_scalar_indexes(self) -> None:
+        have = {tuple(ix.columns) for ix in await self._table.list_indices()}
+        wanted: list[tuple[str, Any]] = [
+            ("user_id", Bitmap()),
+            ("id", BTree()),
+            # Stemming and stop words help prose; ascii folding lets "Zurich" find "Zürich".
+            ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
+        ]
+        for column, config in wanted:
+            if (column,) not in have:
+                await self._table.create_index(column, config=config, replace=True)
+
+    @property
+    def writes_since_optimize(self) -> int:
+        return self._writes_since_optimize
+
+    async def count(self, where: Expr | None = None) -> int:
+        return int(await self._table.count_rows(where.to_sql() if where is not None else None))
+
+    async def add(self, items: list[MemoryItem]) -> None:
+        if not items:
+            return
+        await self._table.add([to_row(i) for i in items])
+        self._writes_since_optimize += 1
+
+    async def upsert(self, items: list[MemoryItem]) -> None:
+        """Replace whole rows by id (one table version for the batch)."""
+        if not items:
+            return
+        data = pa.Table.from_pylist([to_row(i) for i in items], schema=table_schema(self._ndims))
+        await (
+            self._table.merge_insert("id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(data)
+        )
+        self._writes_since_optimize += 1
+
+    async def update(self, where: Expr, values_sql: dict[str, str]) -> None:
+        """SQL-expression update; ``values_sql`` must be built from trusted numbers/columns only."""
+        await self._table.update(where=where, updates_sql=values_sql)
+        self._writes_since_optimize += 1
+
+    async def delete(self, where: Expr) -> None:
+        await self._table.delete(where)
+        self._writes_since_optimize += 1
+
+    async def fetch(
+        self, where: Expr, *, with_vector: bool = False, limit: int | None = None
+    ) -> list[MemoryItem]:
+        columns = [*META_COLUMNS, "vector"] if with_vector else META_COLUMNS
+        query = self._table.query().where(where).select(columns)
+        query = query.limit(limit) if limit is not None else query.limit(1_000_000)
+        rows = await query.to_list()
+        return [from_row(r) for r in rows]
+
+    async def fetch_columns(self, where: Expr | None, columns: list[str]) -> pa.Table:
+        query = self._table.query().select(columns)
+        if where is not None:
+            query = query.where(where)
+        return await query.to_arrow()
+
+    async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
+        terms = " ".join(_TERM.findall(text))
+        if not terms:
+            return []
+        rows = await (
+            self._table.query()
+            .nearest_to_text(terms, columns="search_text")
+            .where(where)
+            .select([*META_COLUMNS, "_score"])
+            .limit(limit)
+            .to_list()
+        )
+        return [Hit(from_row(r), float(r["_score"])) for r in rows]
+
+    async def vector_search(self, vector: npt.NDArray[np.float32], where: Expr, limit: int) -> list[Hit]:
+        rows = await (
+            self._table.query()
+            .nearest_to(vector.astype(np.float32))
+            .distance_type("cosine")
+            .where(
+                where,
+            )
+            .select([*META_COLUMNS, "_distance"])
+            .limit(limit)
+            .to_list()
+        )
+        return [Hit(from_row(r), 1.0 - float(r["_distance"])) for r in rows]
+
+    async def optimize(self, *, cleanup_older_than: timedelta = timedelta(minutes=10)) -> None:
+        """Compact fragments, fold new rows into the indexes, drop old versions."""
+        self._writes_since_optimize = 0
+        await self._table.optimize(cleanup_older_than=cleanup_older_than)
+
+    async def ensure_vector_index(self, min_rows: int) -> bool:
+        """Build the ANN index once the table is big enough to need one; True if it exists now.
+
+        Below ``min_rows`` a brute-force scan over the user's prefiltered rows is exact and fast.
+        """
+        have = {tuple(ix.columns) for ix in await self._table.list_indices()}
+        if ("vector",) in have:
+            return True
+        if await self._table.count_rows() < min_rows:
+            return False
+        await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
+        return True
+
+    async def table_version(self) -> int:
+        return int(await self._table.version())
+
+    def close(self) -> None:
+        # lancedb leaves these two untyped; both just drop the native handles.
+        self._table.close()  # type: ignore[no-untyped-call]
+        self._db.close()  # type: ignore[no-untyped-call]

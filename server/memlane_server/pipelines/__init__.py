@@ -1,0 +1,31 @@
+"""Session-end jobs: discard, summarize, promote, archive, retire; archive retention; resumption.
+
+Public face (built by ``app.py``):
+
+- ``SessionEndPipeline``: the idempotent steps for one session (``handle_job``, ``force``, ``retire``).
+- ``SessionEndWorker``: the background jobs (queue consumer, retirement, archive retention).
+- ``Resumer.ensure_hot(session_id)``: call before serving a session; reloads a retired one.
+- ``ArchiveStore`` / ``ParquetArchive``: cold storage; ``Promoter`` / ``LtmPromoter``: promotion.
+"""
+
+from .archive import ArchivePart, ArchivePointer, ArchiveStore, ParquetArchive
+from .promote import LtmPromoter, Promoter, memory_id_for
+from .resume import Resumer
+from .session_end import EndReport, PipelineConfig, SessionEndPipeline
+from .worker import SessionEndWorker, WorkerConfig
+
+__all__ = [
+    "ArchivePart",
+    "ArchivePointer",
+    "ArchiveStore",
+    "EndReport",
+    "LtmPromoter",
+    "ParquetArchive",
+    "PipelineConfig",
+    "Promoter",
+    "Resumer",
+    "SessionEndPipeline",
+    "SessionEndWorker",
+    "WorkerConfig",
+    "memory_id_for",
+]

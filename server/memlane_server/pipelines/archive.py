@@ -1,0 +1,362 @@
+"""Cold storage for ended sessions: Parquet files any analytics tool can read.
+
+Layout (Hive-style partitions, so ``pyarrow.dataset``, DuckDB, Spark and Athena read it as three tables)::
+
+    <root>/transcripts/date=2025-05-01/channel=web/<session_id>.<first_seq>-<last_seq>.parquet
+    <root>/summaries/date=2025-05-01/channel=web/<session_id>.<first_seq>-<last_seq>.parquet
+    <root>/traces/date=2025-05-01/channel=web/<session_id>.<first_seq>-<last_seq>.parquet
+
+``date`` is the UTC day the session ended. One *part* covers the messages ``first_seq..last_seq`` archived
+at one end of the session; a session resumed and ended again gets a second part with the new messages
+only. Paths are deterministic, so re-archiving after a crash rewrites the same file; a file is written
+under a ``_``-prefixed name (ignored by dataset readers) and then moved into place.
+
+``root`` is a local directory or any URI pyarrow's filesystem layer opens (``s3://bucket/prefix``,
+``gs://...``, ``file:///...``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ..sessions.model import Message, Role, Session, VisibilityKind
+
+DATASETS = ("transcripts", "summaries", "traces")
+_NULL_CHANNEL = "__HIVE_DEFAULT_PARTITION__"
+_DAY_MS = 86_400_000
+_TS = pa.timestamp("ms", tz="UTC")
+_STRINGS = pa.list_(pa.string())
+
+TRANSCRIPT_SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("seq", pa.int64()),
+        ("message_id", pa.string()),
+        ("role", pa.string()),
+        ("content", pa.string()),
+        ("created_at", _TS),
+        ("token_count", pa.int32()),
+        ("source_agent_id", pa.string()),
+        ("participant_name", pa.string()),
+        ("message_user_id", pa.string()),
+        ("message_channel", pa.string()),
+        ("native_format", pa.string()),
+        ("native_json", pa.string()),
+        ("planning_steps", _STRINGS),
+        ("invoked", _STRINGS),
+        ("tool_call_ids", _STRINGS),
+        ("metadata", pa.map_(pa.string(), pa.string())),
+        ("visibility", pa.string()),
+        ("visibility_group", pa.string()),
+    ]
+)
+SUMMARY_SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("status", pa.string()),
+        ("created_at", _TS),
+        ("ended_at", _TS),
+        ("first_seq", pa.int64()),
+        ("last_seq", pa.int64()),
+        ("summary", pa.string()),
+        ("summary_through_seq", pa.int64()),
+        ("message_count", pa.int64()),
+        ("token_total", pa.int64()),
+        ("model", pa.string()),
+        ("group", pa.string()),
+        ("participants", _STRINGS),
+        ("tags", _STRINGS),
+        ("metadata", pa.map_(pa.string(), pa.string())),
+        ("promoted_memory_ids", _STRINGS),
+        ("policy_json", pa.string()),
+    ]
+)
+TRACE_SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("trace_id", pa.string()),
+        ("created_at", _TS),
+        ("trace_json", pa.string()),
+    ]
+)
+
+
+@dataclass(slots=True)
+class ArchivePart:
+    """What one archive write holds: messages ``first_seq..last_seq`` and the session as it ended."""
+
+    session: Session
+    messages: list[Message]
+    traces: list[tuple[str, int, str]]  # (trace_id, created_at_ms, JSON)
+    promoted_ids: list[str]
+    ended_at_ms: int
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(slots=True)
+class ArchivePointer:
+    """Where one part went. Stored with the session (and on its stub after retirement)."""
+
+    transcript: str
+    summary: str
+    traces: str
+    first_seq: int
+    last_seq: int
+    message_rows: int
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "transcript": self.transcript,
+            "summary": self.summary,
+            "traces": self.traces,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "message_rows": self.message_rows,
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> ArchivePointer:
+        return cls(
+            str(r["transcript"]),
+            str(r["summary"]),
+            str(r["traces"]),
+            int(r["first_seq"]),
+            int(r["last_seq"]),
+            int(r.get("message_rows", 0)),
+        )
+
+
+class ArchiveStore(Protocol):
+    async def write(self, part: ArchivePart) -> ArchivePointer: ...
+
+    async def read_messages(self, pointer: ArchivePointer, session_id: str, last_n: int) -> list[Message]:
+        """The last ``last_n`` messages of one part, oldest first; [] if the part is gone (retention)."""
+        ...
+
+    async def delete_expired(self, retention_for: Callable[[str], float], now_ms: int) -> int:
+        """Deletes parts older than their channel's archive retention (seconds; 0 keeps forever)."""
+        ...
+
+
+def _ms(ts: Any) -> int:
+    if ts is None:
+        return 0
+    if isinstance(ts, dt.datetime):
+        return int(ts.timestamp() * 1000)
+    return int(ts)
+
+
+def _dt(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def _channel_dir(channel: str) -> str:
+    return "channel=" + (urllib.parse.quote(channel, safe="") if channel else _NULL_CHANNEL)
+
+
+def _channel_of(dirname: str) -> str:
+    value = dirname.removeprefix("channel=")
+    return "" if value == _NULL_CHANNEL else urllib.parse.unquote(value)
+
+
+class ParquetArchive:
+    """``ArchiveStore`` on Parquet files through a pyarrow filesystem (local by default)."""
+
+    def __init__(self, uri: str) -> None:
+        if "://" in uri:
+            self._fs, root = pafs.FileSystem.from_uri(uri)
+            self._scheme = uri.split("://", 1)[0] + "://"
+        else:
+            self._fs, root = pafs.LocalFileSystem(), str(Path(uri).resolve())
+            self._scheme = ""
+        self.root = root.rstrip("/")
+        self.uri = uri
+
+    def _uri(self, path: str) -> str:
+        return f"{self._scheme}{path}" if self._scheme and self._scheme != "file://" else path
+
+    def _path(self, uri: str) -> str:
+        return uri.split("://", 1)[1] if "://" in uri else uri
+
+    def _part_path(self, dataset: str, part: ArchivePart) -> str:
+        day = _dt(part.ended_at_ms).strftime("%Y-%m-%d")
+        name = f"{part.session.session_id}.{part.first_seq:010d}-{part.last_seq:010d}.parquet"
+        return f"{self.root}/{dataset}/date={day}/{_channel_dir(part.session.channel)}/{name}"
+
+    async def write(self, part: ArchivePart) -> ArchivePointer:
+        return await asyncio.to_thread(self._write_sync, part)
+
+    def _write_sync(self, part: ArchivePart) -> ArchivePointer:
+        s = part.session
+        msgs = part.messages
+        transcript = pa.Table.from_pydict(
+            {
+                "session_id": [s.session_id] * len(msgs),
+                "user_id": [s.user_id] * len(msgs),
+                "agent_id": [s.agent_id] * len(msgs),
+                "seq": [m.seq for m in msgs],
+                "message_id": [m.message_id for m in msgs],
+                "role": [m.role.name.lower() for m in msgs],
+                "content": [m.content for m in msgs],
+                "created_at": [_dt(m.created_at_ms) for m in msgs],
+                "token_count": [m.token_count for m in msgs],
+                "source_agent_id": [m.source_agent_id for m in msgs],
+                "participant_name": [m.participant_name for m in msgs],
+                "message_user_id": [m.user_id for m in msgs],
+                "message_channel": [m.channel for m in msgs],
+                "native_format": [m.native_format for m in msgs],
+                "native_json": [m.native_json for m in msgs],
+                "planning_steps": [m.planning_steps for m in msgs],
+                "invoked": [m.invoked for m in msgs],
+                "tool_call_ids": [m.tool_call_ids for m in msgs],
+                "metadata": [list(m.metadata.items()) for m in msgs],
+                "visibility": [m.visibility.name.lower() for m in msgs],
+                "visibility_group": [m.visibility_group for m in msgs],
+            },
+            schema=TRANSCRIPT_SCHEMA,
+        )
+        summary = pa.Table.from_pydict(
+            {
+                "session_id": [s.session_id],
+                "user_id": [s.user_id],
+                "agent_id": [s.agent_id],
+                "status": [s.status.name.lower()],
+                "created_at": [_dt(s.created_at_ms)],
+                "ended_at": [_dt(part.ended_at_ms)],
+                "first_seq": [part.first_seq],
+                "last_seq": [part.last_seq],
+                "summary": [s.summary.text],
+                "summary_through_seq": [s.summary.through_seq],
+                "message_count": [s.message_count],
+                "token_total": [s.token_total],
+                "model": [s.model],
+                "group": [s.group],
+                "participants": [s.participants],
+                "tags": [s.tags],
+                "metadata": [list(s.metadata.items())],
+                "promoted_memory_ids": [part.promoted_ids],
+                "policy_json": [orjson.dumps(s.extra.get("policy", {})).decode()],
+            },
+            schema=SUMMARY_SCHEMA,
+        )
+        traces = pa.Table.from_pydict(
+            {
+                "session_id": [s.session_id] * len(part.traces),
+                "trace_id": [t[0] for t in part.traces],
+                "created_at": [_dt(t[1]) for t in part.traces],
+                "trace_json": [t[2] for t in part.traces],
+            },
+            schema=TRACE_SCHEMA,
+        )
+        paths = {}
+        for dataset, table in zip(DATASETS, (transcript, summary, traces), strict=True):
+            path = self._part_path(dataset, part)
+            self._put(path, table)
+            paths[dataset] = path
+        return ArchivePointer(
+            self._uri(paths["transcripts"]),
+            self._uri(paths["summaries"]),
+            self._uri(paths["traces"]),
+            part.first_seq,
+            part.last_seq,
+            len(msgs),
+        )
+
+    def _put(self, path: str, table: pa.Table) -> None:
+        parent, name = path.rsplit("/", 1)
+        self._fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/_tmp-{name}"
+        pq.write_table(table, tmp, filesystem=self._fs, compression="zstd")
+        self._fs.move(tmp, path)
+
+    async def read_messages(self, pointer: ArchivePointer, session_id: str, last_n: int) -> list[Message]:
+        return await asyncio.to_thread(self._read_sync, pointer, session_id, last_n)
+
+    def _read_sync(self, pointer: ArchivePointer, session_id: str, last_n: int) -> list[Message]:
+        path = self._path(pointer.transcript)
+        if self._fs.get_file_info(path).type != pafs.FileType.File:
+            return []
+        table = pq.read_table(path, filesystem=self._fs)
+        rows = table.to_pylist()
+        rows.sort(key=lambda r: r["seq"])
+        if last_n >= 0:
+            rows = rows[len(rows) - last_n :] if last_n else []
+        return [
+            Message(
+                message_id=r["message_id"],
+                session_id=session_id,
+                role=Role[r["role"].upper()],
+                content=r["content"],
+                seq=int(r["seq"]),
+                source_agent_id=r["source_agent_id"],
+                participant_name=r["participant_name"],
+                user_id=r["message_user_id"],
+                channel=r["message_channel"],
+                native_format=r["native_format"],
+                native_json=r["native_json"],
+                planning_steps=list(r["planning_steps"] or []),
+                invoked=list(r["invoked"] or []),
+                tool_call_ids=list(r["tool_call_ids"] or []),
+                metadata=dict(r["metadata"] or []),
+                visibility=VisibilityKind[r["visibility"].upper()],
+                visibility_group=r["visibility_group"],
+                created_at_ms=_ms(r["created_at"]),
+                token_count=int(r["token_count"]),
+            )
+            for r in rows
+        ]
+
+    async def delete_expired(self, retention_for: Callable[[str], float], now_ms: int) -> int:
+        return await asyncio.to_thread(self._delete_expired_sync, retention_for, now_ms)
+
+    def _delete_expired_sync(self, retention_for: Callable[[str], float], now_ms: int) -> int:
+        deleted = 0
+        for dataset in DATASETS:
+            base = f"{self.root}/{dataset}"
+            if self._fs.get_file_info(base).type != pafs.FileType.Directory:
+                continue
+            for day_info in self._fs.get_file_info(pafs.FileSelector(base)):
+                if day_info.type != pafs.FileType.Directory or not day_info.base_name.startswith("date="):
+                    continue
+                try:
+                    day = dt.datetime.strptime(day_info.base_name[5:], "%Y-%m-%d").replace(tzinfo=dt.UTC)
+                except ValueError:
+                    continue
+                day_start = int(day.timestamp() * 1000)
+                for ch_info in self._fs.get_file_info(pafs.FileSelector(day_info.path)):
+                    if ch_info.type != pafs.FileType.Directory:
+                        continue
+                    retention_ms = int(retention_for(_channel_of(ch_info.base_name)) * 1000)
+                    if retention_ms <= 0:
+                        continue
+                    cutoff = now_ms - retention_ms
+                    if day_start + _DAY_MS <= cutoff:  # the whole day is older: one directory delete
+                        files = self._fs.get_file_info(pafs.FileSelector(ch_info.path))
+                        deleted += sum(1 for f in files if f.type == pafs.FileType.File)
+                        self._fs.delete_dir(ch_info.path)
+                        continue
+                    if day_start > cutoff:
+                        continue
+                    for f in self._fs.get_file_info(pafs.FileSelector(ch_info.path)):
+                        if f.type == pafs.FileType.File and f.mtime is not None and _ms(f.mtime) < cutoff:
+                            self._fs.delete_file(f.path)
+                            deleted += 1
+                if not self._fs.get_file_info(pafs.FileSelector(day_info.path)):
+                    self._fs.delete_dir(day_info.path)
+        return deleted

@@ -1,0 +1,87 @@
+"""Resumption: a retired session comes back from the archive when someone uses it again.
+
+``ensure_hot(session_id)`` is what GetSession, ListMessages and AssembleContext call first. For a session
+that is not retired it costs one HGET. For a retired stub it reloads the channel's ``resume_turns`` most
+recent turns from the archive (the summary never left the stub), makes the session active again and
+clears the retired mark last, so a resumption that dies half-way is simply redone by the next call.
+"""
+
+from __future__ import annotations
+
+import orjson
+import redis.asyncio as aioredis
+
+from ..errors import Unavailable
+from ..sessions.events import EventType, SessionEvent
+from ..sessions.keys import KeySpace
+from ..sessions.lifecycle import Lifecycle
+from ..sessions.model import Message
+from ..sessions.store import SessionStore, now_ms
+from .archive import ArchivePointer
+from .session_end import ARCHIVE_FIELD, RETIRED_FIELD, SessionEndPipeline
+
+
+class Resumer:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        store: SessionStore,
+        keys: KeySpace,
+        lifecycle: Lifecycle,
+        pipeline: SessionEndPipeline,
+        *,
+        wait_s: float = 10.0,
+    ) -> None:
+        self._redis = redis
+        self._store = store
+        self._keys = keys
+        self._lifecycle = lifecycle
+        self._pipeline = pipeline
+        self._wait_s = wait_s
+
+    async def _retired_extra(self, session_id: str) -> dict[str, object] | None:
+        raw = await self._redis.hget(self._keys.session(session_id).doc, "extra")
+        if not raw:
+            return None
+        extra = orjson.loads(raw)
+        return extra if isinstance(extra, dict) and RETIRED_FIELD in extra else None
+
+    async def ensure_hot(self, session_id: str) -> bool:
+        """Reloads a retired session; True if it did. Unknown ids are left for the caller to report."""
+        if await self._retired_extra(session_id) is None:
+            return False
+        out = await self._pipeline.locked(
+            session_id, lambda: self._resume(session_id), None, wait_s=self._wait_s
+        )
+        if out is None:
+            raise Unavailable(f"session {session_id!r} is being resumed or retired elsewhere; retry")
+        return out
+
+    async def _resume(self, session_id: str) -> bool:
+        extra = await self._retired_extra(session_id)
+        if extra is None:
+            return False  # someone else resumed it while we waited for the lease
+        s = await self._store.get(session_id)
+        policy = self._lifecycle.policies.for_session(s)
+        records = extra.get(ARCHIVE_FIELD)
+        pointers = (
+            [ArchivePointer.from_record(r) for r in records]
+            if isinstance(records, list)
+            else await self._pipeline.archives(session_id)
+        )
+        turns: list[Message] = []
+        for pointer in sorted(pointers, key=lambda p: p.last_seq, reverse=True):
+            need = policy.resume_turns - len(turns)
+            if need <= 0:
+                break
+            turns = await self._pipeline.archive.read_messages(pointer, session_id, need) + turns
+        await self._store.restore(session_id, turns)
+        s = await self._lifecycle.reactivate(session_id)
+        cleared = {k: v for k, v in extra.items() if k != RETIRED_FIELD}
+        cleared["resumed_at_ms"] = now_ms()
+        await self._redis.hset(self._keys.session(session_id).doc, "extra", orjson.dumps(cleared).decode())
+        s = await self._store.get(session_id)
+        await self._lifecycle.events.emit(
+            SessionEvent.of(EventType.RESUMED, s, now_ms(), turns=str(len(turns)))
+        )
+        return True

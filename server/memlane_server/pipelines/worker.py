@@ -1,0 +1,174 @@
+"""The background jobs of the session-end pipeline, one registry started and stopped by ``app.py``:
+
+- ``consume``: takes session-end jobs from the shared queue (and a dead sidecar's stale ones), runs them
+  with bounded concurrency, acknowledges them when done;
+- ``retire``: retires archived sessions whose hot retention ran out;
+- ``retention``: deletes archive parts older than their channel's archive retention (one sidecar per
+  interval, under a lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from ..errors import MemlaneError
+from ..sessions.end_queue import EndJob, SessionEndQueue
+from ..sessions.keys import KeySpace
+from ..sessions.policies import PolicyBook
+from ..sessions.store import now_ms
+from .session_end import LeaseLost, SessionEndPipeline
+
+log = logging.getLogger("memlane.pipeline")
+
+
+def consumer_name() -> str:
+    """Unique per process: a restarted sidecar must not inherit (and so never time out) its old jobs."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    concurrency: int = 2
+    claim_timeout_ms: int = 30_000  # a job idle this long (its sidecar stopped refreshing it) is taken over
+    retire_interval_s: float = 1.0
+    retention_interval_s: float = 3600.0
+
+
+class SessionEndWorker:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: KeySpace,
+        queue: SessionEndQueue,
+        pipeline: SessionEndPipeline,
+        policies: PolicyBook,
+        config: WorkerConfig,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._queue = queue
+        self._pipeline = pipeline
+        self._policies = policies
+        self._config = config
+        self.consumer = consumer_name()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._inflight: set[asyncio.Task[None]] = set()
+        self.completed = 0
+
+    async def start(self) -> None:
+        await self._queue.ensure_group()
+        self._tasks = [
+            asyncio.create_task(self._consume(), name="memlane-session-end"),
+            asyncio.create_task(
+                self._periodic(self._retire_once, self._config.retire_interval_s), name="memlane-retire"
+            ),
+            asyncio.create_task(
+                self._periodic(self._retention_once, self._config.retention_interval_s),
+                name="memlane-retention",
+            ),
+        ]
+
+    async def stop(self) -> None:
+        """Cancels in-flight runs too: their jobs stay pending and another sidecar (or this one after a
+        restart) finishes them; every step is safe to repeat."""
+        for t in [*self._tasks, *self._inflight]:
+            t.cancel()
+        for t in [*self._tasks, *self._inflight]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+
+    async def _consume(self) -> None:
+        last_claim = 0.0
+        while True:
+            try:
+                free = self._config.concurrency - len(self._inflight)
+                if free <= 0:
+                    await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                jobs: list[EndJob] = []
+                if time.monotonic() - last_claim > self._config.claim_timeout_ms / 2000:
+                    last_claim = time.monotonic()
+                    jobs = await self._queue.claim_stale(self.consumer, self._config.claim_timeout_ms, free)
+                if not jobs:
+                    jobs = await self._queue.read(self.consumer, free, block_ms=1000)
+                for job in jobs:
+                    task = asyncio.create_task(self._process(job))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._inflight.discard)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("session-end queue read failed; retrying")
+                await asyncio.sleep(1.0)
+
+    async def _process(self, job: EndJob) -> None:
+        if not job.session_id:
+            await self._queue.ack([job.job_id])
+            return
+
+        async def keep_job() -> None:
+            await self._queue.keep_alive(self.consumer, [job.job_id])
+
+        try:
+            report = await self._pipeline.handle_job(job.session_id, job.reason, keep_job)
+        except asyncio.CancelledError:
+            raise
+        except LeaseLost:
+            log.warning(
+                "lost the session lease mid-run; the job will be retried",
+                extra={"session_id": job.session_id},
+            )
+            return
+        except MemlaneError as exc:
+            # A domain refusal will not change on retry (e.g. the session was deleted): drop the job.
+            log.warning("session-end job dropped", extra={"session_id": job.session_id, "error": str(exc)})
+            await self._queue.ack([job.job_id])
+            return
+        except Exception:
+            log.exception("session-end job failed; it will be retried", extra={"session_id": job.session_id})
+            return
+        if report is None and await self._redis.exists(self._keys.lease(job.session_id)):
+            return  # another sidecar holds the session; leave the job for the claim timeout
+        await self._queue.ack([job.job_id])
+        await self._queue.clear_marker(job.session_id)
+        self.completed += 1
+
+    @staticmethod
+    async def _periodic(fn: Callable[[], Awaitable[None]], interval_s: float) -> None:
+        while True:
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic pipeline job failed", extra={"job": getattr(fn, "__name__", "?")})
+            await asyncio.sleep(interval_s)
+
+    async def _retire_once(self) -> None:
+        while await self._pipeline.retire_due() >= 100:
+            pass
+
+    async def _retention_once(self) -> None:
+        lock = self._keys.job_lock("archive-retention")
+        ttl_ms = max(1000, int(self._config.retention_interval_s * 1000 * 0.9))
+        if not await self._redis.set(lock, self.consumer, nx=True, px=ttl_ms):
+            return  # another sidecar ran it this interval
+        deleted = await self.run_retention()
+        if deleted:
+            log.info("archive retention", extra={"deleted_files": deleted})
+
+    async def run_retention(self) -> int:
+        return await self._pipeline.archive.delete_expired(
+            lambda channel: self._policies.for_channel(channel).archive_retention, now_ms()
+        )

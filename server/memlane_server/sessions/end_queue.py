@@ -1,0 +1,100 @@
+"""The session-end work queue: a Redis stream with one consumer group shared by every sidecar.
+
+A job says "this session may have ended; finish it". Jobs are cheap to duplicate (every pipeline step is
+idempotent and a per-session lease keeps two sidecars off one session), so producers never coordinate
+beyond a short de-duplication marker. A job stays pending until acknowledged; if its sidecar dies, another
+takes it over with XAUTOCLAIM once it has been idle for the claim timeout. The owner keeps a long job
+fresh by re-claiming it to itself (which resets its idle time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from .keys import KeySpace
+
+GROUP = "session-end"
+
+REASON_EXPIRED = "expired"
+REASON_CLOSED = "closed"
+REASON_FORCED = "forced"
+
+
+@dataclass(frozen=True, slots=True)
+class EndJob:
+    job_id: str
+    session_id: str
+    reason: str
+    enqueued_at_ms: int
+
+
+class SessionEndQueue:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.key = keys.session_end_queue()
+
+    async def ensure_group(self) -> None:
+        try:
+            await self._redis.xgroup_create(self.key, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def enqueue(self, session_id: str, reason: str, now_ms: int) -> str:
+        out = await self._redis.xadd(self.key, {"s": session_id, "r": reason, "at": now_ms})
+        return out.decode() if isinstance(out, bytes) else str(out)
+
+    async def enqueue_once(self, session_id: str, reason: str, now_ms: int, window_ms: int) -> bool:
+        """Enqueues unless a job for this session was queued within ``window_ms`` (every sidecar hears
+        the same expiry event; one job is enough). The worker clears the marker when it is done."""
+        if not await self._redis.set(self._keys.end_marker(session_id), reason, nx=True, px=window_ms):
+            return False
+        await self.enqueue(session_id, reason, now_ms)
+        return True
+
+    async def clear_marker(self, session_id: str) -> None:
+        await self._redis.delete(self._keys.end_marker(session_id))
+
+    @staticmethod
+    def _jobs(rows: list[tuple[bytes, dict[bytes, bytes]]] | None) -> list[EndJob]:
+        out = []
+        for job_id, f in rows or []:
+            if not f:  # trimmed or deleted entry still listed in the pending list
+                out.append(EndJob(job_id.decode(), "", "", 0))
+                continue
+            out.append(EndJob(job_id.decode(), f[b"s"].decode(), f[b"r"].decode(), int(f.get(b"at", b"0"))))
+        return out
+
+    async def read(self, consumer: str, count: int, block_ms: int) -> list[EndJob]:
+        """New jobs for ``consumer`` (blocks up to ``block_ms``)."""
+        rows: Any = await self._redis.xreadgroup(GROUP, consumer, {self.key: ">"}, count=count, block=block_ms)
+        return self._jobs(rows[0][1] if rows else None)
+
+    async def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[EndJob]:
+        """Jobs another sidecar took and stopped refreshing (it died): now ``consumer``'s."""
+        out: Any = await self._redis.xautoclaim(self.key, GROUP, consumer, min_idle_ms, "0-0", count=count)
+        return self._jobs(out[1])
+
+    async def keep_alive(self, consumer: str, job_ids: list[str]) -> None:
+        """Resets the idle time of jobs this consumer is still working on."""
+        if job_ids:
+            await self._redis.xclaim(self.key, GROUP, consumer, 0, list[Any](job_ids), justid=True)
+
+    async def ack(self, job_ids: list[str]) -> None:
+        if job_ids:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.xack(self.key, GROUP, *job_ids)
+                pipe.xdel(self.key, *job_ids)
+                await pipe.execute()
+
+    async def pending(self) -> int:
+        info = await self._redis.xpending(self.key, GROUP)
+        return int(info["pending"])
+
+    async def length(self) -> int:
+        return int(await self._redis.xlen(self.key))

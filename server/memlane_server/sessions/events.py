@@ -1,0 +1,132 @@
+"""Lifecycle events: a capped Redis stream every sidecar appends to and ``WatchSessionEvents`` reads.
+
+A stream rather than pub/sub so a watcher that reconnects can resume after the last event it saw, and so
+an event emitted by one sidecar reaches watchers connected to another. Delivery is at least once: a
+sidecar that dies between a transition and its event may have the event re-emitted by whoever finishes
+the work.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+from ..errors import InvalidArgument
+from .keys import KeySpace
+from .model import PromotionState, Session, SessionStatus
+
+_EVENT_ID = re.compile(r"^\d+(-\d+)?$")
+
+
+class EventType(enum.IntEnum):
+    """Values match ``memlane.v1.SessionEventType``."""
+
+    UNSPECIFIED = 0
+    IDLE = 1
+    CLOSED = 2
+    EXPIRED = 3
+    PROMOTED = 4
+    ARCHIVED = 5
+    RETIRED = 6
+    RESUMED = 7
+
+
+@dataclass(slots=True)
+class SessionEvent:
+    type: EventType
+    session_id: str
+    user_id: str = ""
+    channel: str = ""
+    status: SessionStatus = SessionStatus.UNSPECIFIED
+    promotion_state: PromotionState = PromotionState.UNSPECIFIED
+    at_ms: int = 0
+    detail: dict[str, str] = field(default_factory=dict)
+    event_id: str = ""  # the stream id, set when read back
+
+    @classmethod
+    def of(cls, type_: EventType, s: Session, at_ms: int, **detail: str) -> SessionEvent:
+        return cls(
+            type_, s.session_id, s.user_id, s.channel, s.status, s.promotion_state, at_ms, dict(detail)
+        )
+
+
+class EventLog:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace, *, max_len: int) -> None:
+        self._redis = redis
+        self._key = keys.events()
+        self._max_len = max_len
+
+    async def emit(self, ev: SessionEvent) -> str:
+        fields = {
+            "t": int(ev.type),
+            "s": ev.session_id,
+            "u": ev.user_id,
+            "c": ev.channel,
+            "st": int(ev.status),
+            "p": int(ev.promotion_state),
+            "at": ev.at_ms,
+            "d": orjson.dumps(ev.detail),
+        }
+        # Approximate trimming (~) keeps XADD O(1); the log is a recent window, not an audit trail.
+        out = await self._redis.xadd(self._key, fields, maxlen=self._max_len, approximate=True)  # type: ignore[arg-type]
+        return out.decode() if isinstance(out, bytes) else str(out)
+
+    @staticmethod
+    def _decode(event_id: bytes, f: dict[bytes, bytes]) -> SessionEvent:
+        return SessionEvent(
+            type=EventType(int(f[b"t"])),
+            session_id=f[b"s"].decode(),
+            user_id=f[b"u"].decode(),
+            channel=f[b"c"].decode(),
+            status=SessionStatus(int(f[b"st"])),
+            promotion_state=PromotionState(int(f[b"p"])),
+            at_ms=int(f[b"at"]),
+            detail=orjson.loads(f[b"d"]),
+            event_id=event_id.decode(),
+        )
+
+    async def history(self, count: int = 10_000) -> list[SessionEvent]:
+        """The retained events, oldest first (for operators and tests)."""
+        rows: Any = await self._redis.xrange(self._key, count=count)
+        return [self._decode(i, f) for i, f in rows]
+
+    async def follow(
+        self,
+        *,
+        user_id: str = "",
+        channel: str = "",
+        types: Collection[EventType] = (),
+        after_id: str = "",
+        block_ms: int = 1000,
+    ) -> AsyncIterator[SessionEvent]:
+        """Yields matching events forever, starting after ``after_id`` ("": now, "0": the oldest retained).
+
+        Each wait is a bounded XREAD BLOCK so cancellation (the caller hung up) lands within ``block_ms``.
+        """
+        if after_id and not _EVENT_ID.match(after_id):
+            raise InvalidArgument(f"after_event_id {after_id!r} is not an event id")
+        cursor = after_id
+        if not cursor:
+            # "$" would skip events emitted between two XREAD calls; pin the cursor to the newest id now.
+            last: Any = await self._redis.xrevrange(self._key, count=1)
+            cursor = last[0][0].decode() if last else "0"
+        wanted = frozenset(types)
+        while True:
+            batches: Any = await self._redis.xread({self._key: cursor}, count=256, block=block_ms)
+            for _, rows in batches or []:
+                for event_id, f in rows:
+                    cursor = event_id.decode()
+                    ev = self._decode(event_id, f)
+                    if user_id and ev.user_id != user_id:
+                        continue
+                    if channel and ev.channel != channel:
+                        continue
+                    if wanted and ev.type not in wanted:
+                        continue
+                    yield ev

@@ -1,0 +1,330 @@
+"""Session lifecycle: noticing that sessions went idle or ended, and saying so exactly once.
+
+Inactivity is the TTL of each session's ``alive`` key, refreshed by every append. Two paths notice that
+it ran out, because neither is enough alone:
+
+- the **listener** subscribes to Redis keyspace expiry events (``notify-keyspace-events`` gains ``Ex``
+  at start when the server allows CONFIG SET; existing flags are kept). Events are fast (tens of ms after
+  the TTL at ``hz 10``) but fire-and-forget: none arrive while no sidecar listens.
+- the **sweeper** scans the ``deadlines`` ZSET (kept by the store on create/append) for entries in the
+  past. An entry may be early, never late (the store moves it lazily), so the sweeper checks the alive key
+  before queueing anything and re-scores live sessions.
+
+Either path only *queues* a session-end job (``end_queue``); the job's worker performs the EXPIRED
+transition (an atomic script that refuses if the session was revived meanwhile) and runs the pipeline.
+Only the sidecar whose transition moved the session emits the EXPIRED event.
+
+Idle marking (active -> idle after the channel's idle threshold) uses its own ZSET of check times: a
+session is looked at about once per idle threshold, and appends (which make an idle session active
+again inside the append script) need no extra write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+
+from ..errors import Conflict, FailedPrecondition, NotFound
+from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
+from .events import EventLog, EventType, SessionEvent
+from .keys import KeySpace
+from .limits import check_id
+from .model import PromotionState, Session, SessionStatus
+from .policies import POLICY_FIELD, ChannelPolicy, PolicyBook
+from .store import SessionStore, now_ms
+
+log = logging.getLogger("memlane.lifecycle")
+
+_ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
+_SWEEP_BATCH = 500
+
+
+def merge_keyspace_flags(current: str) -> str:
+    """``current`` plus what expiry events need (E: keyevent channel, x: expired), nothing removed."""
+    flags = current
+    if "E" not in flags:
+        flags += "E"
+    if "x" not in flags and "A" not in flags:
+        flags += "x"
+    return flags
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        store: SessionStore,
+        keys: KeySpace,
+        policies: PolicyBook,
+        events: EventLog,
+        queue: SessionEndQueue,
+        *,
+        configure_keyspace_events: bool = True,
+        sweep_interval_s: float = 1.0,
+        dedupe_window_ms: int = 30_000,
+    ) -> None:
+        self._redis = redis
+        self._store = store
+        self._keys = keys
+        self.policies = policies
+        self.events = events
+        self.queue = queue
+        self._configure = configure_keyspace_events
+        self._interval = sweep_interval_s
+        self._dedupe_ms = dedupe_window_ms
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self.listening = asyncio.Event()  # set once the expiry subscription is live
+
+    # ------------------------------------------------------------------ running
+
+    async def start(self) -> None:
+        await self.queue.ensure_group()
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="memlane-expiry-listener"),
+            asyncio.create_task(self._sweep_loop(), name="memlane-sweeper"),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+
+    async def _enable_keyspace_events(self) -> None:
+        if not self._configure:
+            return
+        try:
+            current = (await self._redis.config_get("notify-keyspace-events")).get(
+                "notify-keyspace-events", ""
+            )
+            current = current.decode() if isinstance(current, bytes) else str(current)
+            wanted = merge_keyspace_flags(current)
+            if wanted != current:
+                await self._redis.config_set("notify-keyspace-events", wanted)
+                log.info("enabled keyspace expiry events", extra={"flags": wanted})
+        except ResponseError as exc:
+            # Managed Redis often forbids CONFIG; the sweeper still ends every session, only later.
+            log.warning("cannot enable keyspace events; relying on the sweeper", extra={"error": str(exc)})
+
+    async def _listen(self) -> None:
+        db = int(self._redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+        channel = f"__keyevent@{db}__:expired"
+        backoff = 0.1
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await self._enable_keyspace_events()
+                await pubsub.subscribe(channel)
+                self.listening.set()
+                self._wake.set()  # events were lost while we were not subscribed: sweep now
+                backoff = 0.1
+                while True:
+                    # A bounded wait rather than listen(): the pool's socket timeout would break a long read.
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if msg is None or msg.get("type") != "message":
+                        continue
+                    key = msg["data"].decode() if isinstance(msg["data"], bytes) else str(msg["data"])
+                    sid = self._keys.session_id_from_alive_key(key)
+                    if sid is not None:
+                        await self.queue.enqueue_once(sid, REASON_EXPIRED, now_ms(), self._dedupe_ms)
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                self.listening.clear()
+                log.warning("expiry listener lost redis; resubscribing", extra={"error": repr(exc)})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            try:
+                await self.sweep_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("session sweep failed; retrying next interval")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+            self._wake.clear()
+
+    # ------------------------------------------------------------------ sweeping
+
+    async def sweep_once(self) -> int:
+        """One pass over due deadlines and idle checks; returns how many sessions were queued to end."""
+        queued = await self._sweep_deadlines(now_ms())
+        await self._sweep_idle(now_ms())
+        return queued
+
+    async def _sweep_deadlines(self, now: int) -> int:
+        due: Any = await self._redis.zrangebyscore(self._keys.deadlines(), "-inf", now, start=0, num=_SWEEP_BATCH)
+        if not due:
+            return 0
+        sids = [d.decode() for d in due]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sid in sids:
+                pipe.pttl(self._keys.session(sid).alive)
+            ttls = await pipe.execute()
+        queued = 0
+        rescore: dict[str, int] = {}
+        for sid, pttl in zip(sids, ttls, strict=True):
+            if pttl is not None and int(pttl) > 0:
+                rescore[sid] = now + int(pttl)  # an early entry: the session is alive, look again then
+            elif int(pttl) == -1:
+                await self._redis.zrem(self._keys.deadlines(), sid)  # alive without expiry: not ours to end
+            else:
+                queued += int(await self.queue.enqueue_once(sid, REASON_EXPIRED, now, self._dedupe_ms))
+        if rescore:
+            await self._redis.zadd(self._keys.deadlines(), dict[Any, Any](rescore), xx=True)
+        return queued
+
+    async def _sweep_idle(self, now: int) -> None:
+        due: Any = await self._redis.zrangebyscore(self._keys.idle_due(), "-inf", now, start=0, num=_SWEEP_BATCH)
+        if not due:
+            return
+        sids = [d.decode() for d in due]
+        fields = ["status", "last_activity_at_ms", "extra", "user_id", "channel", "promotion_state"]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sid in sids:
+                pipe.hmget(self._keys.session(sid).doc, fields)
+            rows = await pipe.execute()
+        drop: list[str] = []
+        rescore: dict[str, int] = {}
+        for sid, (status_b, last_b, extra_b, user_b, channel_b, promo_b) in zip(sids, rows, strict=True):
+            if status_b is None:
+                drop.append(sid)
+                continue
+            status = SessionStatus(int(status_b))
+            extra = orjson.loads(extra_b) if extra_b else {}
+            record = extra.get(POLICY_FIELD)
+            channel = (channel_b or b"").decode()
+            policy = (
+                ChannelPolicy.from_record(record)
+                if isinstance(record, dict)
+                else self.policies.for_channel(channel)
+            )
+            idle_ms = int(policy.idle_after * 1000)
+            if status in _ENDED or idle_ms <= 0:
+                drop.append(sid)
+                continue
+            last = int(last_b or 0)
+            if status is SessionStatus.ACTIVE and last + idle_ms > now:
+                rescore[sid] = last + idle_ms
+                continue
+            rescore[sid] = now + idle_ms  # idle (or just made idle): look again in case it wakes up
+            if status is SessionStatus.ACTIVE:
+                try:
+                    prev = await self._store.transition(
+                        sid, SessionStatus.IDLE, (SessionStatus.ACTIVE,), "idle_at_ms"
+                    )
+                except (NotFound, FailedPrecondition):
+                    continue
+                if prev is SessionStatus.ACTIVE:
+                    await self.events.emit(
+                        SessionEvent(
+                            EventType.IDLE,
+                            sid,
+                            (user_b or b"").decode(),
+                            channel,
+                            SessionStatus.IDLE,
+                            PromotionState(int(promo_b or 1)),
+                            now,
+                        )
+                    )
+        if drop:
+            await self._redis.zrem(self._keys.idle_due(), *drop)
+        if rescore:
+            await self._redis.zadd(self._keys.idle_due(), dict[Any, Any](rescore), xx=True)
+
+    # ------------------------------------------------------------------ transitions
+
+    async def created(self, s: Session) -> None:
+        """Schedules the first idle check of a new session."""
+        idle_ms = int(self.policies.for_session(s).idle_after * 1000)
+        if idle_ms > 0:
+            await self._redis.zadd(self._keys.idle_due(), {s.session_id: s.last_activity_at_ms + idle_ms})
+
+    async def close(self, session_id: str) -> Session:
+        """CloseSession: ends the session and queues its end pipeline. Repeating it is harmless, and a
+        retry after a crash between the two steps still queues the pipeline."""
+        check_id(session_id, "session_id")
+        prev = await self._store.transition(
+            session_id,
+            SessionStatus.CLOSED,
+            (SessionStatus.ACTIVE, SessionStatus.IDLE, SessionStatus.EXPIRED),
+            "closed_at_ms",
+        )
+        s = await self._store.get(session_id)
+        if prev in (SessionStatus.ACTIVE, SessionStatus.IDLE):
+            await self._redis.zrem(self._keys.idle_due(), session_id)
+            await self.events.emit(SessionEvent.of(EventType.CLOSED, s, s.closed_at_ms))
+        if s.promotion_state in (PromotionState.NONE, PromotionState.UNSPECIFIED):
+            await self.queue.enqueue_once(session_id, REASON_CLOSED, now_ms(), self._dedupe_ms)
+        return s
+
+    async def expire(self, session_id: str) -> Session | None:
+        """The EXPIRED transition, run by the session-end worker. Returns the session if it has ended
+        (now or before, expired or closed), None if it is alive again or gone."""
+        try:
+            prev = await self._store.transition(
+                session_id, SessionStatus.EXPIRED, (SessionStatus.ACTIVE, SessionStatus.IDLE), "expired_at_ms"
+            )
+        except NotFound:
+            await self._forget(session_id)
+            return None
+        except Conflict:
+            # Revived between the expiry and now: track its new deadline again.
+            pttl = int(await self._redis.pttl(self._keys.session(session_id).alive))
+            if pttl > 0:
+                await self._redis.zadd(self._keys.deadlines(), {session_id: now_ms() + pttl})
+            return None
+        except FailedPrecondition:
+            prev = SessionStatus.CLOSED  # closed meanwhile: ended all the same
+            await self._redis.zrem(self._keys.deadlines(), session_id)
+        s = await self._store.get(session_id)
+        if s.status not in _ENDED:
+            return None
+        if prev in (SessionStatus.ACTIVE, SessionStatus.IDLE):
+            await self._redis.zrem(self._keys.idle_due(), session_id)
+            await self.events.emit(SessionEvent.of(EventType.EXPIRED, s, s.expired_at_ms))
+        return s
+
+    async def reactivate(self, session_id: str) -> Session:
+        """An ended session becomes active again (resumption): status, inactivity TTL, deadline, idle
+        check, and a fresh promotion state so its next end runs the pipeline for the new turns."""
+        await self._store.transition(
+            session_id,
+            SessionStatus.ACTIVE,
+            (SessionStatus.CLOSED, SessionStatus.EXPIRED, SessionStatus.IDLE),
+        )
+        await self._store.set_promotion_state(session_id, PromotionState.NONE)
+        s = await self._store.get(session_id)
+        now = now_ms()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if s.ttl_seconds > 0:
+                pipe.set(self._keys.session(session_id).alive, 1, px=s.ttl_seconds * 1000)
+                pipe.zadd(self._keys.deadlines(), {session_id: now + s.ttl_seconds * 1000})
+            idle_ms = int(self.policies.for_session(s).idle_after * 1000)
+            if idle_ms > 0:
+                pipe.zadd(self._keys.idle_due(), {session_id: now + idle_ms})
+            pipe.hset(self._keys.session(session_id).doc, "last_activity_at_ms", now)
+            await pipe.execute()
+        s.last_activity_at_ms = now
+        return s
+
+    async def _forget(self, session_id: str) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self._keys.deadlines(), session_id)
+            pipe.zrem(self._keys.idle_due(), session_id)
+            await pipe.execute()

@@ -1,0 +1,41 @@
+"""Fixtures for long-term memory tests: one real ONNX embedder per run, a real LanceDB per test.
+
+Import the fixtures into a test module (``from tests.ltm_fixtures import embedder, memory``) so
+pytest registers them there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from memlane_server.embedding import OnnxEmbedder, default_spec
+from memlane_server.extraction import find_pii
+from memlane_server.ltm import LanceMemoryStore, MemoryPolicy, MemoryService
+
+
+@pytest_asyncio.fixture(scope="session")
+async def embedder() -> AsyncIterator[OnnxEmbedder]:
+    emb = OnnxEmbedder.load(default_spec())
+    yield emb
+    await emb.close()
+
+
+async def open_memory(
+    path: Path, embedder: OnnxEmbedder, policy: MemoryPolicy | None = None, **kwargs: object
+) -> MemoryService:
+    store = await LanceMemoryStore.open(str(path), embedder.ndims)
+    return MemoryService(store, embedder, policy, guard=find_pii, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest_asyncio.fixture
+async def memory(tmp_path: Path, embedder: OnnxEmbedder) -> AsyncIterator[MemoryService]:
+    svc = await open_memory(tmp_path / "ltm", embedder)
+    yield svc
+    await svc.close()
+    svc.store.close()
+
+
+__all__ = ["embedder", "memory", "open_memory", "pytest"]

@@ -1,0 +1,1 @@
+"""Test peers: small local servers speaking a real wire protocol (never shipped, never mocks of our code)."""
