@@ -2,15 +2,19 @@
 
 Each method takes the request message, or its fields as keyword arguments, plus ``timeout`` (seconds;
 the call's deadline). Writes get client-side ids when they have none, which makes every call safe to
-retry, so UNAVAILABLE is retried with backoff on all of them; other codes raise the typed error at once.
+retry, so UNAVAILABLE is retried with backoff on unary calls (and on a stream before its first item);
+other codes raise the typed error at once. ``grpc.RpcError`` never escapes.
+
+The RPCs are declared once, in ``_Rpcs``, as descriptors; both clients inherit them and supply the
+transport (blocking or asyncio), so the two can never drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import grpc
 from google.protobuf.message import Message as ProtoMessage
@@ -18,19 +22,33 @@ from google.protobuf.message import Message as ProtoMessage
 from ._errors import from_rpc_error
 from ._ids import new_id
 from ._retry import RetryPolicy
+from .v1 import admin_pb2 as apb
+from .v1 import admin_pb2_grpc as apb_grpc
 from .v1 import context_pb2 as cpb
 from .v1 import context_pb2_grpc as cpb_grpc
+from .v1 import memory_pb2 as mpb
+from .v1 import memory_pb2_grpc as mpb_grpc
 from .v1 import session_service_pb2 as spb
 from .v1 import session_service_pb2_grpc as spb_grpc
 
-R = TypeVar("R", bound=ProtoMessage)
+Req = TypeVar("Req", bound=ProtoMessage)
+Resp = TypeVar("Resp", bound=ProtoMessage)
+Req_contra = TypeVar("Req_contra", bound=ProtoMessage, contravariant=True)
+Resp_co = TypeVar("Resp_co", bound=ProtoMessage, covariant=True)
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
 AGENT_HEADER = "x-memlane-agent"
 
+_STUBS: dict[str, Callable[[Any], Any]] = {
+    "sessions": spb_grpc.SessionServiceStub,
+    "context": cpb_grpc.ContextServiceStub,
+    "memory": mpb_grpc.MemoryServiceStub,
+    "admin": apb_grpc.AdminServiceStub,
+}
 
-def _build(cls: type[R], request: R | None, fields: dict[str, Any]) -> R:
+
+def _build(cls: type[Req], request: Req | None, fields: dict[str, Any]) -> Req:
     if request is not None and fields:
         raise TypeError("pass either a request message or keyword fields, not both")
     if request is not None:
@@ -69,7 +87,152 @@ def _channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
     ]
 
 
-class Client:
+# ------------------------------------------------------------------------------------ method shapes
+
+
+class _SyncUnary(Protocol[Req_contra, Resp_co]):
+    def __call__(
+        self, request: Req_contra | None = None, /, *, timeout: float | None = None, **fields: Any
+    ) -> Resp_co: ...
+
+
+class _AsyncUnary(Protocol[Req_contra, Resp_co]):
+    def __call__(
+        self, request: Req_contra | None = None, /, *, timeout: float | None = None, **fields: Any
+    ) -> Awaitable[Resp_co]: ...
+
+
+class _SyncStream(Protocol[Req_contra, Resp_co]):
+    def __call__(
+        self, request: Req_contra | None = None, /, *, timeout: float | None = None, **fields: Any
+    ) -> Iterator[Resp_co]: ...
+
+
+class _AsyncStream(Protocol[Req_contra, Resp_co]):
+    def __call__(
+        self, request: Req_contra | None = None, /, *, timeout: float | None = None, **fields: Any
+    ) -> AsyncIterator[Resp_co]: ...
+
+
+class _Unary(Generic[Req, Resp]):
+    """Declares a unary RPC; on a client instance it is that client's method."""
+
+    def __init__(self, service: str, method: str, request: type[Req], response: type[Resp]) -> None:
+        self.service, self.method, self.request = service, method, request
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Unary[Req, Resp]: ...
+    @overload
+    def __get__(self, obj: Client, owner: type) -> _SyncUnary[Req, Resp]: ...
+    @overload
+    def __get__(self, obj: AsyncClient, owner: type) -> _AsyncUnary[Req, Resp]: ...
+    def __get__(self, obj: _Transport | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        spec = self
+
+        def call(request: Req | None = None, /, *, timeout: float | None = None, **fields: Any) -> Any:
+            return obj._unary(spec, _build(spec.request, request, fields), timeout)
+
+        return call
+
+
+class _Stream(Generic[Req, Resp]):
+    """Declares a server-streaming RPC; on a client instance it is that client's method."""
+
+    def __init__(self, service: str, method: str, request: type[Req], response: type[Resp]) -> None:
+        self.service, self.method, self.request = service, method, request
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Stream[Req, Resp]: ...
+    @overload
+    def __get__(self, obj: Client, owner: type) -> _SyncStream[Req, Resp]: ...
+    @overload
+    def __get__(self, obj: AsyncClient, owner: type) -> _AsyncStream[Req, Resp]: ...
+    def __get__(self, obj: _Transport | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        spec = self
+
+        def call(request: Req | None = None, /, *, timeout: float | None = None, **fields: Any) -> Any:
+            return obj._stream(spec, _build(spec.request, request, fields), timeout)
+
+        return call
+
+
+class _Rpcs:
+    """Every RPC of memlane.v1, once. Docs: the comments in protos/memlane/v1/*.proto."""
+
+    # SessionService
+    create_session = _Unary("sessions", "CreateSession", spb.CreateSessionRequest, spb.CreateSessionResponse)
+    get_session = _Unary("sessions", "GetSession", spb.GetSessionRequest, spb.GetSessionResponse)
+    list_sessions = _Unary("sessions", "ListSessions", spb.ListSessionsRequest, spb.ListSessionsResponse)
+    update_session = _Unary("sessions", "UpdateSession", spb.UpdateSessionRequest, spb.UpdateSessionResponse)
+    close_session = _Unary("sessions", "CloseSession", spb.CloseSessionRequest, spb.CloseSessionResponse)
+    append_messages = _Unary(
+        "sessions", "AppendMessages", spb.AppendMessagesRequest, spb.AppendMessagesResponse
+    )
+    list_messages = _Unary("sessions", "ListMessages", spb.ListMessagesRequest, spb.ListMessagesResponse)
+    promote_session = _Unary(
+        "sessions", "PromoteSession", spb.PromoteSessionRequest, spb.PromoteSessionResponse
+    )
+    watch_session_events = _Stream(
+        "sessions", "WatchSessionEvents", spb.WatchSessionEventsRequest, spb.WatchSessionEventsResponse
+    )
+    # ContextService
+    assemble_context = _Stream(
+        "context", "AssembleContext", cpb.AssembleContextRequest, cpb.AssembleContextResponse
+    )
+    submit_summary = _Unary("context", "SubmitSummary", cpb.SubmitSummaryRequest, cpb.SubmitSummaryResponse)
+    get_turn_trace = _Unary("context", "GetTurnTrace", cpb.GetTurnTraceRequest, cpb.GetTurnTraceResponse)
+    list_turn_traces = _Unary(
+        "context", "ListTurnTraces", cpb.ListTurnTracesRequest, cpb.ListTurnTracesResponse
+    )
+    # MemoryService
+    search_memories = _Unary(
+        "memory", "SearchMemories", mpb.SearchMemoriesRequest, mpb.SearchMemoriesResponse
+    )
+    get_profile = _Unary("memory", "GetProfile", mpb.GetProfileRequest, mpb.GetProfileResponse)
+    create_memory = _Unary("memory", "CreateMemory", mpb.CreateMemoryRequest, mpb.CreateMemoryResponse)
+    get_memory = _Unary("memory", "GetMemory", mpb.GetMemoryRequest, mpb.GetMemoryResponse)
+    list_memories = _Unary("memory", "ListMemories", mpb.ListMemoriesRequest, mpb.ListMemoriesResponse)
+    update_memory = _Unary("memory", "UpdateMemory", mpb.UpdateMemoryRequest, mpb.UpdateMemoryResponse)
+    delete_memory = _Unary("memory", "DeleteMemory", mpb.DeleteMemoryRequest, mpb.DeleteMemoryResponse)
+    record_feedback = _Unary(
+        "memory", "RecordFeedback", mpb.RecordFeedbackRequest, mpb.RecordFeedbackResponse
+    )
+    extract_memories = _Unary(
+        "memory", "ExtractMemories", mpb.ExtractMemoriesRequest, mpb.ExtractMemoriesResponse
+    )
+    # AdminService
+    export_user_data = _Stream(
+        "admin", "ExportUserData", apb.ExportUserDataRequest, apb.ExportUserDataResponse
+    )
+    forget_user = _Unary("admin", "ForgetUser", apb.ForgetUserRequest, apb.ForgetUserResponse)
+
+
+class _Transport:
+    """What the descriptors need of a client: a channel's stubs, credentials, deadline and retries."""
+
+    def __init__(self, channel: Any, token: str | None, agent_id: str | None, timeout: float,
+                 retry: RetryPolicy | None) -> None:
+        self._channel = channel
+        self._metadata = _metadata(token, agent_id)
+        self._timeout = timeout
+        self._retry = retry or RetryPolicy()
+        self._stubs = {name: make(channel) for name, make in _STUBS.items()}
+
+    def _rpc(self, spec: _Unary[Any, Any] | _Stream[Any, Any]) -> Callable[..., Any]:
+        return getattr(self._stubs[spec.service], spec.method)
+
+    def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
+        raise NotImplementedError
+
+    def _stream(self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
+        raise NotImplementedError
+
+
+class Client(_Transport, _Rpcs):
     """Blocking client. Use as a context manager or call ``close()``."""
 
     def __init__(
@@ -84,16 +247,12 @@ class Client:
         max_message_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         opts = _channel_options(max_message_bytes)
-        self._channel = (
+        channel = (
             grpc.secure_channel(target, credentials, options=opts)
             if credentials
             else grpc.insecure_channel(target, options=opts)
         )
-        self._metadata = _metadata(token, agent_id)
-        self._timeout = timeout
-        self._retry = retry or RetryPolicy()
-        self._sessions = spb_grpc.SessionServiceStub(self._channel)
-        self._context = cpb_grpc.ContextServiceStub(self._channel)
+        super().__init__(channel, token, agent_id, timeout, retry)
 
     def __enter__(self) -> Client:
         return self
@@ -104,20 +263,13 @@ class Client:
     def close(self) -> None:
         self._channel.close()
 
-    def _unary(
-        self,
-        rpc: Callable[..., Any],
-        cls: type[R],
-        request: R | None,
-        fields: dict[str, Any],
-        timeout: float | None,
-    ) -> Any:
-        req = _build(cls, request, fields)
-        _prepare(req)
+    def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
+        _prepare(request)
+        rpc = self._rpc(spec)
         attempt = 1
         while True:
             try:
-                return rpc(req, timeout=timeout or self._timeout, metadata=self._metadata)
+                return rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
                     time.sleep(self._retry.backoff(attempt))
@@ -125,132 +277,26 @@ class Client:
                     continue
                 raise from_rpc_error(exc) from None
 
-    def _stream(
-        self,
-        rpc: Callable[..., Any],
-        cls: type[R],
-        request: R | None,
-        fields: dict[str, Any],
-        timeout: float | None,
-    ) -> Iterator[Any]:
-        req = _build(cls, request, fields)
-        try:
-            yield from rpc(req, timeout=timeout or self._timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-
-    # --- SessionService
-    def create_session(
-        self,
-        request: spb.CreateSessionRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.CreateSessionResponse:
-        return self._unary(self._sessions.CreateSession, spb.CreateSessionRequest, request, fields, timeout)
-
-    def get_session(
-        self, request: spb.GetSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
-    ) -> spb.GetSessionResponse:
-        return self._unary(self._sessions.GetSession, spb.GetSessionRequest, request, fields, timeout)
-
-    def list_sessions(
-        self,
-        request: spb.ListSessionsRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.ListSessionsResponse:
-        return self._unary(self._sessions.ListSessions, spb.ListSessionsRequest, request, fields, timeout)
-
-    def update_session(
-        self,
-        request: spb.UpdateSessionRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.UpdateSessionResponse:
-        return self._unary(self._sessions.UpdateSession, spb.UpdateSessionRequest, request, fields, timeout)
-
-    def close_session(
-        self,
-        request: spb.CloseSessionRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.CloseSessionResponse:
-        return self._unary(self._sessions.CloseSession, spb.CloseSessionRequest, request, fields, timeout)
-
-    def append_messages(
-        self,
-        request: spb.AppendMessagesRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.AppendMessagesResponse:
-        return self._unary(self._sessions.AppendMessages, spb.AppendMessagesRequest, request, fields, timeout)
-
-    def list_messages(
-        self,
-        request: spb.ListMessagesRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.ListMessagesResponse:
-        return self._unary(self._sessions.ListMessages, spb.ListMessagesRequest, request, fields, timeout)
-
-    # --- ContextService
-    def assemble_context(
-        self,
-        request: cpb.AssembleContextRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> Iterator[cpb.AssembleContextResponse]:
-        """Streams one response per block, then one with the stats."""
-        return self._stream(
-            self._context.AssembleContext, cpb.AssembleContextRequest, request, fields, timeout
-        )
-
-    def submit_summary(
-        self,
-        request: cpb.SubmitSummaryRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> cpb.SubmitSummaryResponse:
-        return self._unary(self._context.SubmitSummary, cpb.SubmitSummaryRequest, request, fields, timeout)
-
-    def get_turn_trace(
-        self,
-        request: cpb.GetTurnTraceRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> cpb.GetTurnTraceResponse:
-        return self._unary(self._context.GetTurnTrace, cpb.GetTurnTraceRequest, request, fields, timeout)
-
-    def list_turn_traces(
-        self,
-        request: cpb.ListTurnTracesRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> cpb.ListTurnTracesResponse:
-        return self._unary(self._context.ListTurnTraces, cpb.ListTurnTracesRequest, request, fields, timeout)
+    def _stream(self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None) -> Iterator[Any]:
+        rpc = self._rpc(spec)
+        attempt = 1
+        while True:
+            started = False
+            try:
+                for item in rpc(request, timeout=timeout or self._timeout, metadata=self._metadata):
+                    started = True
+                    yield item
+                return
+            except grpc.RpcError as exc:
+                retry = not started and exc.code() in self._retry.retryable
+                if retry and attempt < self._retry.max_attempts:
+                    time.sleep(self._retry.backoff(attempt))
+                    attempt += 1
+                    continue
+                raise from_rpc_error(exc) from None
 
 
-class AsyncClient:
+class AsyncClient(_Transport, _Rpcs):
     """asyncio client (grpc.aio). Use ``async with`` or ``await close()``."""
 
     def __init__(
@@ -265,16 +311,12 @@ class AsyncClient:
         max_message_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         opts = _channel_options(max_message_bytes)
-        self._channel = (
+        channel = (
             grpc.aio.secure_channel(target, credentials, options=opts)
             if credentials
             else grpc.aio.insecure_channel(target, options=opts)
         )
-        self._metadata = _metadata(token, agent_id)
-        self._timeout = timeout
-        self._retry = retry or RetryPolicy()
-        self._sessions = spb_grpc.SessionServiceStub(self._channel)
-        self._context = cpb_grpc.ContextServiceStub(self._channel)
+        super().__init__(channel, token, agent_id, timeout, retry)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -285,20 +327,13 @@ class AsyncClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _unary(
-        self,
-        rpc: Callable[..., Any],
-        cls: type[R],
-        request: R | None,
-        fields: dict[str, Any],
-        timeout: float | None,
-    ) -> Any:
-        req = _build(cls, request, fields)
-        _prepare(req)
+    async def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
+        _prepare(request)
+        rpc = self._rpc(spec)
         attempt = 1
         while True:
             try:
-                return await rpc(req, timeout=timeout or self._timeout, metadata=self._metadata)
+                return await rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
                     await asyncio.sleep(self._retry.backoff(attempt))
@@ -307,147 +342,24 @@ class AsyncClient:
                 raise from_rpc_error(exc) from None
 
     async def _stream(
-        self,
-        rpc: Callable[..., Any],
-        cls: type[R],
-        request: R | None,
-        fields: dict[str, Any],
-        timeout: float | None,
+        self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None
     ) -> AsyncIterator[Any]:
-        req = _build(cls, request, fields)
-        try:
-            async for item in rpc(req, timeout=timeout or self._timeout, metadata=self._metadata):
-                yield item
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-
-    # --- SessionService
-    async def create_session(
-        self,
-        request: spb.CreateSessionRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.CreateSessionResponse:
-        return await self._unary(
-            self._sessions.CreateSession, spb.CreateSessionRequest, request, fields, timeout
-        )
-
-    async def get_session(
-        self, request: spb.GetSessionRequest | None = None, /, *, timeout: float | None = None, **fields: Any
-    ) -> spb.GetSessionResponse:
-        return await self._unary(self._sessions.GetSession, spb.GetSessionRequest, request, fields, timeout)
-
-    async def list_sessions(
-        self,
-        request: spb.ListSessionsRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.ListSessionsResponse:
-        return await self._unary(
-            self._sessions.ListSessions, spb.ListSessionsRequest, request, fields, timeout
-        )
-
-    async def update_session(
-        self,
-        request: spb.UpdateSessionRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.UpdateSessionResponse:
-        return await self._unary(
-            self._sessions.UpdateSession, spb.UpdateSessionRequest, request, fields, timeout
-        )
-
-    async def close_session(
-        self,
-        request: spb.CloseSessionRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.CloseSessionResponse:
-        return await self._unary(
-            self._sessions.CloseSession, spb.CloseSessionRequest, request, fields, timeout
-        )
-
-    async def append_messages(
-        self,
-        request: spb.AppendMessagesRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.AppendMessagesResponse:
-        return await self._unary(
-            self._sessions.AppendMessages, spb.AppendMessagesRequest, request, fields, timeout
-        )
-
-    async def list_messages(
-        self,
-        request: spb.ListMessagesRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> spb.ListMessagesResponse:
-        return await self._unary(
-            self._sessions.ListMessages, spb.ListMessagesRequest, request, fields, timeout
-        )
-
-    # --- ContextService
-    def assemble_context(
-        self,
-        request: cpb.AssembleContextRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> AsyncIterator[cpb.AssembleContextResponse]:
-        """Streams one response per block, then one with the stats (``async for``)."""
-        return self._stream(
-            self._context.AssembleContext, cpb.AssembleContextRequest, request, fields, timeout
-        )
-
-    async def submit_summary(
-        self,
-        request: cpb.SubmitSummaryRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> cpb.SubmitSummaryResponse:
-        return await self._unary(
-            self._context.SubmitSummary, cpb.SubmitSummaryRequest, request, fields, timeout
-        )
-
-    async def get_turn_trace(
-        self,
-        request: cpb.GetTurnTraceRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> cpb.GetTurnTraceResponse:
-        return await self._unary(
-            self._context.GetTurnTrace, cpb.GetTurnTraceRequest, request, fields, timeout
-        )
-
-    async def list_turn_traces(
-        self,
-        request: cpb.ListTurnTracesRequest | None = None,
-        /,
-        *,
-        timeout: float | None = None,
-        **fields: Any,
-    ) -> cpb.ListTurnTracesResponse:
-        return await self._unary(
-            self._context.ListTurnTraces, cpb.ListTurnTracesRequest, request, fields, timeout
-        )
+        rpc = self._rpc(spec)
+        attempt = 1
+        while True:
+            started = False
+            try:
+                async for item in rpc(request, timeout=timeout or self._timeout, metadata=self._metadata):
+                    started = True
+                    yield item
+                return
+            except grpc.RpcError as exc:
+                retry = not started and exc.code() in self._retry.retryable
+                if retry and attempt < self._retry.max_attempts:
+                    await asyncio.sleep(self._retry.backoff(attempt))
+                    attempt += 1
+                    continue
+                raise from_rpc_error(exc) from None
 
 
 def iter_pages(fetch: Callable[[str], Any], items: str) -> Iterator[Any]:

@@ -23,6 +23,7 @@ from memlane.v1 import (
 from prometheus_client import CollectorRegistry
 
 from .access.authenticate import Authenticator
+from .access.identity import Caller
 from .access.policy import PolicyFile
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
@@ -46,9 +47,22 @@ from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService, RecallQuery, Visibility
 from .observability.admin_http import AdminHttpServer
 from .observability.metrics import RpcMetrics
+from .pipelines import (
+    LtmPromoter,
+    ParquetArchive,
+    PipelineConfig,
+    Resumer,
+    SessionEndPipeline,
+    SessionEndWorker,
+    WorkerConfig,
+)
+from .sessions.end_queue import SessionEndQueue
+from .sessions.events import EventLog
 from .sessions.keys import KeySpace
+from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
 from .sessions.model import Topology
+from .sessions.policies import PolicyBook
 from .sessions.store import SessionStore
 from .summarizers import (
     ExtractiveSummarizer,
@@ -63,6 +77,11 @@ from .tokens import TokenCounter
 log = logging.getLogger("memlane")
 
 
+def _who(user_id: str, viewer: Caller) -> Visibility:
+    """The LTM view of a caller: its own and its groups' items, always inside one user."""
+    return Visibility(user_id, viewer.agent_id, sorted(viewer.groups))
+
+
 class LtmMemorySource:
     """Adapts ``ltm.MemoryService`` to assembly's ``MemorySource``; what it returns gets injected, so
     each returned item counts one use (batched, off the hot path)."""
@@ -70,19 +89,17 @@ class LtmMemorySource:
     def __init__(self, memory: MemoryService) -> None:
         self._memory = memory
 
-    async def profile(self, user_id: str, agent_id: str, limit_tokens: int) -> list[MemoryHit]:
+    async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         # About four characters a token for English prose; the profile is capped again by assembly.
-        profile = await self._memory.profile(
-            Visibility(user_id, agent_id), max_chars=max(1, limit_tokens * 4)
-        )
+        profile = await self._memory.profile(_who(user_id, viewer), max_chars=max(1, limit_tokens * 4))
         items = profile.items()
         await self._memory.bump_usage([i.id for i in items])
         return [MemoryHit(i.id, i.content, i.importance) for i in items]
 
-    async def recall(self, user_id: str, agent_id: str, query: str, limit: int) -> list[MemoryHit]:
+    async def recall(self, user_id: str, viewer: Caller, query: str, limit: int) -> list[MemoryHit]:
         if not query.strip():
             return []
-        hits = await self._memory.search(RecallQuery(Visibility(user_id, agent_id), query[-2000:], limit))
+        hits = await self._memory.search(RecallQuery(_who(user_id, viewer), query[-2000:], limit))
         await self._memory.bump_usage([h.item.id for h in hits])
         return [MemoryHit(h.item.id, h.item.content, h.score) for h in hits]
 
@@ -160,6 +177,8 @@ class Sidecar:
         if s.ltm_enabled:
             await self._build_ltm()
         self.context = self._build_context(tokens)
+        extractor = self._build_extractor() if self.ltm is not None else None
+        self._build_lifecycle(tokens, extractor)
 
         metrics = RpcMetrics(self.registry)
         server = grpc.aio.server(
@@ -170,12 +189,15 @@ class Sidecar:
                 ("grpc.keepalive_permit_without_calls", 1),
             ],
         )
-        session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(self.sessions), server)
+        session_service_pb2_grpc.add_SessionServiceServicer_to_server(
+            SessionServicer(
+                self.sessions, lifecycle=self.lifecycle, pipeline=self.pipeline, resumer=self.resumer
+            ),
+            server,
+        )
         context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
-        if self.ltm is not None:
-            memory_pb2_grpc.add_MemoryServiceServicer_to_server(
-                MemoryServicer(self.ltm, self._build_extractor()), server
-            )
+        if self.ltm is not None and extractor is not None:
+            memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.ltm, extractor), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -195,7 +217,66 @@ class Sidecar:
         if s.admin_listen:
             self._admin = AdminHttpServer(self.registry, self._healthy)
             self.admin_port = await self._admin.start(s.admin_listen)
+        # Lifecycle jobs start once the sidecar serves: a job may resume sessions that clients then read.
+        await self.lifecycle.start()
+        if s.pipeline_enabled:
+            await self.end_worker.start()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
+
+    def _build_lifecycle(self, tokens: TokenCounter, extractor: Extractor | None) -> None:
+        s = self.settings
+        claim_ms = int(s.pipeline_claim_timeout_seconds * 1000)
+        self.policies = PolicyBook.load(s.channel_policies_file, default_expire_after=s.session_ttl_seconds)
+        self.session_events = EventLog(self.redis, self.keys, max_len=s.events_max_len)
+        queue = SessionEndQueue(self.redis, self.keys)
+        self.lifecycle = Lifecycle(
+            self.redis,
+            self.sessions,
+            self.keys,
+            self.policies,
+            events=self.session_events,
+            queue=queue,
+            configure_keyspace_events=s.keyspace_events_configure,
+            sweep_interval_s=s.lifecycle_sweep_interval_seconds,
+            dedupe_window_ms=claim_ms,
+        )
+        # Session end has no agent to summarize for it: the "client" provider falls back to extractive.
+        summarizer: Summarizer = (
+            self._openai
+            if self._openai is not None
+            else ExtractiveSummarizer(tokens, s.default_model, self._executor)
+        )
+        promoter = (
+            LtmPromoter(self.ltm, extractor) if self.ltm is not None and extractor is not None else None
+        )
+        self.pipeline = SessionEndPipeline(
+            self.redis,
+            self.sessions,
+            self.keys,
+            self.lifecycle,
+            ParquetArchive(s.archive_uri or str(Path(s.data_dir) / "archive")),
+            summarizer=summarizer,
+            promoter=promoter,
+            config=PipelineConfig(
+                chunk_messages=s.pipeline_chunk_messages,
+                summary_tokens=s.pipeline_summary_tokens,
+                lease_ms=claim_ms,
+            ),
+        )
+        self.resumer = Resumer(self.redis, self.sessions, self.keys, self.lifecycle, self.pipeline)
+        self.end_worker = SessionEndWorker(
+            self.redis,
+            self.keys,
+            queue,
+            self.pipeline,
+            policies=self.policies,
+            config=WorkerConfig(
+                concurrency=s.pipeline_concurrency,
+                claim_timeout_ms=claim_ms,
+                retire_interval_s=s.lifecycle_sweep_interval_seconds,
+                retention_interval_s=s.archive_retention_interval_seconds,
+            ),
+        )
 
     async def _build_ltm(self) -> None:
         s = self.settings
@@ -334,6 +415,10 @@ class Sidecar:
             await self.policy.stop()
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_seconds)
+        if hasattr(self, "end_worker"):
+            await self.end_worker.stop()  # unfinished jobs stay queued for another sidecar or a restart
+        if hasattr(self, "lifecycle"):
+            await self.lifecycle.stop()
         if self._admin is not None:
             await self._admin.stop()
         if self.context is not None:

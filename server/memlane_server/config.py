@@ -90,6 +90,18 @@ class Settings:
     extractor_model: str = ""
     extractor_api_key: str = ""
     extractor_timeout_seconds: float = 30.0
+    # --- session lifecycle and the session-end pipeline (issue 5)
+    channel_policies_file: str = ""  # YAML/TOML of per-channel policies; empty: the default policy only
+    keyspace_events_configure: bool = True  # CONFIG SET notify-keyspace-events +Ex at start (merged)
+    lifecycle_sweep_interval_seconds: float = 1.0  # deadline / idle sweep (backs up lost expiry events)
+    events_max_len: int = 100_000  # lifecycle events kept in the stream WatchSessionEvents reads
+    pipeline_enabled: bool = True  # take session-end jobs in this sidecar
+    pipeline_concurrency: int = 2  # sessions one sidecar runs through the pipeline at once
+    pipeline_claim_timeout_seconds: float = 30.0  # a dead sidecar's job / session lease is taken over after
+    pipeline_chunk_messages: int = 200  # promotion chunk: progress is saved after each
+    pipeline_summary_tokens: int = 1024  # budget of the summary written at session end
+    archive_uri: str = ""  # Parquet archive: a directory or s3://bucket/prefix; empty: <data_dir>/archive
+    archive_retention_interval_seconds: float = 3600.0  # how often archives past retention are deleted
 
     @property
     def data_path(self) -> Path:

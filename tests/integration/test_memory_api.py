@@ -1,37 +1,20 @@
-"""MemoryService through the real gRPC server and the real client (typed errors included).
-
-The public ``memlane.Client`` has no memory methods yet; ``MemoryApi`` drives the real stub through
-the client's own channel and error mapping until it does.
-"""
+"""MemoryService through the real gRPC server and the real client (typed errors included)."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import memlane
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memlane.v1 import memory_pb2 as mpb
-from memlane.v1 import memory_pb2_grpc as mpb_grpc
 from memlane.v1 import session_pb2 as spb
 
 
-class MemoryApi:
-    def __init__(self, client: memlane.Client) -> None:
-        self._c = client
-        self._stub = mpb_grpc.MemoryServiceStub(client._channel)
-
-    def __getattr__(self, name: str) -> Any:
-        rpc = getattr(self._stub, name)
-        cls = getattr(mpb, f"{name}Request")
-        return lambda **fields: self._c._unary(rpc, cls, None, fields, None)
-
-
 @pytest.fixture(scope="module")
-def api(client: memlane.Client) -> MemoryApi:
-    return MemoryApi(client)
+def api(client: memlane.Client) -> memlane.Client:
+    return client
 
 
 def caller(user: str, agent: str = "agent-a") -> mpb.Caller:
@@ -42,8 +25,8 @@ def user_msg(mid: str, text: str) -> spb.Message:
     return spb.Message(message_id=mid, role=spb.ROLE_USER, content=text)
 
 
-def test_told_in_one_session_recalled_in_the_next(api: MemoryApi, user_id: str) -> None:
-    api.ExtractMemories(
+def test_told_in_one_session_recalled_in_the_next(api: memlane.Client, user_id: str) -> None:
+    api.extract_memories(
         caller=caller(user_id),
         session_id="s1",
         messages=[
@@ -52,16 +35,16 @@ def test_told_in_one_session_recalled_in_the_next(api: MemoryApi, user_id: str) 
         ],
         include_episodes=True,
     )
-    out = api.ExtractMemories(
+    out = api.extract_memories(
         caller=caller(user_id),
         session_id="s2",
         messages=[user_msg("m7", "I moved to Pune. From now on, use imperial units.")],
     )
     assert {m.outcome for m in out.memories} == {mpb.INGEST_OUTCOME_SUPERSEDED}
-    hits = api.SearchMemories(caller=caller(user_id), query="Where does the user live?", limit=3).results
+    hits = api.search_memories(caller=caller(user_id), query="Where does the user live?", limit=3).results
     assert hits[0].memory.content == "User lives in Pune."
     assert hits[0].parts.final == pytest.approx(hits[0].score)
-    profile = api.GetProfile(caller=caller(user_id))
+    profile = api.get_profile(caller=caller(user_id))
     texts = [m.content for m in [*profile.instructions, *profile.preferences, *profile.facts]]
     assert "From now on: use imperial units." in texts and "User lives in Pune." in texts
     assert "User prefers metric units." not in texts and "User lives in Bangalore." not in texts
@@ -72,67 +55,67 @@ def test_told_in_one_session_recalled_in_the_next(api: MemoryApi, user_id: str) 
     a=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=12),
     b=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=12),
 )
-def test_users_never_see_each_others_items(api: MemoryApi, a: str, b: str) -> None:
+def test_users_never_see_each_others_items(api: memlane.Client, a: str, b: str) -> None:
     if a == b:
         return
     tag = uuid.uuid4().hex[:8]
-    api.CreateMemory(
+    api.create_memory(
         caller=caller(a), kind=mpb.MEMORY_KIND_FACT, content=f"User keeps a parrot named Kiwi {tag}."
     )
     for who in (caller(b), caller(b, ""), caller(b + "' OR '1'='1")):
-        res = api.SearchMemories(caller=who, query=f"parrot Kiwi {tag}", limit=20).results
+        res = api.search_memories(caller=who, query=f"parrot Kiwi {tag}", limit=20).results
         assert all(r.memory.user_id == who.user_id for r in res)
-        listed = api.ListMemories(caller=mpb.Caller(user_id=who.user_id)).memories
+        listed = api.list_memories(caller=mpb.Caller(user_id=who.user_id)).memories
         assert all(m.user_id == who.user_id for m in listed)
 
 
-def test_merge_crud_feedback(api: MemoryApi, user_id: str) -> None:
-    first = api.CreateMemory(
+def test_merge_crud_feedback(api: memlane.Client, user_id: str) -> None:
+    first = api.create_memory(
         caller=caller(user_id), kind=mpb.MEMORY_KIND_PREFERENCE, content="User likes green tea."
     )
-    again = api.CreateMemory(
+    again = api.create_memory(
         caller=caller(user_id), kind=mpb.MEMORY_KIND_PREFERENCE, content="The user likes green tea"
     )
     assert again.outcome == mpb.INGEST_OUTCOME_MERGED and again.memory.memory_id == first.memory.memory_id
     mid = first.memory.memory_id
-    api.RecordFeedback(caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_USEFUL)
-    got = api.GetMemory(caller=caller(user_id), memory_id=mid).memory
+    api.record_feedback(caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_USEFUL)
+    got = api.get_memory(caller=caller(user_id), memory_id=mid).memory
     assert got.useful_count == 1 and got.usage_count == 1
-    api.UpdateMemory(
+    api.update_memory(
         caller=caller(user_id),
         memory=mpb.Memory(memory_id=mid, content="User likes jasmine tea."),
         update_mask={"paths": ["content"]},
     )
-    assert api.GetMemory(caller=caller(user_id), memory_id=mid).memory.content == "User likes jasmine tea."
-    api.RecordFeedback(caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_WRONG)
-    assert api.SearchMemories(caller=caller(user_id), query="jasmine tea").results == []
-    api.DeleteMemory(caller=caller(user_id), memory_id=mid)
+    assert api.get_memory(caller=caller(user_id), memory_id=mid).memory.content == "User likes jasmine tea."
+    api.record_feedback(caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_WRONG)
+    assert api.search_memories(caller=caller(user_id), query="jasmine tea").results == []
+    api.delete_memory(caller=caller(user_id), memory_id=mid)
     with pytest.raises(memlane.NotFoundError):
-        api.GetMemory(caller=caller(user_id), memory_id=mid)
+        api.get_memory(caller=caller(user_id), memory_id=mid)
     with pytest.raises(memlane.InvalidArgumentError):
-        api.UpdateMemory(
+        api.update_memory(
             caller=caller(user_id), memory=mpb.Memory(memory_id=mid), update_mask={"paths": ["user_id"]}
         )
 
 
-def test_pii_rejected_and_listing_pages(api: MemoryApi, user_id: str) -> None:
+def test_pii_rejected_and_listing_pages(api: memlane.Client, user_id: str) -> None:
     with pytest.raises(memlane.InvalidArgumentError):
-        api.CreateMemory(
+        api.create_memory(
             caller=caller(user_id), kind=mpb.MEMORY_KIND_FACT, content="User's card is 4111 1111 1111 1111"
         )
     with pytest.raises(memlane.InvalidArgumentError):
-        api.SearchMemories(caller=mpb.Caller(), query="x")
-    out = api.ExtractMemories(
+        api.search_memories(caller=mpb.Caller(), query="x")
+    out = api.extract_memories(
         caller=caller(user_id), messages=[user_msg("p1", "My email is a@b.io and I love it.")]
     )
     assert out.memories == [] and out.rejected_pii == 1
     for i in range(5):
-        api.CreateMemory(
+        api.create_memory(
             caller=caller(user_id), kind=mpb.MEMORY_KIND_FACT, content=f"User visited Town{i} in {2010 + i}."
         )
     seen, token = [], ""
     while True:
-        page = api.ListMemories(caller=caller(user_id), page_size=2, page_token=token)
+        page = api.list_memories(caller=caller(user_id), page_size=2, page_token=token)
         seen += [m.memory_id for m in page.memories]
         token = page.next_page_token
         if not token:

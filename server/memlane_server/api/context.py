@@ -19,10 +19,11 @@ from ..context import (
     Strategy,
     TurnTrace,
 )
+from ..access.identity import current_caller
 from ..errors import InvalidArgument
 from .convert import summary_to_pb
 
-_Ctx: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+_Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
 def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
@@ -48,6 +49,7 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
         memory_limit=r.memory_limit,
         render_text=r.render_text,
         request_id=r.request_id,
+        viewer=current_caller(),
     )
 
 
@@ -183,13 +185,13 @@ class ContextServicer(cpb_grpc.ContextServiceServicer):
         return cpb.SubmitSummaryResponse(summary=summary_to_pb(summary))
 
     async def GetTurnTrace(self, request: cpb.GetTurnTraceRequest, context: _Ctx) -> cpb.GetTurnTraceResponse:
-        trace = await self._assembler.get_trace(request.session_id, request.trace_id)
+        trace = await self._assembler.get_trace(request.session_id, request.trace_id, current_caller())
         return cpb.GetTurnTraceResponse(trace=trace_to_pb(trace))
 
     async def ListTurnTraces(
         self, request: cpb.ListTurnTracesRequest, context: _Ctx
     ) -> cpb.ListTurnTracesResponse:
         traces, token = await self._assembler.list_traces(
-            request.session_id, request.page_size, request.page_token
+            current_caller(), request.session_id, request.page_size, request.page_token
         )
         return cpb.ListTurnTracesResponse(traces=[trace_to_pb(t) for t in traces], next_page_token=token)

@@ -147,7 +147,9 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
     def _caller(self, context: Any, name: str) -> Caller:
-        caller = self._auth.authenticate(context.invocation_metadata() or (), context.peer(), context.auth_context())
+        caller = self._auth.authenticate(
+            context.invocation_metadata() or (), context.peer(), context.auth_context()
+        )
         check_method(caller, name)
         return caller
 

@@ -3,13 +3,14 @@ boundary interceptor, which maps them to status codes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import memory_pb2_grpc as mpb_grpc
 
-from ..errors import InvalidArgument
+from ..access.identity import current_caller
+from ..errors import InvalidArgument, PermissionDenied
 from ..extraction import Extractor, build_episodes
 from ..ltm import (
     Feedback,
@@ -29,7 +30,8 @@ from ..ltm import (
 from ..sessions.model import Session
 from .convert import message_from_pb
 
-_Ctx = grpc.aio.ServicerContext[Any, Any]
+# grpcio is untyped; the alias documents what the handlers receive.
+_Ctx: TypeAlias = grpc.aio.ServicerContext
 
 _KIND_TO_PB = {
     MemoryKind.FACT: mpb.MEMORY_KIND_FACT,
@@ -37,14 +39,14 @@ _KIND_TO_PB = {
     MemoryKind.EPISODIC: mpb.MEMORY_KIND_EPISODIC,
     MemoryKind.INSTRUCTION: mpb.MEMORY_KIND_INSTRUCTION,
 }
-_KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
+_KIND_FROM_PB: dict[int, MemoryKind] = {int(v): k for k, v in _KIND_TO_PB.items()}
 _SCOPE_TO_PB = {
     MemoryScope.USER: mpb.MEMORY_SCOPE_USER,
     MemoryScope.AGENT: mpb.MEMORY_SCOPE_AGENT,
     MemoryScope.GROUP: mpb.MEMORY_SCOPE_GROUP,
     MemoryScope.SHARED: mpb.MEMORY_SCOPE_SHARED,
 }
-_SCOPE_FROM_PB = {v: k for k, v in _SCOPE_TO_PB.items()}
+_SCOPE_FROM_PB: dict[int, MemoryScope] = {int(v): k for k, v in _SCOPE_TO_PB.items()}
 _MODE_FROM_PB = {
     mpb.SEARCH_MODE_UNSPECIFIED: SearchMode.HYBRID,
     mpb.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
@@ -74,10 +76,22 @@ def _scope(value: int, field: str = "scope") -> MemoryScope:
     return scope
 
 
-def _who(caller: mpb.Caller) -> Visibility:
-    if not caller.user_id:
+def _who(requested: mpb.Caller, *, write: bool = False) -> Visibility:
+    """The LTM view a request may use: the user it names, seen as the authenticated caller. The agent
+    and groups in the request may narrow what the caller is, never widen it."""
+    if not requested.user_id:
         raise InvalidArgument("caller.user_id is required")
-    return Visibility(caller.user_id, caller.agent_id, list(caller.groups))
+    me = current_caller()
+    if me.unrestricted:
+        return Visibility(requested.user_id, requested.agent_id, list(requested.groups))
+    agent = requested.agent_id or ("" if me.is_auditor else me.agent_id)  # "": the whole user's memory
+    if agent != me.agent_id and (write or not me.reads_for(agent)):
+        raise PermissionDenied(f"caller.agent_id {agent!r} is not the calling agent {me.agent_id!r}")
+    groups = list(requested.groups) or sorted(me.groups)
+    foreign = [g for g in groups if g not in me.groups]
+    if foreign and not me.is_auditor:
+        raise PermissionDenied(f"agent {me.agent_id!r} is not a member of group {foreign[0]!r}")
+    return Visibility(requested.user_id, agent, groups)
 
 
 def _filter(f: mpb.MemoryFilter, *, allow_retired: bool) -> MemoryFilter:
@@ -177,7 +191,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         )
 
     async def CreateMemory(self, request: mpb.CreateMemoryRequest, context: _Ctx) -> mpb.CreateMemoryResponse:
-        who = _who(request.caller)
+        who = _who(request.caller, write=True)
         if not 0.0 <= request.importance <= 1.0:
             raise InvalidArgument("importance must be between 0 and 1")
         draft = NewMemory(
@@ -239,11 +253,11 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             metadata=dict(m.metadata) if "metadata" in paths else None,
             valid_until_ms=m.valid_until_unix_ms if "valid_until_unix_ms" in paths else None,
         )
-        item = await self._memory.update(_who(request.caller), m.memory_id, patch)
+        item = await self._memory.update(_who(request.caller, write=True), m.memory_id, patch)
         return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
 
     async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:
-        await self._memory.delete(_who(request.caller), request.memory_id)
+        await self._memory.delete(_who(request.caller, write=True), request.memory_id)
         return mpb.DeleteMemoryResponse()
 
     async def RecordFeedback(
@@ -253,13 +267,13 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         verdict = verdicts.get(request.verdict)
         if verdict is None:
             raise InvalidArgument("verdict must be FEEDBACK_VERDICT_USEFUL or FEEDBACK_VERDICT_WRONG")
-        item = await self._memory.feedback(_who(request.caller), request.memory_id, verdict)
+        item = await self._memory.feedback(_who(request.caller, write=True), request.memory_id, verdict)
         return mpb.RecordFeedbackResponse(memory=memory_to_pb(item))
 
     async def ExtractMemories(
         self, request: mpb.ExtractMemoriesRequest, context: _Ctx
     ) -> mpb.ExtractMemoriesResponse:
-        who = _who(request.caller)
+        who = _who(request.caller, write=True)
         if not request.messages:
             raise InvalidArgument("messages must not be empty")
         messages = [message_from_pb(m, i) for i, m in enumerate(request.messages)]

@@ -14,9 +14,10 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from memlane_server.errors import Conflict, InvalidArgument, ResourceExhausted
+from memlane_server.access.identity import Caller
+from memlane_server.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
 from memlane_server.sessions.model import Message, Role, Session, Summary
 from memlane_server.sessions.store import SessionStore
 from memlane_server.summarizers import ExtractiveSummarizer
@@ -48,7 +49,7 @@ from .model import (
     TurnTrace,
 )
 from .sources import MemoryHit, MemorySource, NoMemory
-from .summarization import SummaryScheduler
+from .summarization import SummaryScheduler, summarizable
 from .traces import TraceStore, new_trace_id, now_ms
 
 log = logging.getLogger("memlane.context")
@@ -241,13 +242,15 @@ class ContextAssembler:
         blocks: list[Block] = []
 
         # Retrieval and the history read start now and overlap the blocks sent before them.
+        viewer = req.viewer
+        if viewer.unrestricted and session.agent_id:
+            # No caller identity (auth off, no agent header): the session's own agent is the viewer.
+            viewer = replace(viewer, agent_id=session.agent_id)
         profile_task = asyncio.create_task(
-            self._memory.profile(session.user_id, session.agent_id, plan.caps[Section.PROFILE])
+            self._memory.profile(session.user_id, viewer, plan.caps[Section.PROFILE])
         )
         recall_task = asyncio.create_task(
-            self._memory.recall(
-                session.user_id, session.agent_id, req.user_input, req.memory_limit or p.memory_limit
-            )
+            self._memory.recall(session.user_id, viewer, req.user_input, req.memory_limit or p.memory_limit)
             if req.user_input
             else _nothing()
         )
@@ -284,7 +287,12 @@ class ContextAssembler:
                 yield self._emit(req, ledger, section=section, grant=grant, block=block, blocks=blocks)
 
             history = await history_task
-            cands = history.candidates
+            # Another agent's private turns or a foreign group's never reach this context.
+            cands = [
+                m
+                for m in history.candidates
+                if req.viewer.can_see(m.visibility, m.source_agent_id, m.visibility_group)
+            ]
             # The input may already be stored as the last turn: then it is in the history, not extra.
             if input_tokens and cands and cands[-1].role == Role.USER and cands[-1].content == req.user_input:
                 ledger.remaining += input_tokens
@@ -391,7 +399,7 @@ class ContextAssembler:
     async def _fold_gap(self, session: Session, plan: HistoryPlan) -> None:
         """Fallback: a fast extractive summary of the turns the stored summary does not cover yet."""
         budget = max(0, plan.gap_summary_budget - SUMMARY_HEADING_TOKENS)
-        result = await self._gap.summarize(plan.summary_text, plan.gap, budget)
+        result = await self._gap.summarize(plan.summary_text, summarizable(plan.gap), budget)
         prev = session.summary
         plan.summary_text = result.text
         plan.summary_through_seq = plan.gap[-1].seq
@@ -486,16 +494,23 @@ class ContextAssembler:
 
     # ---------------------------------------------------------------------------------------- traces
 
-    async def get_trace(self, session_id: str, trace_id: str) -> TurnTrace:
-        return await self._traces.get(session_id, trace_id)
+    # A trace holds what one caller's model saw, private turns included: only that caller, an auditor,
+    # or an orchestrator reading for it may replay it. Others get NOT_FOUND / a filtered page.
+
+    async def get_trace(self, session_id: str, trace_id: str, viewer: Caller) -> TurnTrace:
+        trace = await self._traces.get(session_id, trace_id)
+        if not viewer.reads_for(trace.request.viewer.agent_id):
+            raise NotFound(f"trace {trace_id!r} not found in session {session_id!r}")
+        return trace
 
     async def list_traces(
-        self, session_id: str, page_size: int, page_token: str
+        self, viewer: Caller, session_id: str, page_size: int, page_token: str
     ) -> tuple[list[TurnTrace], str]:
         if not session_id:
             raise InvalidArgument("session_id is required")
         await self._store.get(session_id)  # NOT_FOUND for an unknown session, not an empty page
-        return await self._traces.list(session_id, page_size, page_token)
+        traces, token = await self._traces.list(session_id, page_size, page_token)
+        return [t for t in traces if viewer.reads_for(t.request.viewer.agent_id)], token
 
     async def aclose(self) -> None:
         if self._scheduler is not None:

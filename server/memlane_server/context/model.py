@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from memlane_server.access.identity import UNRESTRICTED, Caller
 from memlane_server.sessions.model import Role
 
 
@@ -75,6 +76,8 @@ class AssembleRequest:
     memory_limit: int = 0  # how many memories to recall; 0: the server default
     render_text: bool = False
     request_id: str = ""
+    # Who the context is for: history and memories it may not see are left out.
+    viewer: Caller = UNRESTRICTED
 
 
 @dataclass(slots=True)

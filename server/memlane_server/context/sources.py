@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from memlane_server.access.identity import Caller
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryHit:
@@ -14,13 +16,14 @@ class MemoryHit:
 
 
 class MemorySource(Protocol):
-    """Profile facts and recalled memories for a user (and agent). Both may be slow (retrieval)."""
+    """Profile facts and recalled memories of one user, as ``viewer`` may see them (its own and its
+    groups' items, never another agent's private ones). Both may be slow (retrieval)."""
 
-    async def profile(self, user_id: str, agent_id: str, limit_tokens: int) -> list[MemoryHit]:
+    async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         """The user's semantic profile, most important first, roughly within ``limit_tokens``."""
         ...
 
-    async def recall(self, user_id: str, agent_id: str, query: str, limit: int) -> list[MemoryHit]:
+    async def recall(self, user_id: str, viewer: Caller, query: str, limit: int) -> list[MemoryHit]:
         """Memories relevant to ``query``, best first."""
         ...
 
@@ -28,8 +31,8 @@ class MemorySource(Protocol):
 class NoMemory:
     """A ``MemorySource`` with nothing in it: assembly without long-term memory."""
 
-    async def profile(self, user_id: str, agent_id: str, limit_tokens: int) -> list[MemoryHit]:
+    async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         return []
 
-    async def recall(self, user_id: str, agent_id: str, query: str, limit: int) -> list[MemoryHit]:
+    async def recall(self, user_id: str, viewer: Caller, query: str, limit: int) -> list[MemoryHit]:
         return []

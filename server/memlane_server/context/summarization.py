@@ -13,7 +13,7 @@ import logging
 from concurrent.futures import Executor
 
 from memlane_server.errors import Conflict, MemlaneError
-from memlane_server.sessions.model import Summary
+from memlane_server.sessions.model import Message, Summary, VisibilityKind
 from memlane_server.sessions.store import SessionStore
 from memlane_server.summarizers import Summarizer
 from memlane_server.tokens import TokenCounter
@@ -22,6 +22,13 @@ from .model import SummaryRange
 from .traces import now_ms
 
 log = logging.getLogger("memlane.context")
+
+
+def summarizable(messages: list[Message]) -> list[Message]:
+    """The turns a shared summary may hold: session-wide and durable. The summary is one text that every
+    agent of the session reads, so agent-private and group turns never enter it (they stay readable,
+    verbatim, to those allowed while they are recent), and transient scratch never does either."""
+    return [m for m in messages if m.visibility == VisibilityKind.SESSION and not m.transient]
 
 
 class SummaryScheduler:
@@ -82,7 +89,7 @@ class SummaryScheduler:
         )
         if not leaving:
             return prev
-        result = await self._summarizer.summarize(prev.text, leaving, rng.budget_tokens)
+        result = await self._summarizer.summarize(prev.text, summarizable(leaving), rng.budget_tokens)
         loop = asyncio.get_running_loop()
         tokens = await loop.run_in_executor(self._executor, self._counter.count, result.text, session.model)
         new = Summary(

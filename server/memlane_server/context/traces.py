@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
+from memlane_server.access.identity import Caller, CallerRole
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.sessions.keys import KeySpace
 from memlane_server.sessions.model import Role
@@ -44,8 +45,25 @@ def new_trace_id(now_ms: int) -> str:
     return f"{now_ms:013d}-{os.urandom(6).hex()}"
 
 
+def _jsonable(value: object) -> object:
+    if isinstance(value, frozenset):  # the viewer's roles, groups, delegates
+        return sorted(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a trace")
+
+
 def encode_trace(trace: TurnTrace) -> bytes:
-    return orjson.dumps(trace)
+    return orjson.dumps(trace, default=_jsonable)
+
+
+def _viewer(v: dict[str, Any]) -> Caller:
+    return Caller(
+        agent_id=v["agent_id"],
+        roles=frozenset(CallerRole(r) for r in v["roles"]),
+        groups=frozenset(v["groups"]),
+        delegates=frozenset(v["delegates"]),
+        how=v["how"],
+        unrestricted=v["unrestricted"],
+    )
 
 
 def decode_trace(raw: bytes) -> TurnTrace:
@@ -58,7 +76,12 @@ def decode_trace(raw: bytes) -> TurnTrace:
         session_id=d["session_id"],
         created_at_ms=d["created_at_ms"],
         request=AssembleRequest(
-            **{**req, "caps": SectionCaps(**req["caps"]), "strategy": Strategy(req["strategy"])}
+            **{
+                **req,
+                "caps": SectionCaps(**req["caps"]),
+                "strategy": Strategy(req["strategy"]),
+                "viewer": _viewer(req["viewer"]),
+            }
         ),
         blocks=[_block(b) for b in d["blocks"]],
         stats=AssembleStats(

@@ -84,7 +84,11 @@ class LanceMemoryStore:
         return self._writes_since_optimize
 
     async def count(self, where: Expr | None = None) -> int:
-        return int(await self._table.count_rows(where.to_sql() if where is not None else None))
+        if where is None:
+            return int(await self._table.count_rows())
+        # Not count_rows(where.to_sql()): the SQL text re-parses backslashes in literals as escapes,
+        # so a user id such as "\\" breaks it. The typed expression goes to the engine as is.
+        return int((await self.fetch_columns(where, ["id"])).num_rows)
 
     async def add(self, items: list[MemoryItem]) -> None:
         if not items:

@@ -396,7 +396,9 @@ class SessionEndPipeline:
         return done
 
     async def retire_due(self, limit: int = 100) -> int:
-        due: Any = await self._redis.zrangebyscore(self._keys.retire_due(), "-inf", now_ms(), start=0, num=limit)
+        due: Any = await self._redis.zrangebyscore(
+            self._keys.retire_due(), "-inf", now_ms(), start=0, num=limit
+        )
         n = 0
         for raw in due:
             n += int(bool(await self.retire(raw.decode())))

@@ -51,6 +51,7 @@ class SessionEndWorker:
         keys: KeySpace,
         queue: SessionEndQueue,
         pipeline: SessionEndPipeline,
+        *,
         policies: PolicyBook,
         config: WorkerConfig,
     ) -> None:

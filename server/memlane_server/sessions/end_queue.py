@@ -72,7 +72,9 @@ class SessionEndQueue:
 
     async def read(self, consumer: str, count: int, block_ms: int) -> list[EndJob]:
         """New jobs for ``consumer`` (blocks up to ``block_ms``)."""
-        rows: Any = await self._redis.xreadgroup(GROUP, consumer, {self.key: ">"}, count=count, block=block_ms)
+        rows: Any = await self._redis.xreadgroup(
+            GROUP, consumer, {self.key: ">"}, count=count, block=block_ms
+        )
         return self._jobs(rows[0][1] if rows else None)
 
     async def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[EndJob]:

@@ -62,9 +62,9 @@ class Lifecycle:
         store: SessionStore,
         keys: KeySpace,
         policies: PolicyBook,
+        *,
         events: EventLog,
         queue: SessionEndQueue,
-        *,
         configure_keyspace_events: bool = True,
         sweep_interval_s: float = 1.0,
         dedupe_window_ms: int = 30_000,
@@ -168,7 +168,9 @@ class Lifecycle:
         return queued
 
     async def _sweep_deadlines(self, now: int) -> int:
-        due: Any = await self._redis.zrangebyscore(self._keys.deadlines(), "-inf", now, start=0, num=_SWEEP_BATCH)
+        due: Any = await self._redis.zrangebyscore(
+            self._keys.deadlines(), "-inf", now, start=0, num=_SWEEP_BATCH
+        )
         if not due:
             return 0
         sids = [d.decode() for d in due]
@@ -190,7 +192,9 @@ class Lifecycle:
         return queued
 
     async def _sweep_idle(self, now: int) -> None:
-        due: Any = await self._redis.zrangebyscore(self._keys.idle_due(), "-inf", now, start=0, num=_SWEEP_BATCH)
+        due: Any = await self._redis.zrangebyscore(
+            self._keys.idle_due(), "-inf", now, start=0, num=_SWEEP_BATCH
+        )
         if not due:
             return
         sids = [d.decode() for d in due]

@@ -75,7 +75,7 @@ class ChannelPolicy:
 
     @property
     def expire_after_seconds(self) -> int:
-        """The session TTL as the store keeps it (whole seconds, rounded up so a short policy still expires)."""
+        """The session TTL as the store keeps it: whole seconds, rounded up (a short policy still expires)."""
         return int(-(-self.expire_after // 1))
 
     def to_record(self) -> dict[str, Any]:

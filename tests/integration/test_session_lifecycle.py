@@ -1,0 +1,211 @@
+"""Session lifecycle through the real server and Redis: expiry (event path and sweeper), idle marking,
+close, lifecycle events, channel policies, PromoteSession."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import memlane
+import pytest
+import redis
+from memlane import Message, PromotionState, Role, SessionStatus
+from memlane.v1 import session_service_pb2 as spb
+
+ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
+EV = spb.SessionEventType
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(every)
+
+
+def turns(n: int) -> list[Message]:
+    return [
+        Message(role=Role.ROLE_USER if i % 2 == 0 else Role.ROLE_ASSISTANT, content=f"turn {i}")
+        for i in range(n)
+    ]
+
+
+def archived(c: memlane.Client, sid: str) -> memlane.Session | None:
+    s = c.get_session(session_id=sid).session
+    return s if s.promotion_state == ARCHIVED else None
+
+
+def write_policies(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_expiry_through_the_keyspace_event(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+    # A sweep interval longer than the test: only the expiry event can end the session in time.
+    srv = start_server(ltm_enabled=False, lifecycle_sweep_interval_seconds=600)
+    with memlane.Client(srv.target, timeout=10) as c:
+        wait_for(srv.sidecar.lifecycle.listening.is_set)
+        sid = c.create_session(user_id=user_id, ttl_seconds=1).session.session_id
+        c.append_messages(session_id=sid, messages=turns(4))
+        t0 = time.monotonic()
+        done = wait_for(lambda: archived(c, sid), timeout=5)
+        assert time.monotonic() - t0 < 3.0
+        assert done.status == SessionStatus.SESSION_STATUS_EXPIRED
+        assert done.expired_at_unix_ms >= done.last_activity_at_unix_ms + 1000
+    types = [e.type for e in _history(srv, sid)]
+    assert types == [
+        EV.SESSION_EVENT_TYPE_EXPIRED,
+        EV.SESSION_EVENT_TYPE_PROMOTED,
+        EV.SESSION_EVENT_TYPE_ARCHIVED,
+    ]
+
+
+def _history(srv: Any, sid: str) -> list[spb.SessionEvent]:
+    """Every retained event of one session, read through the real WatchSessionEvents stream."""
+    out: list[spb.SessionEvent] = []
+    with memlane.Client(srv.target) as c:
+        try:
+            for r in c.watch_session_events(after_event_id="0", timeout=1.0):
+                if r.event.session_id == sid:
+                    out.append(r.event)
+        except memlane.DeadlineExceededError:
+            pass  # the stream is open-ended; its deadline ends the read
+    return out
+
+
+def test_expiry_while_no_sidecar_was_running(start_server, redis_url: str, user_id: str) -> None:  # type: ignore[no-untyped-def]
+    prefix = f"nosc{user_id}"
+    first = start_server(ltm_enabled=False, key_prefix=prefix)
+    with memlane.Client(first.target) as c:
+        sid = c.create_session(user_id=user_id, ttl_seconds=1).session.session_id
+        c.append_messages(session_id=sid, messages=turns(2))
+    first.stop()
+    r = redis.Redis.from_url(redis_url)
+    wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=5)  # expired, nobody listening
+    time.sleep(0.2)
+    assert int(r.hget(f"{prefix}:{{{sid}}}:doc", "status")) == SessionStatus.SESSION_STATUS_ACTIVE
+    second = start_server(ltm_enabled=False, key_prefix=prefix, keyspace_events_configure=False)
+    with memlane.Client(second.target) as c:
+        done = wait_for(lambda: archived(c, sid), timeout=5)
+        assert done.status == SessionStatus.SESSION_STATUS_EXPIRED
+    r.close()
+
+
+def test_idle_marking_and_waking(start_server, tmp_path: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+    policies = write_policies(
+        tmp_path / "p.yaml", "channels:\n  slack: {kind: messaging, idle_after: 1s, expire_after: 1h}\n"
+    )
+    srv = start_server(
+        ltm_enabled=False, channel_policies_file=policies, lifecycle_sweep_interval_seconds=0.2
+    )
+    with memlane.Client(srv.target) as c:
+        sid = c.create_session(user_id=user_id, channel="slack").session.session_id
+        c.append_messages(session_id=sid, messages=turns(1))
+        idle = wait_for(
+            lambda: (
+                (s := c.get_session(session_id=sid).session).status == SessionStatus.SESSION_STATUS_IDLE and s
+            ),
+            timeout=4,
+        )
+        assert idle.idle_at_unix_ms >= idle.last_activity_at_unix_ms + 1000
+        c.append_messages(session_id=sid, messages=turns(1))
+        assert c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_ACTIVE
+        wait_for(lambda: c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_IDLE, 4)
+    types = [e.type for e in _history(srv, sid)]
+    assert types == [EV.SESSION_EVENT_TYPE_IDLE, EV.SESSION_EVENT_TYPE_IDLE]
+
+
+def test_close_and_watch_with_filters(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+    srv = start_server(ltm_enabled=False)
+    with memlane.Client(srv.target, timeout=10) as c:
+        a = c.create_session(user_id=user_id, channel="web").session.session_id
+        b = c.create_session(user_id=user_id, channel="email").session.session_id
+        # From the oldest retained event ("0"): the stream opens lazily, at the first read below.
+        stream = c.watch_session_events(user_id=user_id, channel="web", after_event_id="0", timeout=8.0)
+        c.append_messages(session_id=a, messages=turns(3))
+        c.close_session(session_id=b)
+        closed = c.close_session(session_id=a).session
+        assert closed.status == SessionStatus.SESSION_STATUS_CLOSED
+        assert c.close_session(session_id=a).session.closed_at_unix_ms == closed.closed_at_unix_ms
+        seen = []
+        for r in stream:
+            seen.append((r.event.session_id, r.event.type))
+            if r.event.type == EV.SESSION_EVENT_TYPE_ARCHIVED:
+                break
+        stream.close()
+        assert seen == [
+            (a, EV.SESSION_EVENT_TYPE_CLOSED),
+            (a, EV.SESSION_EVENT_TYPE_PROMOTED),
+            (a, EV.SESSION_EVENT_TYPE_ARCHIVED),
+        ]
+        wait_for(lambda: archived(c, b))
+
+
+def test_channel_policies_are_applied_and_recorded(
+    start_server, redis_url: str, tmp_path: Path, user_id: str
+) -> None:  # type: ignore[no-untyped-def]
+    policies = write_policies(
+        tmp_path / "p.toml",
+        """
+[default]
+expire_after = "45m"
+[channels.web]
+kind = "web_chat"
+expire_after = "20m"
+[channels.jira]
+kind = "internal_tool"
+[channels.quiet]
+kind = "messaging"
+promote = false
+""",
+    )
+    srv = start_server(channel_policies_file=policies, ltm_enabled=False)
+    with memlane.Client(srv.target, timeout=20) as c:
+        web = c.create_session(user_id=user_id, channel="web").session
+        assert web.ttl_seconds == 1200
+        other = c.create_session(user_id=user_id, channel="anything").session
+        assert other.ttl_seconds == 2700
+        explicit = c.create_session(user_id=user_id, channel="web", ttl_seconds=30).session
+        assert explicit.ttl_seconds == 30
+        with pytest.raises(memlane.InvalidArgumentError, match="ticket_id"):
+            c.create_session(user_id=user_id, channel="jira")
+        ticket = c.create_session(user_id=user_id, channel="jira", metadata={"ticket_id": "OPS-7"}).session
+        assert ticket.ttl_seconds == 0  # no time expiry: explicit close only
+        keys = srv.sidecar.keys
+        r = redis.Redis.from_url(redis_url)
+        recorded = json.loads(r.hget(keys.session(web.session_id).doc, "extra"))["policy"]
+        assert recorded["kind"] == "web_chat" and recorded["context_strategy"] == "sliding_window"
+        assert not r.exists(keys.session(ticket.session_id).alive)
+        assert r.zscore(keys.deadlines(), ticket.session_id) is None
+        assert r.zscore(keys.deadlines(), web.session_id) is not None
+        quiet = c.create_session(user_id=user_id, channel="quiet").session.session_id
+        c.append_messages(
+            session_id=quiet, messages=[Message(role=Role.ROLE_USER, content="I live in Lisbon.")]
+        )
+        out = c.promote_session(session_id=quiet, close=True)
+        assert out.session.promotion_state == ARCHIVED and list(out.promoted_memory_ids) == []
+        assert len(out.archive_uris) == 1
+        r.close()
+
+
+def test_promote_session_rpc(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+    srv = start_server(ltm_enabled=False)
+    with memlane.Client(srv.target, timeout=20) as c:
+        sid = c.create_session(user_id=user_id).session.session_id
+        c.append_messages(session_id=sid, messages=turns(6))
+        with pytest.raises(memlane.FailedPreconditionError, match="close"):
+            c.promote_session(session_id=sid)
+        with pytest.raises(memlane.NotFoundError):
+            c.promote_session(session_id="no-such-session", close=True)
+        first = c.promote_session(session_id=sid, close=True)
+        assert first.session.status == SessionStatus.SESSION_STATUS_CLOSED
+        assert first.session.promotion_state == ARCHIVED and first.session.summary.through_seq == 6
+        again = c.promote_session(session_id=sid)
+        assert list(again.archive_uris) == list(first.archive_uris)
