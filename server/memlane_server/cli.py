@@ -19,6 +19,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
     bench.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
+    evaluate = sub.add_parser("eval", help="measure recall of a real sidecar on a benchmark file")
+    eval_sets = evaluate.add_subparsers(dest="eval_set", required=True)
+    locomo = eval_sets.add_parser("locomo", help="evidence recall on a LoCoMo-format file, with baselines")
+    locomo.add_argument("--data", required=True, help="path of the LoCoMo-format JSON file")
+    locomo.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
+    locomo.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
     return parser
 
 
@@ -28,6 +34,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bench.suite import run
 
         run(args.quick, args.redis_url, args.json_out)
+        return 0
+    if args.command == "eval":
+        # Imported here, like bench: the harness needs the server extras and loads the model.
+        from .eval import run as run_eval
+
+        run_eval(args.data, json_out=args.json_out, redis_url=args.redis_url)
         return 0
     try:
         settings = build_settings(flags_from(args), config_file=getattr(args, "config", None))

@@ -7,6 +7,7 @@ Each session keeps at most ``max_per_session`` traces; the oldest are trimmed in
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import time
 from typing import Any
@@ -16,9 +17,11 @@ import redis.asyncio as aioredis
 
 from memlane_server.access.identity import Caller, CallerRole
 from memlane_server.errors import InvalidArgument, NotFound
+from memlane_server.sessions.codec import decode_message
 from memlane_server.sessions.keys import KeySpace
 from memlane_server.sessions.model import Role
 
+from .compose import block_message, render
 from .model import (
     AssembleRequest,
     AssembleStats,
@@ -52,7 +55,19 @@ def _jsonable(value: object) -> object:
 
 
 def encode_trace(trace: TurnTrace) -> bytes:
-    return orjson.dumps(trace, default=_jsonable)
+    """Conversation turns are stored as their ids only (``Block.message_ids``): messages are immutable,
+    so the id is the content, and a trace costs a few KB instead of a second copy of the history (and
+    erasure has one copy less to find). ``TraceStore`` puts the turns back on read."""
+    slim = dataclasses.replace(
+        trace,
+        blocks=[
+            dataclasses.replace(b, messages=[], rendered_text="")
+            if b.provenance == Provenance.CONVERSATION
+            else b
+            for b in trace.blocks
+        ],
+    )
+    return orjson.dumps(slim, default=_jsonable)
 
 
 def _viewer(v: dict[str, Any]) -> Caller:
@@ -127,24 +142,34 @@ def _parse_token(token: str) -> tuple[int, str]:
         raise InvalidArgument("page_token is malformed") from exc
 
 
+# KEYS: trace_data, traces. ARGV: trace id, payload, created_at_ms, cap. One round trip: store, index,
+# and drop the oldest traces beyond the cap (payload and index entry together).
+_PUT_TRACE = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if excess > 0 then
+  local stale = redis.call('ZRANGE', KEYS[2], 0, excess - 1)
+  redis.call('HDEL', KEYS[1], unpack(stale))
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
+end
+return 1
+"""
+
+
 class TraceStore:
     def __init__(self, redis: aioredis.Redis, keys: KeySpace, max_per_session: int = 500) -> None:
         self._redis = redis
         self._keys = keys
         self._max = max_per_session
+        self._put = redis.register_script(_PUT_TRACE)
 
     async def put(self, trace: TurnTrace) -> None:
         k = self._keys.session(trace.session_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(k.trace_data, trace.trace_id, encode_trace(trace))
-            pipe.zadd(k.traces, {trace.trace_id: trace.created_at_ms})
-            # Trim the oldest beyond the cap: the ZSET first, then their payloads by a follow-up below.
-            pipe.zrange(k.traces, 0, -(self._max + 1))
-            pipe.zremrangebyrank(k.traces, 0, -(self._max + 1))
-            results = await pipe.execute()
-        stale = results[2]
-        if stale:
-            await self._redis.hdel(k.trace_data, *stale)
+        await self._put(
+            keys=[k.trace_data, k.traces],
+            args=[trace.trace_id, encode_trace(trace), trace.created_at_ms, self._max],
+        )
 
     async def get(self, session_id: str, trace_id: str) -> TurnTrace:
         if not session_id or not trace_id:
@@ -152,7 +177,42 @@ class TraceStore:
         raw: bytes | None = await self._redis.hget(self._keys.session(session_id).trace_data, trace_id)  # type: ignore[assignment]
         if raw is None:
             raise NotFound(f"trace {trace_id} of session {session_id} not found")
-        return decode_trace(raw)
+        return (await self._rehydrate(session_id, [decode_trace(raw)]))[0]
+
+    async def _rehydrate(self, session_id: str, traces: list[TurnTrace]) -> list[TurnTrace]:
+        """Puts the conversation turns of stored traces back, from the session's messages."""
+        ids = sorted(
+            {
+                mid
+                for t in traces
+                for b in t.blocks
+                if b.provenance == Provenance.CONVERSATION
+                for mid in b.message_ids
+            }
+        )
+        if not ids:
+            return traces
+        k = self._keys.session(session_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(k.messages, ids)
+            pipe.zmscore(k.order, ids)
+            payloads, seqs = await pipe.execute()
+        stored = {
+            mid: block_message(decode_message(session_id, mid, int(seq), raw))
+            for mid, raw, seq in zip(ids, payloads, seqs, strict=True)
+            if raw and seq is not None
+        }
+        for t in traces:
+            for b in t.blocks:
+                if b.provenance == Provenance.CONVERSATION:
+                    # A turn retired from Redis since keeps its id, with no content.
+                    b.messages = [
+                        stored.get(mid) or BlockMessage(Role.UNSPECIFIED, "", message_id=mid)
+                        for mid in b.message_ids
+                    ]
+                    if t.request.render_text:
+                        b.rendered_text = render(b)
+        return traces
 
     async def list(self, session_id: str, page_size: int, page_token: str) -> tuple[list[TurnTrace], str]:
         """Newest first. The token holds the last (score, id) returned, so inserts never shift pages."""
@@ -176,7 +236,7 @@ class TraceStore:
         if not page:
             return [], ""
         raws: Any = await self._redis.hmget(k.trace_data, [tid for tid, _ in page])
-        traces = [decode_trace(r) for r in raws if r is not None]
+        traces = await self._rehydrate(session_id, [decode_trace(r) for r in raws if r is not None])
         last_id_s, last_score = page[-1]
         token = _page_token(last_score, last_id_s) if len(rows) > size else ""
         return traces, token

@@ -1,0 +1,138 @@
+"""The LoCoMo file format: conversations of dated sessions, and questions with evidence turn ids.
+
+Only the harness reads this format; the product never sees it (the harness replays the turns through
+the public API like any client would).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+SCORED = (1, 2, 3, 4)
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+# "D:11:26" -> "D11:26", "D30:05" -> "D30:5"; anything else that names no turn is dropped.
+_EVIDENCE = re.compile(r"^D:?(\d+):0*(\d+)$")
+_MERIDIEM = re.compile(r"\b[ap]m\b", re.I)
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y", "%d %B %Y")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    caption: str
+    at_ms: int
+    date_text: str
+
+    def spoken(self) -> str:
+        """What the speaker said, with a shared image as ``[shares <caption>]``."""
+        return f"{self.text} [shares {self.caption}]" if self.caption else self.text
+
+    def baseline_text(self) -> str:
+        """The raw-turn document of the baselines: ``(<session date>) <speaker>: <text> [shares ...]``."""
+        return f"({self.date_text}) {self.speaker}: {self.spoken()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    number: int
+    at_ms: int
+    turns: list[Turn]
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]
+    answer: str
+
+
+@dataclass(slots=True)
+class Conversation:
+    sample_id: str
+    speakers: tuple[str, str]
+    sessions: list[Session] = field(default_factory=list)
+    questions: list[Question] = field(default_factory=list)
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [t for s in self.sessions for t in s.turns]
+
+
+def parse_date(text: str) -> dt.datetime:
+    cleaned = " ".join(_MERIDIEM.sub(lambda m: m.group(0).upper(), text).split())
+    for fmt in _DATE_FORMATS:
+        try:
+            return dt.datetime.strptime(cleaned, fmt).replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue
+    raise ValueError(f"unreadable session date {text!r}")
+
+
+def clean_evidence(raw: list[Any], known: set[str]) -> frozenset[str]:
+    """Split on ';' and spaces, normalise ``D:11:26``/``D30:05``, drop bare ``D`` and unknown ids."""
+    out: set[str] = set()
+    for entry in raw:
+        for part in re.split(r"[;\s]+", str(entry)):
+            m = _EVIDENCE.match(part.strip())
+            if m:
+                dia_id = f"D{int(m.group(1))}:{int(m.group(2))}"
+                if dia_id in known:
+                    out.add(dia_id)
+    return frozenset(out)
+
+
+def _conversation(sample: dict[str, Any]) -> Conversation:
+    conv = sample["conversation"]
+    speakers = (str(conv.get("speaker_a", "")), str(conv.get("speaker_b", "")))
+    sessions: list[Session] = []
+    for key, turns in conv.items():
+        m = _SESSION_KEY.match(key)
+        if not m or not isinstance(turns, list) or not turns:
+            continue
+        number = int(m.group(1))
+        date_text = str(conv.get(f"{key}_date_time", ""))
+        at_ms = int(parse_date(date_text).timestamp() * 1000)
+        sessions.append(
+            Session(
+                number,
+                at_ms,
+                [
+                    Turn(
+                        dia_id=str(t["dia_id"]),
+                        speaker=str(t["speaker"]),
+                        text=str(t.get("text", "")),
+                        caption=str(t.get("blip_caption") or ""),
+                        at_ms=at_ms,
+                        date_text=date_text,
+                    )
+                    for t in turns
+                ],
+            )
+        )
+    sessions.sort(key=lambda s: s.number)
+    out = Conversation(str(sample.get("sample_id", "")), speakers, sessions)
+    known = {t.dia_id for t in out.turns}
+    for qa in sample.get("qa", []):
+        evidence = clean_evidence(list(qa.get("evidence") or []), known)
+        if not evidence:
+            continue  # nothing to score against
+        answer = qa.get("answer", qa.get("adversarial_answer", ""))
+        out.questions.append(Question(str(qa["question"]), int(qa["category"]), evidence, str(answer)))
+    return out
+
+
+def load(path: str | Path) -> list[Conversation]:
+    samples = orjson.loads(Path(path).read_bytes())
+    if not isinstance(samples, list):
+        raise ValueError(f"{path}: expected a list of conversations")
+    return [_conversation(s) for s in samples]

@@ -1,0 +1,242 @@
+"""``memlane eval locomo``: evidence recall of a real sidecar on a LoCoMo-format file, with baselines.
+
+The sidecar is the real one (``SidecarThread``: real Redis, LanceDB in a temporary directory, the
+real ONNX model) and is driven only through the public client, as an agent would drive it:
+
+1. each conversation is one user; each of its sessions is a memlane session whose turns are appended
+   in order (the session date as message time, the speaker as participant, the dia_id as message id,
+   an image caption as ``[shares <caption>]``);
+2. each session is closed and promoted by the normal session-end pipeline (PromoteSession);
+3. each question is asked with SearchMemories for that user; results are scored in rank order by the
+   turns their provenance (``source_message_ids``) names.
+
+Two baselines run in the same process over the raw turns: BM25 and vector-only cosine with the same
+embedding model as the sidecar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import memlane
+import numpy as np
+import orjson
+from memlane.v1 import memory_pb2 as mpb
+from memlane.v1 import session_pb2 as spb
+
+from ..app import embedding_spec
+from ..background import SidecarThread
+from ..config import Settings, build_settings
+from ..embedding import OnnxEmbedder
+from ..tokens import TokenCounter
+from .bm25 import BM25
+from .dataset import CATEGORIES, SCORED, Conversation, load
+from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile
+
+AGENT = "eval-agent"
+# Enough results to fill the largest token budget with turn-sized items; the API allows up to 100.
+SEARCH_LIMIT = 50
+APPEND_BATCH = 100
+_DONE = (spb.PROMOTION_STATE_PROMOTED, spb.PROMOTION_STATE_ARCHIVED)
+
+
+@dataclass(slots=True)
+class SystemResult:
+    name: str
+    by_category: dict[int, Scores] = field(default_factory=dict)
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def add(self, category: int, results: list[Retrieved], evidence: frozenset[str]) -> None:
+        self.by_category.setdefault(category, Scores()).add(results, evidence)
+
+    def scored(self) -> Scores:
+        total = Scores()
+        for c in SCORED:
+            if c in self.by_category:
+                total.merge(self.by_category[c])
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "overall_1_4": self.scored().summary(),
+            "categories": {
+                f"{c}-{CATEGORIES[c]}": s.summary() for c, s in sorted(self.by_category.items())
+            },
+        }
+        if self.latencies_ms:
+            out["latency_ms"] = {
+                "p50": percentile(self.latencies_ms, 50),
+                "p99": percentile(self.latencies_ms, 99),
+            }
+        return out
+
+
+@dataclass(slots=True)
+class Report:
+    data: str
+    conversations: int
+    turns: int
+    questions: int
+    ingest_s: float
+    systems: list[SystemResult]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "data": self.data,
+            "conversations": self.conversations,
+            "turns": self.turns,
+            "questions": self.questions,
+            "ingest_seconds": self.ingest_s,
+            "systems": {s.name: s.to_json() for s in self.systems},
+        }
+
+    def print(self, out: TextIO = sys.stdout) -> None:
+        w = out.write
+        w(f"data: {self.data}\n")
+        w(
+            f"{self.conversations} conversations, {self.turns} turns, {self.questions} questions;"
+            f" memlane ingest (replay + close + promote) {self.ingest_s:.1f} s"
+            f" ({self.turns / max(self.ingest_s, 1e-9):.0f} turns/s)\n"
+        )
+        head = [f"@{b}tok" for b in BUDGETS] + [f"R@{k}" for k in CUTOFFS] + ["MRR", "n"]
+        w(f"{'system':<10}{'category':<18}" + "".join(f"{h:>9}" for h in head) + "\n")
+        for system in self.systems:
+            rows: list[tuple[str, Scores]] = [
+                (f"{c} {CATEGORIES[c]}", system.by_category[c]) for c in SCORED if c in system.by_category
+            ]
+            rows.append(("overall 1-4", system.scored()))
+            if 5 in system.by_category:
+                rows.append((f"(5 {CATEGORIES[5]})", system.by_category[5]))
+            for label, scores in rows:
+                s = scores.summary()
+                cells = [s[f"recall@{b}tok"] for b in BUDGETS] + [s[f"R@{k}"] for k in CUTOFFS] + [s["MRR"]]
+                w(f"{system.name:<10}{label:<18}" + "".join(f"{v:>9.3f}" for v in cells) + f"{int(s['n']):>9}\n")
+            if system.latencies_ms:
+                w(
+                    f"{system.name:<10}{'question latency':<18} p50 {percentile(system.latencies_ms, 50):.1f} ms"
+                    f"  p99 {percentile(system.latencies_ms, 99):.1f} ms (SearchMemories through the client)\n"
+                )
+
+
+# ------------------------------------------------------------------------------------ memlane
+
+
+def _replay(client: memlane.Client, user_id: str, conv: Conversation) -> None:
+    """Each session appended in order, then closed and promoted by the session-end pipeline."""
+    for session in conv.sessions:
+        session_id = f"{user_id}-s{session.number}"
+        client.create_session(
+            session_id=session_id, user_id=user_id, agent_id=AGENT, participants=list(conv.speakers)
+        )
+        messages = [
+            spb.Message(
+                message_id=t.dia_id,
+                # Both speakers are people talking to each other: each is a user of the session,
+                # told apart by participant name.
+                role=spb.ROLE_USER,
+                participant_name=t.speaker,
+                content=t.spoken(),
+                created_at_unix_ms=t.at_ms,
+            )
+            for t in session.turns
+        ]
+        for start in range(0, len(messages), APPEND_BATCH):
+            client.append_messages(session_id=session_id, messages=messages[start : start + APPEND_BATCH])
+        state = client.promote_session(session_id=session_id, close=True, timeout=600).session.promotion_state
+        while state not in _DONE:  # another pipeline run holds the session: wait for it to finish
+            time.sleep(0.05)
+            state = client.get_session(session_id=session_id).session.promotion_state
+
+
+def _ask(
+    client: memlane.Client, user_id: str, conv: Conversation, tokens: TokenCounter, result: SystemResult
+) -> None:
+    who = mpb.Caller(user_id=user_id, agent_id=AGENT)
+    for q in conv.questions:
+        t = time.perf_counter()
+        hits = client.search_memories(caller=who, query=q.text, limit=SEARCH_LIMIT).results
+        result.latencies_ms.append((time.perf_counter() - t) * 1000)
+        retrieved = [
+            Retrieved(h.memory.content, tuple(h.memory.source_message_ids), tokens.count(h.memory.content))
+            for h in hits
+        ]
+        result.add(q.category, retrieved, q.evidence)
+
+
+def _settings(workdir: Path, redis_url: str) -> Settings:
+    return build_settings(
+        flags={
+            "listen": "127.0.0.1:0",
+            "admin_listen": "",
+            "redis_url": redis_url,  # empty: the sidecar starts an embedded Redis in its data dir
+            "key_prefix": f"eval{uuid.uuid4().hex[:8]}",
+            "data_dir": str(workdir),
+            "log_level": "WARNING",
+        },
+        env={},
+    )
+
+
+# ------------------------------------------------------------------------------------ baselines
+
+
+def _baselines(
+    conversations: list[Conversation], settings: Settings, tokens: TokenCounter
+) -> tuple[SystemResult, SystemResult]:
+    bm25_result, vector_result = SystemResult("bm25"), SystemResult("vector")
+    embedder = OnnxEmbedder.load(embedding_spec(settings), intra_op_threads=settings.embedding_threads)
+    try:
+        for conv in conversations:
+            turns = conv.turns
+            docs = [t.baseline_text() for t in turns]
+            items = [Retrieved(d, (t.dia_id,), tokens.count(d)) for d, t in zip(docs, turns, strict=True)]
+            bm25 = BM25(docs)
+            doc_vectors = asyncio.run(embedder.embed(docs))
+            query_vectors = asyncio.run(embedder.embed([q.text for q in conv.questions]))
+            for q, qv in zip(conv.questions, query_vectors, strict=True):
+                bm25_result.add(q.category, [items[i] for i in bm25.top(q.text, SEARCH_LIMIT)], q.evidence)
+                order = np.argsort(-(doc_vectors @ qv), kind="stable")[:SEARCH_LIMIT]
+                vector_result.add(q.category, [items[int(i)] for i in order], q.evidence)
+    finally:
+        asyncio.run(embedder.close())
+    return bm25_result, vector_result
+
+
+# ------------------------------------------------------------------------------------ entry point
+
+
+def run(data: str | Path, *, json_out: str | Path | None = None, redis_url: str = "", out: TextIO = sys.stdout) -> Report:
+    conversations = load(data)
+    tokens = TokenCounter()
+    memlane_result = SystemResult("memlane")
+    with tempfile.TemporaryDirectory(prefix="memlane-eval-") as workdir:
+        settings = _settings(Path(workdir), redis_url)
+        ingest_s = 0.0
+        with SidecarThread(settings) as sidecar, memlane.Client(sidecar.target, timeout=60) as client:
+            run_id = uuid.uuid4().hex[:6]
+            for index, conv in enumerate(conversations):
+                user_id = f"eval-{run_id}-{index}"
+                t = time.perf_counter()
+                _replay(client, user_id, conv)
+                ingest_s += time.perf_counter() - t
+                _ask(client, user_id, conv, tokens, memlane_result)
+        bm25_result, vector_result = _baselines(conversations, settings, tokens)
+    report = Report(
+        data=str(data),
+        conversations=len(conversations),
+        turns=sum(len(c.turns) for c in conversations),
+        questions=sum(len(c.questions) for c in conversations),
+        ingest_s=ingest_s,
+        systems=[memlane_result, bm25_result, vector_result],
+    )
+    report.print(out)
+    if json_out:
+        Path(json_out).write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
+    return report
