@@ -282,8 +282,9 @@ class Client(_Transport, _Rpcs):
         attempt = 1
         while True:
             started = False
+            call = rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             try:
-                for item in rpc(request, timeout=timeout or self._timeout, metadata=self._metadata):
+                for item in call:
                     started = True
                     yield item
                 return
@@ -294,6 +295,8 @@ class Client(_Transport, _Rpcs):
                     attempt += 1
                     continue
                 raise from_rpc_error(exc) from None
+            finally:
+                call.cancel()  # a consumer that stops early must not leave the stream open server-side
 
 
 class AsyncClient(_Transport, _Rpcs):
@@ -348,8 +351,9 @@ class AsyncClient(_Transport, _Rpcs):
         attempt = 1
         while True:
             started = False
+            call = rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             try:
-                async for item in rpc(request, timeout=timeout or self._timeout, metadata=self._metadata):
+                async for item in call:
                     started = True
                     yield item
                 return
@@ -360,6 +364,8 @@ class AsyncClient(_Transport, _Rpcs):
                     attempt += 1
                     continue
                 raise from_rpc_error(exc) from None
+            finally:
+                call.cancel()  # a consumer that stops early must not leave the stream open server-side
 
 
 def iter_pages(fetch: Callable[[str], Any], items: str) -> Iterator[Any]:

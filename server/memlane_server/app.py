@@ -13,6 +13,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from memlane.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     context_pb2,
     context_pb2_grpc,
     memory_pb2,
@@ -25,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from .access.authenticate import Authenticator
 from .access.identity import Caller
 from .access.policy import PolicyFile
+from .api.admin import AdminServicer
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
 from .api.memory import MemoryServicer
@@ -56,6 +59,7 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
+from .pipelines.user_data import UserData
 from .sessions.end_queue import SessionEndQueue
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
@@ -176,9 +180,9 @@ class Sidecar:
 
         if s.ltm_enabled:
             await self._build_ltm()
-        self.context = self._build_context(tokens)
         extractor = self._build_extractor() if self.ltm is not None else None
         self._build_lifecycle(tokens, extractor)
+        self.context = self._build_context(tokens)
 
         metrics = RpcMetrics(self.registry)
         server = grpc.aio.server(
@@ -196,12 +200,16 @@ class Sidecar:
             server,
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(
+            AdminServicer(UserData(self.sessions, self.context.traces, self.ltm, self.archive)), server
+        )
         if self.ltm is not None and extractor is not None:
             memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.ltm, extractor), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
             context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
+            admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ]
@@ -249,12 +257,13 @@ class Sidecar:
         promoter = (
             LtmPromoter(self.ltm, extractor) if self.ltm is not None and extractor is not None else None
         )
+        self.archive = ParquetArchive(s.archive_uri or str(Path(s.data_dir) / "archive"))
         self.pipeline = SessionEndPipeline(
             self.redis,
             self.sessions,
             self.keys,
             self.lifecycle,
-            ParquetArchive(s.archive_uri or str(Path(s.data_dir) / "archive")),
+            self.archive,
             summarizer=summarizer,
             promoter=promoter,
             config=PipelineConfig(
@@ -360,6 +369,7 @@ class Sidecar:
             default_model=s.default_model,
             max_summary_tokens=s.summary_max_tokens,
             executor=self._executor,
+            resume=self.resumer.resume_if_retired,
         )
 
     def _authenticator(self) -> Authenticator:

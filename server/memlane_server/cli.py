@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from .config import ConfigError, add_flags, build_settings, flags_from
+from .ops import add_parsers as add_operator_parsers
+from .ops import run as run_operator_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,11 +27,14 @@ def _parser() -> argparse.ArgumentParser:
     locomo.add_argument("--data", required=True, help="path of the LoCoMo-format JSON file")
     locomo.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
     locomo.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
+    add_operator_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("memories", "forget-user", "export-user"):
+        return run_operator_command(args)
     if args.command == "bench":
         from .bench.suite import run
 

@@ -22,6 +22,7 @@ class CallerRole(enum.StrEnum):
     AGENT = "agent"  # reads session-wide data, its own private data and its groups'
     ORCHESTRATOR = "orchestrator"  # also reads the private data of the agents it delegates to
     AUDITOR = "auditor"  # reads everything, writes nothing
+    ADMIN = "admin"  # an operator: exports and erases users (AdminService)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,11 @@ class Caller:
     @property
     def is_auditor(self) -> bool:
         return CallerRole.AUDITOR in self.roles
+
+    def check_admin(self, action: str, *, auditors_too: bool = False) -> None:
+        if self.unrestricted or CallerRole.ADMIN in self.roles or (auditors_too and self.is_auditor):
+            return
+        raise PermissionDenied(f"agent {self.agent_id!r} may not {action}: it needs the admin role")
 
     def reads_for(self, agent_id: str) -> bool:
         """May this caller read ``agent_id``'s private data?"""

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
@@ -150,8 +150,11 @@ class ContextAssembler:
         default_model: str = "",
         max_summary_tokens: int = 8192,
         executor: Executor | None = None,
+        resume: Callable[[Session], Awaitable[bool]] | None = None,
     ) -> None:
         self._store = store
+        # Reloads a retired session's recent turns from the archive; True when it did (re-read then).
+        self._resume = resume
         self._traces = traces
         self._counter = counter
         self._memory: MemorySource = memory or NoMemory()
@@ -167,6 +170,10 @@ class ContextAssembler:
     @property
     def policy(self) -> BudgetPolicy:
         return self._policy
+
+    @property
+    def traces(self) -> TraceStore:
+        return self._traces
 
     # ------------------------------------------------------------------------------------- assembly
 
@@ -221,6 +228,8 @@ class ContextAssembler:
         if req.window_turns < 0 or req.memory_limit < 0:
             raise InvalidArgument("window_turns and memory_limit must not be negative")
         session = await self._store.get(req.session_id)
+        if self._resume is not None and await self._resume(session):
+            session = await self._store.get(req.session_id)
         p = self._policy
         model = req.model or session.model or self._default_model
         window = resolve_window(model, req.context_window)

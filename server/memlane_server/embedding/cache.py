@@ -36,5 +36,8 @@ class VectorCache:
         while len(self._items) > self._capacity:
             self._items.popitem(last=False)
 
+    def clear(self) -> None:
+        self._items.clear()
+
     def __len__(self) -> int:
         return len(self._items)

@@ -101,6 +101,9 @@ class OnnxEmbedder:
     def cache(self) -> VectorCache:
         return self._cache
 
+    def forget_cached(self) -> None:
+        self._cache.clear()
+
     async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         if self._closed:
             raise RuntimeError("embedder is closed")

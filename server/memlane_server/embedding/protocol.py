@@ -26,3 +26,7 @@ class Embedder(Protocol):
     async def close(self) -> None:
         """Stop the executor; pending calls finish first."""
         ...
+
+    def forget_cached(self) -> None:
+        """Drop every cached text and vector (queries hold users' words; erasure clears them)."""
+        ...

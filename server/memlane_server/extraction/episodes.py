@@ -1,9 +1,14 @@
 """Episodic items: what was said when, so "what did we talk about / when did X happen" can be recalled.
 
-One episode per exchange: a user turn and the assistant turn(s) answering it (a small window, not the
-whole session, so each episode stays specific). The content is keyed for both retrievers: the date
-in words and ISO form, the speakers, the text (PII redacted), then extracted keywords. An episode
-claims only the turns whose text it carries.
+One episode per spoken turn. Recall is paid for in tokens (assembly injects what it finds into a
+budget), so an episode holds exactly one turn: a window of several turns would spend the budget on
+turns that merely sit next to the relevant one. The content is what an agent reads: the date, the
+speaker and the turn's text (PII redacted). An episode claims only that turn as its source.
+
+What the turn means often lives next to it ("Yes, last week!" answers "Did you finish the
+marathon?"), so the neighbouring turns' keywords, the speaker and the date in several spellings go
+into the episode's keywords: keys that both retrievers see (the full-text index reads them, the
+embedding is computed over content plus keywords) but that are never served as content.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from memlane_server.extraction.pii import redact
 from memlane_server.sessions.model import Message, Role, Session
 
 _SPOKEN = (Role.USER, Role.ASSISTANT)
-MAX_TURN_CHARS = 600
+MAX_TURN_CHARS = 1200
+# Keys: the turn's own keywords first (they are what it is about), then its neighbours'.
+OWN_KEYWORDS = 12
+NEIGHBOUR_KEYWORDS = 6
 
 
 def _speaker(msg: Message) -> str:
@@ -25,36 +33,40 @@ def _speaker(msg: Message) -> str:
     return "User" if msg.role is Role.USER else "Assistant"
 
 
-def _date_words(ms: int) -> str:
-    if ms <= 0:
-        return ""
-    day = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-    return f"{day:%Y-%m-%d} ({day:%A %d %B %Y})"
+def _day(ms: int) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC) if ms > 0 else None
 
 
-def build_episodes(messages: list[Message], session: Session, *, max_turns: int = 3) -> list[ExtractedMemory]:
-    """Group spoken turns into exchanges starting at each user turn (at most ``max_turns`` each)."""
+def date_keys(ms: int) -> list[str]:
+    """The ways a question names a day: ISO date, weekday, month name, year."""
+    day = _day(ms)
+    if day is None:
+        return []
+    return [f"{day:%Y-%m-%d}", f"{day:%A}", f"{day:%B}", f"{day:%Y}"]
+
+
+def build_episodes(messages: list[Message], session: Session) -> list[ExtractedMemory]:
+    """One episode per spoken turn, keyed with its neighbours' keywords, the speaker and the date."""
     spoken = [m for m in messages if m.role in _SPOKEN and not m.transient and m.content.strip()]
-    windows: list[list[Message]] = []
-    for msg in spoken:
-        if msg.role is Role.USER or not windows or len(windows[-1]) >= max_turns:
-            windows.append([msg])
-        else:
-            windows[-1].append(msg)
+    texts = [redact(m.content.strip())[:MAX_TURN_CHARS] for m in spoken]
+    own = [keywords(t, limit=OWN_KEYWORDS) for t in texts]
     episodes: list[ExtractedMemory] = []
-    for window in windows:
-        lines = [f"{_speaker(m)}: {redact(m.content.strip())[:MAX_TURN_CHARS]}" for m in window]
-        body = "\n".join(lines)
-        when = window[0].created_at_ms or session.created_at_ms
-        date = _date_words(when)
-        content = f"[{date}] {body}" if date else body
+    for i, msg in enumerate(spoken):
+        when = msg.created_at_ms or session.created_at_ms
+        day = _day(when)
+        speaker = _speaker(msg)
+        line = f"{speaker}: {texts[i]}"
+        content = f"[{day:%-d %B %Y}] {line}" if day else line
+        neighbours = [
+            kw for j in (i - 1, i + 1) if 0 <= j < len(spoken) for kw in own[j][:NEIGHBOUR_KEYWORDS]
+        ]
         episodes.append(
             ExtractedMemory(
                 kind=KIND_EPISODIC,
                 content=content,
-                keywords=keywords(body, limit=16),
+                keywords=list(dict.fromkeys([speaker, *own[i], *neighbours, *date_keys(when)])),
                 importance=0.3,
-                source_message_ids=[m.message_id for m in window],
+                source_message_ids=[msg.message_id],
                 occurred_at_ms=when,
             )
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import asyncio
 import base64
 import binascii
@@ -512,6 +514,24 @@ class MemoryService:
 
     async def optimize(self) -> None:
         await self._store.optimize()
+
+    # ------------------------------------------------------------------- per-user export and erasure
+
+    async def export_user(self, user_id: str) -> list[MemoryItem]:
+        """Every item of the user, retired ones included (an export hides nothing)."""
+        return await self._store.fetch(filters.owned_by(user_id))
+
+    async def erase_user(self, user_id: str) -> int:
+        """Deletes the user's items, then compacts and drops every older table version at once, so the
+        rows are gone from disk, not only from the latest version. Returns how many items there were."""
+        await self._usage.flush()  # a pending usage bump must not resurrect a row after the delete
+        where = filters.owned_by(user_id)
+        n = await self._store.count(where)
+        if n:
+            await self._store.delete(where)
+        await self._store.optimize(cleanup_older_than=timedelta(0))
+        self._embedder.forget_cached()
+        return n
 
     async def close(self) -> None:
         """Flush pending usage bumps. The store and embedder are closed by their owner (app.py)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -360,3 +361,61 @@ class ParquetArchive:
                 if not self._fs.get_file_info(pafs.FileSelector(day_info.path)):
                     self._fs.delete_dir(day_info.path)
         return deleted
+
+    # ------------------------------------------------------------------ per-user export and erasure
+    # Every part file holds one session of one user, so a user's archive is a set of whole files: the
+    # sessions Redis names for the user, plus any whose summary rows carry the user's id (a session
+    # whose stub is gone). This reads every summary file's user_id column: O(archive), fine for an
+    # operator's request, not for a hot path.
+
+    async def user_files(self, user_id: str, session_ids: set[str]) -> list[tuple[str, str]]:
+        """(dataset, path) of every part file of the user's sessions."""
+        return await asyncio.to_thread(self._user_files_sync, user_id, session_ids)
+
+    def _user_files_sync(self, user_id: str, session_ids: set[str]) -> list[tuple[str, str]]:
+        files: list[tuple[str, str, str]] = []  # dataset, path, file name
+        for dataset in DATASETS:
+            base = f"{self.root}/{dataset}"
+            if self._fs.get_file_info(base).type != pafs.FileType.Directory:
+                continue
+            for f in self._fs.get_file_info(pafs.FileSelector(base, recursive=True)):
+                if f.type == pafs.FileType.File and f.base_name.endswith(".parquet"):
+                    files.append((dataset, f.path, f.base_name))
+        sids = set(session_ids)
+        for dataset, path, name in files:
+            if dataset == "summaries" and not name.startswith("_"):
+                users = pq.read_table(path, columns=["user_id"], filesystem=self._fs).column("user_id")
+                if user_id in users.to_pylist():
+                    sids.add(_session_of(name))
+        return [(dataset, path) for dataset, path, name in files if _session_of(name) in sids]
+
+    async def export_rows(self, files: list[tuple[str, str]]) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The rows of each file, as (dataset, rows)."""
+
+        def read() -> list[tuple[str, list[dict[str, Any]]]]:
+            return [(ds, pq.read_table(path, filesystem=self._fs).to_pylist()) for ds, path in files]
+
+        return await asyncio.to_thread(read)
+
+    async def delete_files(self, files: list[tuple[str, str]]) -> dict[str, int]:
+        """Deletes the files; returns rows and files erased by dataset."""
+
+        def delete() -> dict[str, int]:
+            counts: dict[str, int] = {}
+            for dataset, path in files:
+                rows = pq.read_metadata(path, filesystem=self._fs).num_rows
+                self._fs.delete_file(path)
+                counts[f"archive.{dataset}_rows"] = counts.get(f"archive.{dataset}_rows", 0) + rows
+                counts["archive.files"] = counts.get("archive.files", 0) + 1
+            return counts
+
+        return await asyncio.to_thread(delete)
+
+
+_PART_NAME = re.compile(r"_?(?P<sid>.+)\.\d{10}-\d{10}\.parquet")
+
+
+def _session_of(file_name: str) -> str:
+    """The session id in a part file's name (ids may contain dots; the seq range is fixed-width)."""
+    m = _PART_NAME.fullmatch(file_name)
+    return m.group("sid") if m else ""

@@ -15,7 +15,7 @@ from ..errors import Unavailable
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.keys import KeySpace
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.model import Message
+from ..sessions.model import Message, Session
 from ..sessions.store import SessionStore, now_ms
 from .archive import ArchivePointer
 from .session_end import ARCHIVE_FIELD, RETIRED_FIELD, SessionEndPipeline
@@ -45,6 +45,12 @@ class Resumer:
             return None
         extra = orjson.loads(raw)
         return extra if isinstance(extra, dict) and RETIRED_FIELD in extra else None
+
+    async def resume_if_retired(self, session: Session) -> bool:
+        """``ensure_hot`` for a caller that already holds the document: no I/O unless it is retired."""
+        if RETIRED_FIELD not in session.extra:
+            return False
+        return await self.ensure_hot(session.session_id)
 
     async def ensure_hot(self, session_id: str) -> bool:
         """Reloads a retired session; True if it did. Unknown ids are left for the caller to report."""

@@ -99,6 +99,24 @@ class KeySpace:
         """STRING with a TTL: one sidecar at a time runs the named periodic job (e.g. archive retention)."""
         return f"{self.prefix}:lock:{name}"
 
+    def every_key_of(self, session_id: str) -> tuple[str, ...]:
+        """Every per-session key, for erasure: the document, messages, traces and pipeline state."""
+        return (
+            *self.session(session_id).all(),
+            self.pipeline(session_id),
+            self.promoted(session_id),
+            self.lease(session_id),
+            self.end_marker(session_id),
+        )
+
+    def session_indexes(self) -> tuple[str, ...]:
+        """Cross-session ZSETs whose members are session ids."""
+        return (self.all_sessions(), self.deadlines(), self.idle_due(), self.retire_due())
+
+    def session_streams(self) -> tuple[str, ...]:
+        """Streams whose entries name a session in field ``s`` (events, the session-end queue)."""
+        return (self.events(), self.session_end_queue())
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
         return f"{self.prefix}:*"

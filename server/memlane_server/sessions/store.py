@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
@@ -451,8 +451,9 @@ class SessionStore:
         if len(self._deadline_bumped) > 10_000:
             self._deadline_bumped.clear()
         self._deadline_bumped[session_id] = deadline_ms
-        # XX: only sessions that are tracked already; an unknown id must not plant an entry.
-        await self.redis.zadd(self.keys.deadlines(), {session_id: deadline_ms}, xx=True)
+        # The append script has just proved the session exists; a session revived after expiry
+        # re-enters the index here.
+        await self.redis.zadd(self.keys.deadlines(), {session_id: deadline_ms})
 
     async def _session_meta(self, session_id: str) -> _SessionMeta:
         """What the append path needs of the document. It changes rarely, so a small per-process cache
@@ -588,6 +589,76 @@ class SessionStore:
                 more = True  # a short page; the token resumes the scan
                 break
         return out, (encode_token(q, [last]) if more and last is not None else "")
+
+    # ----------------------------------------------------------------- per-user export and erasure
+
+    async def session_ids_of_user(self, user_id: str) -> list[str]:
+        check_id(user_id, "user_id")
+        raw = cast(list[bytes], await self.redis.zrange(self.keys.user_sessions(user_id), 0, -1))
+        return [r.decode() for r in raw]
+
+    async def all_messages(self, session_id: str, batch: int = 500) -> AsyncIterator[Message]:
+        """Every stored message of a session, oldest first, read in batches."""
+        last = 0
+        while True:
+            page = await self._read_range(session_id, f"({last}", "+inf", batch, newest_first=False)
+            for m in page:
+                yield m
+            if len(page) < batch:
+                return
+            last = page[-1].seq
+
+    async def erase_user(self, user_id: str) -> dict[str, int]:
+        """Deletes every Redis key of the user's sessions (document, messages, order, activity, traces)
+        and the user's entries in every index. Returns counts by kind. Idempotent."""
+        sids = await self.session_ids_of_user(user_id)
+        counts = {"redis.sessions": 0, "redis.messages": 0, "redis.traces": 0}
+        for i in range(0, len(sids), 200):
+            chunk = sids[i : i + 200]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in chunk:
+                    k = self.keys.session(sid)
+                    pipe.exists(k.doc)
+                    pipe.hlen(k.messages)
+                    pipe.zcard(k.traces)
+                sizes = await pipe.execute()
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in chunk:
+                    pipe.delete(*self.keys.every_key_of(sid))
+                for index in self.keys.session_indexes():
+                    pipe.zrem(index, *chunk)
+                await pipe.execute()
+            for j, sid in enumerate(chunk):
+                counts["redis.sessions"] += int(sizes[3 * j])
+                counts["redis.messages"] += int(sizes[3 * j + 1])
+                counts["redis.traces"] += int(sizes[3 * j + 2])
+                self._meta_cache.pop(sid, None)
+                self._deadline_bumped.pop(sid, None)
+        await self.redis.delete(self.keys.user_sessions(user_id))
+        counts["redis.stream_entries"] = await self._erase_stream_entries(set(sids), user_id)
+        return counts
+
+    async def _erase_stream_entries(self, session_ids: set[str], user_id: str) -> int:
+        """XDELs every event and queued job that names one of the sessions (or the user)."""
+        erased = 0
+        for stream in self.keys.session_streams():
+            start = "-"
+            while True:
+                batch = cast(
+                    list[tuple[bytes, dict[bytes, bytes]]],
+                    await self.redis.xrange(stream, min=start, max="+", count=1000),
+                )
+                doomed = [
+                    eid
+                    for eid, fields in batch
+                    if fields.get(b"s", b"").decode() in session_ids or fields.get(b"u", b"").decode() == user_id
+                ]
+                if doomed:
+                    erased += int(await self.redis.xdel(stream, *doomed))
+                if len(batch) < 1000:
+                    break
+                start = "(" + batch[-1][0].decode()
+        return erased
 
     # ----------------------------------------------------------------- errors
 

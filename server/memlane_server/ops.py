@@ -1,0 +1,81 @@
+"""Operator commands (``memlane memories``, ``forget-user``, ``export-user``): thin wrappers over the
+public client against a running sidecar, so they obey the same auth and policy as any agent."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToDict
+
+import memlane
+from memlane.v1 import admin_pb2, memory_pb2
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def connection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--target", default=os.environ.get("MEMLANE_TARGET", memlane.DEFAULT_TARGET))
+        p.add_argument("--token", default=os.environ.get("MEMLANE_TOKEN"), help="bearer token ($MEMLANE_TOKEN)")
+
+    memories = sub.add_parser("memories", help="list or delete a user's long-term memories")
+    msub = memories.add_subparsers(dest="memories_command", required=True)
+    ls = msub.add_parser("list", help="one JSON object per line")
+    rm = msub.add_parser("delete", help="delete one memory")
+    for p in (ls, rm):
+        connection(p)
+        p.add_argument("--user", required=True)
+        p.add_argument("--agent", default="")
+    rm.add_argument("memory_id")
+    forget = sub.add_parser("forget-user", help="erase a user everywhere (Redis, LanceDB, archives)")
+    connection(forget)
+    forget.add_argument("user")
+    export = sub.add_parser("export-user", help="everything held about a user")
+    connection(export)
+    export.add_argument("user")
+    export.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    export.add_argument("--out", help="a file (jsonl; default stdout) or a directory (parquet)")
+
+
+def run(args: argparse.Namespace) -> int:
+    with memlane.Client(args.target, token=args.token, timeout=600) as c:
+        try:
+            if args.command == "memories":
+                caller = memory_pb2.Caller(user_id=args.user, agent_id=args.agent)
+                if args.memories_command == "delete":
+                    c.delete_memory(caller=caller, memory_id=args.memory_id)
+                    return 0
+                for item in memlane.iter_pages(
+                    lambda t: c.list_memories(caller=caller, page_size=500, page_token=t), "memories"
+                ):
+                    print(MessageToDict(item, preserving_proto_field_name=True))
+                return 0
+            if args.command == "forget-user":
+                receipt = c.forget_user(user_id=args.user)
+                for kind, n in sorted(receipt.erased.items()):
+                    print(f"{kind}\t{n}")
+                return 0
+            return _export(c, args)
+        except memlane.MemlaneError as exc:
+            print(f"memlane: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+
+
+def _export(c: memlane.Client, args: argparse.Namespace) -> int:
+    if args.format == "jsonl":
+        out = open(args.out, "wb") if args.out else sys.stdout.buffer  # noqa: SIM115 - stdout or a file
+        try:
+            for part in c.export_user_data(user_id=args.user):
+                out.write(part.data)
+        finally:
+            if args.out:
+                out.close()
+        return 0
+    folder = Path(args.out or f"export-{args.user}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for part in c.export_user_data(user_id=args.user, format=admin_pb2.EXPORT_FORMAT_PARQUET):
+        with open(folder / f"{part.kind}.parquet", "ab" if part.part else "wb") as f:
+            f.write(part.data)
+    print(folder)
+    return 0

@@ -1,0 +1,83 @@
+"""Per-user export and erasure (GDPR) across every store: Redis, LanceDB and the archive.
+
+Erasure order matters: the Redis session index is what names a user's sessions, so the archive and
+LanceDB are cleared first and the Redis keys (index included) last; a crash midway leaves the index in
+place and a retry finds everything again. Every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Any
+
+from ..context.traces import TraceStore
+from ..ltm import MemoryService
+from ..sessions.codec import encode_session
+from ..sessions.model import Message
+from ..sessions.store import SessionStore
+from .archive import ParquetArchive
+
+Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
+
+
+def _message_record(m: Message) -> dict[str, Any]:
+    d = asdict(m)
+    d["role"] = m.role.name.lower()
+    d["visibility"] = m.visibility.name.lower()
+    return d
+
+
+class UserData:
+    def __init__(
+        self,
+        sessions: SessionStore,
+        traces: TraceStore,
+        memory: MemoryService | None,
+        archive: ParquetArchive | None,
+    ) -> None:
+        self._sessions = sessions
+        self._traces = traces
+        self._memory = memory
+        self._archive = archive
+
+    async def export(self, user_id: str) -> AsyncIterator[Record]:
+        """Everything held about the user, one record at a time, kind by kind."""
+        sids = await self._sessions.session_ids_of_user(user_id)
+        docs = await self._sessions.get_many(sids)
+        for doc in docs:
+            if doc is not None:
+                yield "session", {k: v for k, v in encode_session(doc).items()}
+        for sid in sids:
+            async for m in self._sessions.all_messages(sid):
+                yield "message", _message_record(m)
+        for sid in sids:
+            token = ""
+            while True:
+                page, token = await self._traces.list(sid, 100, token)
+                for t in page:
+                    yield "trace", asdict(t)
+                if not token:
+                    break
+        if self._memory is not None:
+            for item in await self._memory.export_user(user_id):
+                record = asdict(item)
+                record.pop("vector", None)  # a derived embedding, not the user's data
+                yield "memory", record
+        if self._archive is not None:
+            files = await self._archive.user_files(user_id, set(sids))
+            for dataset, rows in await self._archive.export_rows(files):
+                for row in rows:
+                    yield f"archive.{dataset}", row
+
+    async def erase(self, user_id: str) -> tuple[dict[str, int], int]:
+        """Erases the user everywhere; returns counts per store and kind, and the completion time."""
+        sids = await self._sessions.session_ids_of_user(user_id)
+        counts: dict[str, int] = {}
+        if self._archive is not None:
+            counts.update(await self._archive.delete_files(await self._archive.user_files(user_id, set(sids))))
+        if self._memory is not None:
+            counts["lancedb.items"] = await self._memory.erase_user(user_id)
+        counts.update(await self._sessions.erase_user(user_id))
+        return counts, time.time_ns() // 1_000_000

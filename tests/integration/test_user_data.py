@@ -1,0 +1,138 @@
+"""Per-user export and erasure: ForgetUser leaves no byte of the user's content in Redis, LanceDB
+(old versions included) or the archive, and leaves other users alone."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import redis
+
+import memlane
+from memlane import Message, Role
+from memlane.v1 import admin_pb2, memory_pb2
+from memlane_server.background import SidecarThread
+
+
+def _redis_bytes(url: str, prefix: str) -> bytes:
+    """Every key and value under the prefix, read by type (DUMP would hide text behind compression)."""
+    r = redis.Redis.from_url(url)
+    out = bytearray()
+    for key in r.scan_iter(match=f"{prefix}:*", count=1000):
+        out += key
+        kind = r.type(key)
+        if kind == b"string":
+            out += r.get(key) or b""
+        elif kind == b"hash":
+            for k, v in r.hgetall(key).items():
+                out += k + v
+        elif kind == b"zset":
+            for m in r.zrange(key, 0, -1):
+                out += m
+        elif kind == b"set":
+            for m in r.smembers(key):
+                out += m
+        elif kind == b"list":
+            for m in r.lrange(key, 0, -1):
+                out += m
+        elif kind == b"stream":
+            for _, fields in r.xrange(key):
+                for k, v in fields.items():
+                    out += k + v
+    r.close()
+    return bytes(out)
+
+
+def _disk_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def _archive_text(root: Path) -> str:
+    """Parquet pages are compressed; read the rows back as text."""
+    return "".join(json.dumps(pq.read_table(p).to_pylist(), default=str) for p in root.rglob("*.parquet"))
+
+
+def _fill(c: memlane.Client, user: str, marker: str) -> str:
+    sid = c.create_session(user_id=user, channel="web").session.session_id
+    c.append_messages(session_id=sid, messages=[
+        Message(role=Role.ROLE_USER, content=f"My project codename is {marker}. I live in Lisbon."),
+        Message(role=Role.ROLE_ASSISTANT, content=f"Noted, {marker} it is."),
+    ])
+    c.create_memory(caller=memory_pb2.Caller(user_id=user), content=f"The user's codename is {marker}.",
+                    kind=memory_pb2.MEMORY_KIND_FACT)
+    list(c.assemble_context(session_id=sid, user_input=f"what is {marker}?"))  # leaves a turn trace
+    c.promote_session(session_id=sid, close=True, timeout=120)
+    return sid
+
+
+@pytest.fixture(scope="module")
+def sidecar(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+    return start_server(data_dir=str(tmp_path_factory.mktemp("erasure")))
+
+
+def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -> None:
+    a, b = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    mark_a, mark_b = f"zebrafish{uuid.uuid4().hex[:10]}", f"kingfisher{uuid.uuid4().hex[:10]}"
+    data = Path(sidecar.settings.data_dir)
+    prefix = sidecar.settings.key_prefix
+    with memlane.Client(sidecar.target, timeout=60) as c:
+        sid_a = _fill(c, a, mark_a)
+        _fill(c, b, mark_b)
+        # Positive controls: the marker is really there, in every store, before erasure.
+        assert mark_a.encode() in _redis_bytes(redis_url, prefix)
+        assert mark_a.encode() in _disk_bytes(data / "ltm")
+        assert mark_a in _archive_text(data / "archive")
+
+        exported = b"".join(r.data for r in c.export_user_data(user_id=a))
+        kinds = {r.kind for r in c.export_user_data(user_id=a)}
+        assert mark_a.encode() in exported and mark_b.encode() not in exported
+        assert {"session", "message", "trace", "memory", "archive.transcripts"} <= kinds
+        parquet = list(c.export_user_data(user_id=a, format=admin_pb2.EXPORT_FORMAT_PARQUET))
+        assert {r.kind for r in parquet} == kinds and all(r.data[:4] == b"PAR1" for r in parquet if r.part == 0)
+
+        receipt = c.forget_user(user_id=a)
+        assert receipt.erased["redis.sessions"] == 1 and receipt.erased["redis.messages"] >= 0
+        assert receipt.erased["lancedb.items"] >= 2 and receipt.erased["archive.files"] >= 2
+
+        raw_redis = _redis_bytes(redis_url, prefix)
+        assert mark_a.encode() not in raw_redis and a.encode() not in raw_redis
+        assert mark_a.encode() not in _disk_bytes(data / "ltm"), "an old LanceDB version still holds the user"
+        assert mark_a not in _archive_text(data / "archive") and mark_a.encode() not in _disk_bytes(data / "archive")
+        with pytest.raises(memlane.NotFoundError):
+            c.get_session(session_id=sid_a)
+        assert list(c.search_memories(caller=memory_pb2.Caller(user_id=a), query=mark_a).results) == []
+
+        again = c.forget_user(user_id=a)  # idempotent
+        assert all(v == 0 for v in again.erased.values())
+
+        # The other user is untouched.
+        assert mark_b.encode() in _redis_bytes(redis_url, prefix)
+        hits = c.search_memories(caller=memory_pb2.Caller(user_id=b), query=f"codename {mark_b}").results
+        assert any(mark_b in h.memory.content for h in hits)
+        assert mark_b in _archive_text(data / "archive")
+
+
+def test_only_admins_erase(start_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import yaml  # noqa: PLC0415
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({
+        "tokens": [{"token": "op", "agent": "operator"}, {"token": "bot", "agent": "bot"},
+                   {"token": "aud", "agent": "auditor"}],
+        "agents": {"operator": {"roles": ["admin"]}, "auditor": {"roles": ["auditor"]}},
+    }))
+    secured = start_server(auth_required=True, access_policy_file=str(policy))
+    with memlane.Client(secured.target, token="bot") as bot:
+        with pytest.raises(memlane.PermissionDeniedError, match="admin role"):
+            bot.forget_user(user_id="someone")
+        with pytest.raises(memlane.PermissionDeniedError, match="admin role"):
+            list(bot.export_user_data(user_id="someone"))
+    with memlane.Client(secured.target, token="aud") as auditor:
+        assert list(auditor.export_user_data(user_id="someone")) == []
+        with pytest.raises(memlane.PermissionDeniedError):
+            auditor.forget_user(user_id="someone")
+    with memlane.Client(secured.target, token="op") as op:
+        assert dict(op.forget_user(user_id="someone").erased)["redis.sessions"] == 0
