@@ -71,6 +71,11 @@ class OnnxEmbedder:
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # No CPU arena: it keeps the peak of the largest batch ever run (a 32 x 256 batch leaves the
+        # process 1.3 GB bigger for good); without it memory returns after each batch, at no
+        # measurable cost in speed for a model this small.
+        opts.enable_cpu_mem_arena = False
+        opts.enable_mem_pattern = False
         try:
             session = ort.InferenceSession(str(spec.model_path), opts, providers=["CPUExecutionProvider"])
             tokenizer = Tokenizer.from_file(str(spec.tokenizer_path))
