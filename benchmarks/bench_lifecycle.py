@@ -20,8 +20,9 @@ import time
 import uuid
 from typing import Any
 
-import memlane
 import redis
+
+import memlane
 from memlane import Message, Role
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings

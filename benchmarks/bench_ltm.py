@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import numpy as np
+
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii
 from memlane_server.ltm import (

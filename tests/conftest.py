@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import memlane
 import pytest
 import redis
+
+import memlane
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii
 from memlane_server.ltm import LanceMemoryStore, MemoryPolicy, MemoryService

@@ -214,8 +214,9 @@ class _Rpcs:
 class _Transport:
     """What the descriptors need of a client: a channel's stubs, credentials, deadline and retries."""
 
-    def __init__(self, channel: Any, token: str | None, agent_id: str | None, timeout: float,
-                 retry: RetryPolicy | None) -> None:
+    def __init__(
+        self, channel: Any, token: str | None, agent_id: str | None, timeout: float, retry: RetryPolicy | None
+    ) -> None:
         self._channel = channel
         self._metadata = _metadata(token, agent_id)
         self._timeout = timeout

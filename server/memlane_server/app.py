@@ -12,6 +12,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
 from memlane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -22,7 +24,6 @@ from memlane.v1 import (
     session_service_pb2,
     session_service_pb2_grpc,
 )
-from prometheus_client import CollectorRegistry
 
 from .access.authenticate import Authenticator
 from .access.identity import Caller

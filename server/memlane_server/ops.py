@@ -17,7 +17,7 @@ from memlane.v1 import admin_pb2, memory_pb2
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def connection(p: argparse.ArgumentParser) -> None:
         p.add_argument("--target", default=os.environ.get("MEMLANE_TARGET", memlane.DEFAULT_TARGET))
-        p.add_argument("--token", default=os.environ.get("MEMLANE_TOKEN"), help="bearer token ($MEMLANE_TOKEN)")
+        p.add_argument("--token", default=os.environ.get("MEMLANE_TOKEN"), help="($MEMLANE_TOKEN)")
 
     memories = sub.add_parser("memories", help="list or delete a user's long-term memories")
     msub = memories.add_subparsers(dest="memories_command", required=True)

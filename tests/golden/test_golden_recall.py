@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import memlane
 import pytest
 import yaml
+
+import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 

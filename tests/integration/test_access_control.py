@@ -25,9 +25,7 @@ EXPIRED = "tok-expired"
 
 def _policy(extra_tokens: list[dict[str, str]] | None = None) -> dict[str, object]:
     return {
-        "tokens": [
-            {"sha256": hashlib.sha256(TOKENS[a].encode()).hexdigest(), "agent": a} for a in AGENTS
-        ]
+        "tokens": [{"sha256": hashlib.sha256(TOKENS[a].encode()).hexdigest(), "agent": a} for a in AGENTS]
         + [{"token": EXPIRED, "agent": "writer", "expires_at": "2020-01-01T00:00:00Z"}]
         + (extra_tokens or []),
         "agents": {
@@ -47,7 +45,9 @@ def policy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def secured(start_server, policy_path: Path) -> SidecarThread:  # type: ignore[no-untyped-def]
-    return start_server(auth_required=True, access_policy_file=str(policy_path), access_policy_reload_seconds=0.2)
+    return start_server(
+        auth_required=True, access_policy_file=str(policy_path), access_policy_reload_seconds=0.2
+    )
 
 
 def as_agent(server: SidecarThread, agent: str) -> memlane.Client:
@@ -55,18 +55,24 @@ def as_agent(server: SidecarThread, agent: str) -> memlane.Client:
 
 
 def test_missing_wrong_and_expired_tokens(secured: SidecarThread) -> None:
-    with memlane.Client(secured.target) as anonymous, pytest.raises(memlane.UnauthenticatedError, match="requires"):
+    with (
+        memlane.Client(secured.target) as anonymous,
+        pytest.raises(memlane.UnauthenticatedError, match="requires"),
+    ):
         anonymous.get_session(session_id="x")
-    with memlane.Client(secured.target, token="nope") as wrong, pytest.raises(
-        memlane.UnauthenticatedError, match="not valid"
+    with (
+        memlane.Client(secured.target, token="nope") as wrong,
+        pytest.raises(memlane.UnauthenticatedError, match="not valid"),
     ):
         wrong.get_session(session_id="x")
-    with memlane.Client(secured.target, token=EXPIRED) as old, pytest.raises(
-        memlane.UnauthenticatedError, match="expired"
+    with (
+        memlane.Client(secured.target, token=EXPIRED) as old,
+        pytest.raises(memlane.UnauthenticatedError, match="expired"),
     ):
         old.get_session(session_id="x")
-    with memlane.Client(secured.target, agent_id="planner") as header_only, pytest.raises(
-        memlane.UnauthenticatedError
+    with (
+        memlane.Client(secured.target, agent_id="planner") as header_only,
+        pytest.raises(memlane.UnauthenticatedError),
     ):
         header_only.get_session(session_id="x")  # the dev header means nothing once auth is on
 
@@ -74,7 +80,9 @@ def test_missing_wrong_and_expired_tokens(secured: SidecarThread) -> None:
 def test_auditor_reads_everything_and_writes_nothing(secured: SidecarThread, user_id: str) -> None:
     with as_agent(secured, "researcher") as r:
         sid = r.create_session(user_id=user_id, topology=Topology.TOPOLOGY_DISTRIBUTED).session.session_id
-        r.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content="private notes")])
+        r.append_messages(
+            session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content="private notes")]
+        )
     with as_agent(secured, "auditor") as a:
         assert [m.content for m in a.list_messages(session_id=sid).messages] == ["private notes"]
         with pytest.raises(memlane.PermissionDeniedError, match="auditor"):
@@ -88,34 +96,56 @@ def test_auditor_reads_everything_and_writes_nothing(secured: SidecarThread, use
 def test_distributed_memory_is_private_to_its_agent(secured: SidecarThread, user_id: str) -> None:
     with as_agent(secured, "researcher") as r:
         sid = r.create_session(user_id=user_id, topology=Topology.TOPOLOGY_DISTRIBUTED).session.session_id
-        r.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content="researcher notes")])
+        r.append_messages(
+            session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content="researcher notes")]
+        )
         mine = r.list_messages(session_id=sid).messages
         assert [m.content for m in mine] == ["researcher notes"]
-        assert mine[0].source_agent_id == "researcher" and mine[0].visibility == VisibilityKind.VISIBILITY_KIND_AGENT
+        assert (
+            mine[0].source_agent_id == "researcher"
+            and mine[0].visibility == VisibilityKind.VISIBILITY_KIND_AGENT
+        )
     with as_agent(secured, "writer") as w:
-        w.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content="writer draft")])
+        w.append_messages(
+            session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content="writer draft")]
+        )
         assert [m.content for m in w.list_messages(session_id=sid).messages] == ["writer draft"]
         with pytest.raises(memlane.PermissionDeniedError, match="not the calling agent"):
-            w.append_messages(session_id=sid, messages=[
-                Message(role=Role.ROLE_ASSISTANT, content="spoof", source_agent_id="researcher")])
+            w.append_messages(
+                session_id=sid,
+                messages=[Message(role=Role.ROLE_ASSISTANT, content="spoof", source_agent_id="researcher")],
+            )
     with as_agent(secured, "planner") as p:  # the orchestrator reads what it delegated, not the rest
         assert [m.content for m in p.list_messages(session_id=sid).messages] == ["researcher notes"]
 
 
 def test_selective_group_memory(secured: SidecarThread, user_id: str) -> None:
     with as_agent(secured, "planner") as p:
-        sid = p.create_session(user_id=user_id, topology=Topology.TOPOLOGY_SELECTIVE, group="research").session
-        p.append_messages(session_id=sid.session_id, messages=[Message(role=Role.ROLE_USER, content="group plan")])
+        sid = p.create_session(
+            user_id=user_id, topology=Topology.TOPOLOGY_SELECTIVE, group="research"
+        ).session
+        p.append_messages(
+            session_id=sid.session_id, messages=[Message(role=Role.ROLE_USER, content="group plan")]
+        )
     with as_agent(secured, "researcher") as r:
         assert [m.content for m in r.list_messages(session_id=sid.session_id).messages] == ["group plan"]
     with as_agent(secured, "outsider") as o:
         assert list(o.list_messages(session_id=sid.session_id).messages) == []
         with pytest.raises(memlane.PermissionDeniedError, match="not a member of group 'research'"):
             o.append_messages(session_id=sid.session_id, messages=[Message(role=Role.ROLE_USER, content="x")])
-        o.append_messages(session_id=sid.session_id, messages=[
-            Message(role=Role.ROLE_USER, content="public", visibility=VisibilityKind.VISIBILITY_KIND_SESSION)])
+        o.append_messages(
+            session_id=sid.session_id,
+            messages=[
+                Message(
+                    role=Role.ROLE_USER, content="public", visibility=VisibilityKind.VISIBILITY_KIND_SESSION
+                )
+            ],
+        )
     with as_agent(secured, "researcher") as r:
-        assert [m.content for m in r.list_messages(session_id=sid.session_id).messages] == ["group plan", "public"]
+        assert [m.content for m in r.list_messages(session_id=sid.session_id).messages] == [
+            "group plan",
+            "public",
+        ]
 
 
 def test_policy_reload_needs_no_restart(secured: SidecarThread, policy_path: Path) -> None:
@@ -142,7 +172,9 @@ def test_auth_disabled_takes_the_agent_header_on_loopback(start_server, user_id:
         r.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="mine")])
     with memlane.Client(dev.target, agent_id="writer") as w:
         assert list(w.list_messages(session_id=sid).messages) == []
-    assert is_local_peer("ipv4:127.0.0.1:5000") and is_local_peer("ipv6:[::1]:5000") and is_local_peer("unix:/s")
+    assert (
+        is_local_peer("ipv4:127.0.0.1:5000") and is_local_peer("ipv6:[::1]:5000") and is_local_peer("unix:/s")
+    )
     assert not is_local_peer("ipv4:10.1.2.3:5000") and not is_local_peer("ipv6:[fe80::1]:5000")
 
 
@@ -163,19 +195,32 @@ def allowed(reader: str, vis: int, source: str, group: str) -> bool:
 
 write_op = st.tuples(
     st.sampled_from(WRITERS),
-    st.sampled_from([VisibilityKind.VISIBILITY_KIND_SESSION, VisibilityKind.VISIBILITY_KIND_AGENT,
-                     VisibilityKind.VISIBILITY_KIND_GROUP]),
+    st.sampled_from(
+        [
+            VisibilityKind.VISIBILITY_KIND_SESSION,
+            VisibilityKind.VISIBILITY_KIND_AGENT,
+            VisibilityKind.VISIBILITY_KIND_GROUP,
+        ]
+    ),
 )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(write_op, min_size=1, max_size=12), topology=st.sampled_from(
-    [Topology.TOPOLOGY_SHARED, Topology.TOPOLOGY_DISTRIBUTED, Topology.TOPOLOGY_SELECTIVE]))
+@given(
+    ops=st.lists(write_op, min_size=1, max_size=12),
+    topology=st.sampled_from(
+        [Topology.TOPOLOGY_SHARED, Topology.TOPOLOGY_DISTRIBUTED, Topology.TOPOLOGY_SELECTIVE]
+    ),
+)
 def test_no_message_crosses_a_visibility_boundary(secured: SidecarThread, ops, topology) -> None:  # type: ignore[no-untyped-def]
     user = f"prop-{uuid.uuid4().hex[:8]}"
     clients = {a: as_agent(secured, a) for a in READERS}
     try:
-        sid = clients["planner"].create_session(user_id=user, topology=topology, group="research").session.session_id
+        sid = (
+            clients["planner"]
+            .create_session(user_id=user, topology=topology, group="research")
+            .session.session_id
+        )
         expected: list[tuple[str, int, str, str]] = []
         for i, (writer, vis) in enumerate(ops):
             group = "research" if vis == VisibilityKind.VISIBILITY_KIND_GROUP else ""

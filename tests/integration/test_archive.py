@@ -8,9 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import memlane
 import pyarrow.dataset as ds
 import redis
+
+import memlane
 from memlane import Message, NativeMessage, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
 

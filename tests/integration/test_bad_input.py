@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import grpc
-import memlane
 import pytest
+
+import memlane
 from memlane import Message, NativeMessage, Role, VisibilityKind
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread

@@ -9,14 +9,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import memlane
 import pytest
+
+import memlane
 from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.context import MemoryHit
-
 from tests.conftest import ServerFactory, delete_prefix
 from tests.peers.openai_compat import LoggedRequest, OpenAICompatServer
 

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+
 from memlane_server.embedding import OnnxEmbedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
 from memlane_server.extraction import RulesExtractor, build_episodes
@@ -26,7 +27,6 @@ from memlane_server.ltm import (
 )
 from memlane_server.ltm.policy import DAY_MS
 from memlane_server.sessions.model import Message, Role, Session
-
 from tests.ltm_fixtures import embedder, memory, open_memory
 
 __all__ = ["embedder", "memory"]

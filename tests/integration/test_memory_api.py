@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-import memlane
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 

@@ -12,10 +12,14 @@ from memlane_server.background import SidecarThread
 from memlane_server.cli import main
 
 
-def test_memories_export_and_forget(server: SidecarThread, client: memlane.Client, user_id: str,
-                                    capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
-    made = client.create_memory(caller=memory_pb2.Caller(user_id=user_id), content="The user keeps bees.",
-                                kind=memory_pb2.MEMORY_KIND_FACT).memory
+def test_memories_export_and_forget(
+    server: SidecarThread, client: memlane.Client, user_id: str, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    made = client.create_memory(
+        caller=memory_pb2.Caller(user_id=user_id),
+        content="The user keeps bees.",
+        kind=memory_pb2.MEMORY_KIND_FACT,
+    ).memory
     target = ["--target", server.target]
     assert main(["memories", "list", "--user", user_id, *target]) == 0
     listed = capsys.readouterr().out

@@ -7,8 +7,9 @@ import threading
 import time
 from pathlib import Path
 
-import memlane
 import pytest
+
+import memlane
 from memlane import Message, Role
 from memlane_server.infra.embedded_redis import server_binary
 

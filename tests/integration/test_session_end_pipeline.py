@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import lancedb
-import memlane
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 import redis
+
+import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.ltm.schema import TABLE_NAME
 from memlane_server.sessions.events import EventType
-
 from tests.conftest import delete_prefix
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED

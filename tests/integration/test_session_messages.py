@@ -5,9 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 import json
 
-import memlane
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
+
+import memlane
 from memlane import Message, MessageOrder, NativeMessage, Role, SessionStatus
 from memlane.v1 import session_pb2
 

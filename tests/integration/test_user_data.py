@@ -57,12 +57,18 @@ def _archive_text(root: Path) -> str:
 
 def _fill(c: memlane.Client, user: str, marker: str) -> str:
     sid = c.create_session(user_id=user, channel="web").session.session_id
-    c.append_messages(session_id=sid, messages=[
-        Message(role=Role.ROLE_USER, content=f"My project codename is {marker}. I live in Lisbon."),
-        Message(role=Role.ROLE_ASSISTANT, content=f"Noted, {marker} it is."),
-    ])
-    c.create_memory(caller=memory_pb2.Caller(user_id=user), content=f"The user's codename is {marker}.",
-                    kind=memory_pb2.MEMORY_KIND_FACT)
+    c.append_messages(
+        session_id=sid,
+        messages=[
+            Message(role=Role.ROLE_USER, content=f"My project codename is {marker}. I live in Lisbon."),
+            Message(role=Role.ROLE_ASSISTANT, content=f"Noted, {marker} it is."),
+        ],
+    )
+    c.create_memory(
+        caller=memory_pb2.Caller(user_id=user),
+        content=f"The user's codename is {marker}.",
+        kind=memory_pb2.MEMORY_KIND_FACT,
+    )
     list(c.assemble_context(session_id=sid, user_input=f"what is {marker}?"))  # leaves a turn trace
     c.promote_session(session_id=sid, close=True, timeout=120)
     return sid
@@ -91,7 +97,9 @@ def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -
         assert mark_a.encode() in exported and mark_b.encode() not in exported
         assert {"session", "message", "trace", "memory", "archive.transcripts"} <= kinds
         parquet = list(c.export_user_data(user_id=a, format=admin_pb2.EXPORT_FORMAT_PARQUET))
-        assert {r.kind for r in parquet} == kinds and all(r.data[:4] == b"PAR1" for r in parquet if r.part == 0)
+        assert {r.kind for r in parquet} == kinds and all(
+            r.data[:4] == b"PAR1" for r in parquet if r.part == 0
+        )
 
         receipt = c.forget_user(user_id=a)
         assert receipt.erased["redis.sessions"] == 1 and receipt.erased["redis.messages"] >= 0
@@ -100,7 +108,9 @@ def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -
         raw_redis = _redis_bytes(redis_url, prefix)
         assert mark_a.encode() not in raw_redis and a.encode() not in raw_redis
         assert mark_a.encode() not in _disk_bytes(data / "ltm"), "an old LanceDB version still holds the user"
-        assert mark_a not in _archive_text(data / "archive") and mark_a.encode() not in _disk_bytes(data / "archive")
+        assert mark_a not in _archive_text(data / "archive") and mark_a.encode() not in _disk_bytes(
+            data / "archive"
+        )
         with pytest.raises(memlane.NotFoundError):
             c.get_session(session_id=sid_a)
         assert list(c.search_memories(caller=memory_pb2.Caller(user_id=a), query=mark_a).results) == []
@@ -119,11 +129,18 @@ def test_only_admins_erase(start_server, tmp_path: Path) -> None:  # type: ignor
     import yaml  # noqa: PLC0415
 
     policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump({
-        "tokens": [{"token": "op", "agent": "operator"}, {"token": "bot", "agent": "bot"},
-                   {"token": "aud", "agent": "auditor"}],
-        "agents": {"operator": {"roles": ["admin"]}, "auditor": {"roles": ["auditor"]}},
-    }))
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"token": "op", "agent": "operator"},
+                    {"token": "bot", "agent": "bot"},
+                    {"token": "aud", "agent": "auditor"},
+                ],
+                "agents": {"operator": {"roles": ["admin"]}, "auditor": {"roles": ["auditor"]}},
+            }
+        )
+    )
     secured = start_server(auth_required=True, access_policy_file=str(policy))
     with memlane.Client(secured.target, token="bot") as bot:
         with pytest.raises(memlane.PermissionDeniedError, match="admin role"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from memlane_server.context import BudgetPolicy, Fallback, Ledger, MemoryHit, Section, SectionCaps, Strategy
 from memlane_server.context.budget import plan_budget
 from memlane_server.context.compose import (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memlane_server.extraction.pii import find_pii, luhn_ok, redact
 
 CAUGHT = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memlane_server.extraction import RulesExtractor, build_episodes
 from memlane_server.sessions.model import Message, Role, Session
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memlane_server.sessions.model import Message, Role
 from memlane_server.summarizers import ExtractiveSummarizer
 from memlane_server.tokens import TokenCounter

@@ -10,6 +10,7 @@ import grpc
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from memlane.v1 import admin_pb2 as apb
 from memlane.v1 import admin_pb2_grpc as apb_grpc
 
@@ -48,7 +49,8 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
     ) -> AsyncIterator[apb.ExportUserDataResponse]:
         current_caller().check_admin("export user data", auditors_too=True)
         check_id(request.user_id, "user_id")
-        if request.format not in (apb.EXPORT_FORMAT_UNSPECIFIED, apb.EXPORT_FORMAT_JSONL, apb.EXPORT_FORMAT_PARQUET):
+        known = (apb.EXPORT_FORMAT_UNSPECIFIED, apb.EXPORT_FORMAT_JSONL, apb.EXPORT_FORMAT_PARQUET)
+        if request.format not in known:
             raise InvalidArgument(f"format {request.format} is not a known export format")
         if request.format == apb.EXPORT_FORMAT_PARQUET:
             async for part in self._parquet(request.user_id):

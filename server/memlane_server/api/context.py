@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import grpc
+
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import context_pb2_grpc as cpb_grpc
 from memlane.v1 import session_pb2 as pb
 
+from ..access.identity import current_caller
 from ..context import (
     AssembleRequest,
     AssembleStats,
@@ -19,7 +21,6 @@ from ..context import (
     Strategy,
     TurnTrace,
 )
-from ..access.identity import current_caller
 from ..errors import InvalidArgument
 from .convert import summary_to_pb
 

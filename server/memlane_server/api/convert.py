@@ -7,7 +7,6 @@ from memlane.v1 import session_pb2 as pb
 from ..errors import InvalidArgument
 from ..sessions.model import Message, Role, Session, Summary, VisibilityKind
 
-
 _ROLES = frozenset(int(r) for r in Role)
 _VISIBILITIES = frozenset(int(v) for v in VisibilityKind)
 

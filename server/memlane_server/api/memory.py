@@ -3,9 +3,10 @@ boundary interceptor, which maps them to status codes."""
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import grpc
+
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import memory_pb2_grpc as mpb_grpc
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 import grpc
+
 from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 

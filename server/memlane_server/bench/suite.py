@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+
 import memlane
 from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import memlane
 import numpy as np
 import orjson
+
+import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 

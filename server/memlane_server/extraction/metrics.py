@@ -1,43 +1,22 @@
-"""Prometheus metrics for extraction, by provider: token usage is its own metric (the LLM bill)."""
+"""Extraction metrics, by provider (token usage is its own metric: the LLM bill), and a wrapper."""
 
 from __future__ import annotations
 
-import time
-
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
 from memlane_server.extraction.model import ExtractionResult, Extractor
+from memlane_server.observability.model_usage import ModelUsageMetrics
 from memlane_server.sessions.model import Message, Session
 
 
-class ExtractionMetrics:
-    """Registered on the registry passed in (the app's), never on the process-global default."""
-
+class ExtractionMetrics(ModelUsageMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.tokens = Counter(
-            "memlane_extraction_tokens",
-            "Tokens used by memory extraction (provider-billed for LLMs), by direction.",
-            ["provider", "direction"],
-            registry=registry,
-        )
-        self.calls = Counter(
-            "memlane_extraction_calls",
-            "Extraction calls by outcome.",
-            ["provider", "outcome"],
-            registry=registry,
-        )
+        super().__init__(registry, "extraction")
         self.memories = Counter(
             "memlane_extraction_memories",
             "Candidate memories by fate (kept, rejected_pii, rejected_picky).",
             ["provider", "fate"],
             registry=registry,
-        )
-        self.latency = Histogram(
-            "memlane_extraction_latency_seconds",
-            "Extraction latency.",
-            ["provider"],
-            registry=registry,
-            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
         )
 
 
@@ -54,18 +33,9 @@ class MeteredExtractor:
 
     async def extract(self, messages: list[Message], session: Session) -> ExtractionResult:
         provider = self._inner.provider
-        start = time.perf_counter()
-        try:
-            result = await self._inner.extract(messages, session)
-        except BaseException:
-            self._metrics.calls.labels(provider, "error").inc()
-            raise
-        finally:
-            self._metrics.latency.labels(provider).observe(time.perf_counter() - start)
         m = self._metrics
-        m.calls.labels(provider, "ok").inc()
-        m.tokens.labels(provider, "in").inc(result.tokens_in)
-        m.tokens.labels(provider, "out").inc(result.tokens_out)
+        result = await m.timed(provider, self._inner.extract(messages, session))
+        m.tokens(provider, result.tokens_in, result.tokens_out)
         m.memories.labels(provider, "kept").inc(len(result.memories))
         m.memories.labels(provider, "rejected_pii").inc(result.rejected_pii)
         m.memories.labels(provider, "rejected_picky").inc(result.rejected_picky)

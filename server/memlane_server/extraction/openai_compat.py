@@ -7,7 +7,6 @@ provenance is checked: a memory may only cite message ids it was shown.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,7 @@ from memlane_server.errors import Unavailable
 from memlane_server.extraction.keywords import keywords as fallback_keywords
 from memlane_server.extraction.model import KIND_EPISODIC, KINDS, ExtractedMemory, ExtractionResult
 from memlane_server.extraction.picky import screen
+from memlane_server.infra.openai_chat import ChatCompletions
 from memlane_server.sessions.model import Message, Role, Session
 
 PROVIDER = "openai"
@@ -76,9 +76,14 @@ class OpenAIExtractor:
 
     def __init__(self, settings: OpenAIExtractorSettings, client: httpx.AsyncClient | None = None) -> None:
         self._settings = settings
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s)
+        self._chat = ChatCompletions(
+            settings.base_url,
+            api_key=settings.api_key,
+            timeout_s=settings.timeout_s,
+            connect_timeout_s=settings.connect_timeout_s,
+            max_retries=settings.max_retries,
+            what="extraction provider",
+            client=client,
         )
 
     @property
@@ -86,8 +91,7 @@ class OpenAIExtractor:
         return PROVIDER
 
     async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
+        await self._chat.aclose()
 
     def _transcript(self, messages: list[Message]) -> str:
         lines = [
@@ -116,36 +120,8 @@ class OpenAIExtractor:
                 "json_schema": {"name": "memories", "strict": True, "schema": RESPONSE_SCHEMA},
             },
         }
-        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-        url = s.base_url.rstrip("/") + "/chat/completions"
-        payload = await self._post(url, body, headers)
+        payload = await self._chat.complete(body)
         return self._parse(payload, messages)
-
-    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        attempts = self._settings.max_retries + 1
-        last = ""
-        for attempt in range(attempts):
-            try:
-                resp = await self._client.post(
-                    url, content=orjson.dumps(body), headers={**headers, "Content-Type": "application/json"}
-                )
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code == 200:
-                    try:
-                        data = orjson.loads(resp.content)
-                    except orjson.JSONDecodeError as exc:
-                        raise Unavailable(f"extraction provider sent invalid JSON: {exc}") from exc
-                    if not isinstance(data, dict):
-                        raise Unavailable("extraction provider sent an unexpected body")
-                    return data
-                last = f"HTTP {resp.status_code}"
-                if resp.status_code != 429 and resp.status_code < 500:
-                    break  # a 4xx other than 429 will not get better on retry
-            if attempt + 1 < attempts:
-                await asyncio.sleep(0.2 * (attempt + 1))
-        raise Unavailable(f"extraction provider failed: {last}")
 
     def _parse(self, payload: dict[str, Any], messages: list[Message]) -> ExtractionResult:
         usage = payload.get("usage") or {}

@@ -22,6 +22,9 @@ class MemoryPolicy:
     # Recall: candidates fetched from each retriever before fusion and re-ranking.
     candidates: int = 40
     rrf_k: float = 10.0
+    # Weight of each retriever's ranks in the fusion.
+    keyword_weight: float = 1.0
+    vector_weight: float = 1.0
     recency_half_life_days: float = 60.0
     # Final score = fused * (base + w_recency*recency + w_usage*usage + w_importance*importance).
     # Multiplicative so popularity can re-order relevant items but never lift an irrelevant one.

@@ -44,23 +44,24 @@ def fuse_and_rank(
     limit: int,
     min_score: float = 0.0,
 ) -> list[ScoredMemory]:
-    retrievers = int(bool(keyword_hits)) + int(bool(vector_hits))
-    if retrievers == 0:
+    w_keyword = policy.keyword_weight if keyword_hits else 0.0
+    w_vector = policy.vector_weight if vector_hits else 0.0
+    if w_keyword + w_vector <= 0.0:
         return []
     k = policy.rrf_k
     # Normalized so that first place in every retriever that returned anything scores 1.0.
-    norm = (k + 1.0) / retrievers
+    norm = (k + 1.0) / (w_keyword + w_vector)
     by_id: dict[str, _Candidate] = {}
     for rank, hit in enumerate(keyword_hits, start=1):
         cand = by_id.setdefault(hit.item.id, _Candidate(hit.item, ScoreParts()))
         cand.parts.keyword_rank = rank
         cand.parts.keyword_score = hit.score
-        cand.parts.fused += norm / (k + rank)
+        cand.parts.fused += w_keyword * norm / (k + rank)
     for rank, hit in enumerate(vector_hits, start=1):
         cand = by_id.setdefault(hit.item.id, _Candidate(hit.item, ScoreParts()))
         cand.parts.vector_rank = rank
         cand.parts.vector_similarity = hit.score
-        cand.parts.fused += norm / (k + rank)
+        cand.parts.fused += w_vector * norm / (k + rank)
     scored: list[ScoredMemory] = []
     for cand in by_id.values():
         p = cand.parts

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import asyncio
 import base64
 import binascii
@@ -12,6 +10,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import numpy as np
 import numpy.typing as npt

@@ -76,7 +76,8 @@ class UserData:
         sids = await self._sessions.session_ids_of_user(user_id)
         counts: dict[str, int] = {}
         if self._archive is not None:
-            counts.update(await self._archive.delete_files(await self._archive.user_files(user_id, set(sids))))
+            files = await self._archive.user_files(user_id, set(sids))
+            counts.update(await self._archive.delete_files(files))
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(user_id)
         counts.update(await self._sessions.erase_user(user_id))

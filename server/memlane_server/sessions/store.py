@@ -100,9 +100,8 @@ class MessageFilter:
 
     @property
     def active(self) -> bool:
-        return bool(
-            self.after_ms or self.before_ms or self.roles or self.source_agent_ids or not self.viewer.unrestricted
-        )
+        narrowed = self.after_ms or self.before_ms or self.roles or self.source_agent_ids
+        return bool(narrowed or not self.viewer.unrestricted)
 
 
 class _SessionMeta(NamedTuple):
@@ -651,7 +650,8 @@ class SessionStore:
                 doomed = [
                     eid
                     for eid, fields in batch
-                    if fields.get(b"s", b"").decode() in session_ids or fields.get(b"u", b"").decode() == user_id
+                    if fields.get(b"s", b"").decode() in session_ids
+                    or fields.get(b"u", b"").decode() == user_id
                 ]
                 if doomed:
                     erased += int(await self.redis.xdel(stream, *doomed))

@@ -1,45 +1,18 @@
-"""Prometheus metrics for summarization, by provider, and a wrapper that records them."""
+"""Summarization metrics, by provider, and a wrapper that records them."""
 
 from __future__ import annotations
 
-import time
+from prometheus_client import CollectorRegistry
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-
+from memlane_server.observability.model_usage import ModelUsageMetrics
 from memlane_server.sessions.model import Message
 
 from .base import Summarizer, SummaryResult
 
 
-class SummarizationMetrics:
-    """Registered on the registry passed in (the app's), never on the process-global default."""
-
+class SummarizationMetrics(ModelUsageMetrics):
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.tokens_in = Counter(
-            "memlane_summarization_tokens_in",
-            "Tokens read by summarization (provider-billed for LLMs).",
-            ["provider"],
-            registry=registry,
-        )
-        self.tokens_out = Counter(
-            "memlane_summarization_tokens_out",
-            "Tokens written by summarization (provider-billed for LLMs).",
-            ["provider"],
-            registry=registry,
-        )
-        self.calls = Counter(
-            "memlane_summarization_calls",
-            "Summarization calls by outcome.",
-            ["provider", "outcome"],
-            registry=registry,
-        )
-        self.latency = Histogram(
-            "memlane_summarization_latency_seconds",
-            "Summarization latency.",
-            ["provider"],
-            registry=registry,
-            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-        )
+        super().__init__(registry, "summarization")
 
 
 class MeteredSummarizer:
@@ -55,15 +28,6 @@ class MeteredSummarizer:
 
     async def summarize(self, previous: str, leaving: list[Message], budget_tokens: int) -> SummaryResult:
         provider = self._inner.provider
-        start = time.perf_counter()
-        try:
-            result = await self._inner.summarize(previous, leaving, budget_tokens)
-        except BaseException:
-            self._metrics.calls.labels(provider, "error").inc()
-            raise
-        finally:
-            self._metrics.latency.labels(provider).observe(time.perf_counter() - start)
-        self._metrics.calls.labels(provider, "ok").inc()
-        self._metrics.tokens_in.labels(provider).inc(result.tokens_in)
-        self._metrics.tokens_out.labels(provider).inc(result.tokens_out)
+        result = await self._metrics.timed(provider, self._inner.summarize(previous, leaving, budget_tokens))
+        self._metrics.tokens(provider, result.tokens_in, result.tokens_out)
         return result

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from memlane_server.errors import Unavailable
+from memlane_server.infra.openai_chat import ChatCompletions
 from memlane_server.sessions.model import Message, Role
 from memlane_server.tokens import TokenCounter
 
@@ -44,9 +44,14 @@ class OpenAISummarizer:
     ) -> None:
         self._settings = settings
         self._counter = counter
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s)
+        self._chat = ChatCompletions(
+            settings.base_url,
+            api_key=settings.api_key,
+            timeout_s=settings.timeout_s,
+            connect_timeout_s=settings.connect_timeout_s,
+            max_retries=settings.max_retries,
+            what="summarizer endpoint",
+            client=client,
         )
 
     @property
@@ -54,8 +59,7 @@ class OpenAISummarizer:
         return PROVIDER
 
     async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
+        await self._chat.aclose()
 
     def _prompt(self, previous: str, leaving: list[Message], budget_tokens: int) -> str:
         turns = "\n".join(
@@ -80,9 +84,7 @@ class OpenAISummarizer:
             "max_tokens": max(1, budget_tokens),
             "temperature": s.temperature,
         }
-        headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-        url = s.base_url.rstrip("/") + "/chat/completions"
-        payload = await self._post(url, body, headers)
+        payload = await self._chat.complete(body)
         try:
             text = str(payload["choices"][0]["message"]["content"] or "").strip()
         except (KeyError, IndexError, TypeError) as exc:
@@ -98,28 +100,3 @@ class OpenAISummarizer:
         )
         tokens_out = int(usage.get("completion_tokens") or count)
         return SummaryResult(text, count, tokens_in, tokens_out, PROVIDER)
-
-    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        attempts = self._settings.max_retries + 1
-        last: str = ""
-        for attempt in range(attempts):
-            try:
-                resp = await self._client.post(url, json=body, headers=headers)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}"
-            else:
-                if resp.status_code == 200:
-                    try:
-                        data = resp.json()
-                    except ValueError as exc:
-                        raise Unavailable("summarizer: response is not JSON") from exc
-                    if not isinstance(data, dict):
-                        raise Unavailable("summarizer: response is not a JSON object")
-                    return data
-                last = f"HTTP {resp.status_code}"
-                # 4xx other than 429 will not get better by retrying (bad key, bad model).
-                if resp.status_code != 429 and resp.status_code < 500:
-                    break
-            if attempt + 1 < attempts:
-                await asyncio.sleep(0.2 * (attempt + 1))
-        raise Unavailable(f"summarizer endpoint failed: {last}")
