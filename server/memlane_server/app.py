@@ -26,7 +26,6 @@ from memlane.v1 import (
 )
 
 from .access.authenticate import Authenticator
-from .access.identity import Caller
 from .access.policy import PolicyFile
 from .api.admin import AdminServicer
 from .api.context import ContextServicer
@@ -35,7 +34,7 @@ from .api.memory import MemoryServicer
 from .api.sessions import SessionServicer
 from .config import Settings
 from .context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
-from .context.sources import MemoryHit
+from .context.ltm_source import LtmMemorySource
 from .embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_spec
 from .extraction import (
     ExtractionMetrics,
@@ -48,7 +47,7 @@ from .extraction import (
 )
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
-from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService, RecallQuery, Visibility
+from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
 from .observability.admin_http import AdminHttpServer
 from .observability.metrics import RpcMetrics
 from .pipelines import (
@@ -80,33 +79,6 @@ from .summarizers import (
 from .tokens import TokenCounter
 
 log = logging.getLogger("memlane")
-
-
-def _who(user_id: str, viewer: Caller) -> Visibility:
-    """The LTM view of a caller: its own and its groups' items, always inside one user."""
-    return Visibility(user_id, viewer.agent_id, sorted(viewer.groups))
-
-
-class LtmMemorySource:
-    """Adapts ``ltm.MemoryService`` to assembly's ``MemorySource``; what it returns gets injected, so
-    each returned item counts one use (batched, off the hot path)."""
-
-    def __init__(self, memory: MemoryService) -> None:
-        self._memory = memory
-
-    async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
-        # About four characters a token for English prose; the profile is capped again by assembly.
-        profile = await self._memory.profile(_who(user_id, viewer), max_chars=max(1, limit_tokens * 4))
-        items = profile.items()
-        await self._memory.bump_usage([i.id for i in items])
-        return [MemoryHit(i.id, i.content, i.importance) for i in items]
-
-    async def recall(self, user_id: str, viewer: Caller, query: str, limit: int) -> list[MemoryHit]:
-        if not query.strip():
-            return []
-        hits = await self._memory.search(RecallQuery(_who(user_id, viewer), query[-2000:], limit))
-        await self._memory.bump_usage([h.item.id for h in hits])
-        return [MemoryHit(h.item.id, h.item.content, h.score) for h in hits]
 
 
 def embedding_spec(s: Settings) -> OnnxModelSpec:
@@ -312,7 +284,7 @@ class Sidecar:
         )
         self._ltm_maintenance.start()
         if self._memory is None:
-            self._memory = LtmMemorySource(self.ltm)
+            self._memory = LtmMemorySource(self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes)
 
     def _build_extractor(self) -> Extractor:
         s = self.settings

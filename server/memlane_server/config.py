@@ -72,6 +72,8 @@ class Settings:
     # --- long-term memory (issue 4)
     ltm_enabled: bool = True
     ltm_uri: str = ""  # LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm
+    # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
+    ltm_cross_channel_episodes: bool = False
     ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)
     ltm_max_episodes_per_agent: int = 5000
     ltm_duplicate_similarity: float = 0.9  # cosine at which a new item merges into an existing one

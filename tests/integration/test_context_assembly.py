@@ -14,6 +14,7 @@ import pytest
 import memlane
 from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
+from memlane_server.access.identity import Caller
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.context import MemoryHit
@@ -320,10 +321,12 @@ def test_first_block_arrives_before_a_slow_memory_section_completes(
     released = threading.Event()
 
     class SlowRecall:
-        async def profile(self, user_id: str, agent_id: str, limit_tokens: int) -> list[MemoryHit]:
+        async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
             return [MemoryHit("p1", "Prefers email.", 1.0)]
 
-        async def recall(self, user_id: str, agent_id: str, query: str, limit: int) -> list[MemoryHit]:
+        async def recall(
+            self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+        ) -> list[MemoryHit]:
             # Blocks until the client has seen the first block: only a streamed response can release it.
             # (a threading.Event: the client runs on the test's thread, the server on its own loop).
             await asyncio.to_thread(released.wait, 10)

@@ -259,7 +259,9 @@ class ContextAssembler:
             self._memory.profile(session.user_id, viewer, plan.caps[Section.PROFILE])
         )
         recall_task = asyncio.create_task(
-            self._memory.recall(session.user_id, viewer, req.user_input, req.memory_limit or p.memory_limit)
+            self._memory.recall(
+                session.user_id, viewer, req.user_input, req.memory_limit or p.memory_limit, session.channel
+            )
             if req.user_input
             else _nothing()
         )

@@ -23,8 +23,10 @@ class MemorySource(Protocol):
         """The user's semantic profile, most important first, roughly within ``limit_tokens``."""
         ...
 
-    async def recall(self, user_id: str, viewer: Caller, query: str, limit: int) -> list[MemoryHit]:
-        """Memories relevant to ``query``, best first."""
+    async def recall(
+        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+    ) -> list[MemoryHit]:
+        """Memories relevant to ``query``, best first; ``channel`` is where the conversation happens."""
         ...
 
 
@@ -34,5 +36,7 @@ class NoMemory:
     async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         return []
 
-    async def recall(self, user_id: str, viewer: Caller, query: str, limit: int) -> list[MemoryHit]:
+    async def recall(
+        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+    ) -> list[MemoryHit]:
         return []

@@ -67,9 +67,7 @@ class SystemResult:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "overall_1_4": self.scored().summary(),
-            "categories": {
-                f"{c}-{CATEGORIES[c]}": s.summary() for c, s in sorted(self.by_category.items())
-            },
+            "categories": {f"{c}-{CATEGORIES[c]}": s.summary() for c, s in sorted(self.by_category.items())},
         }
         if self.latencies_ms:
             out["latency_ms"] = {
@@ -118,7 +116,11 @@ class Report:
             for label, scores in rows:
                 s = scores.summary()
                 cells = [s[f"recall@{b}tok"] for b in BUDGETS] + [s[f"R@{k}"] for k in CUTOFFS] + [s["MRR"]]
-                w(f"{system.name:<10}{label:<18}" + "".join(f"{v:>9.3f}" for v in cells) + f"{int(s['n']):>9}\n")
+                w(
+                    f"{system.name:<10}{label:<18}"
+                    + "".join(f"{v:>9.3f}" for v in cells)
+                    + f"{int(s['n']):>9}\n"
+                )
             if system.latencies_ms:
                 w(
                     f"{system.name:<10}{'question latency':<18} p50 {percentile(system.latencies_ms, 50):.1f} ms"
@@ -213,7 +215,9 @@ def _baselines(
 # ------------------------------------------------------------------------------------ entry point
 
 
-def run(data: str | Path, *, json_out: str | Path | None = None, redis_url: str = "", out: TextIO = sys.stdout) -> Report:
+def run(
+    data: str | Path, *, json_out: str | Path | None = None, redis_url: str = "", out: TextIO = sys.stdout
+) -> Report:
     conversations = load(data)
     tokens = TokenCounter()
     memlane_result = SystemResult("memlane")

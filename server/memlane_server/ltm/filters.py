@@ -34,11 +34,11 @@ def owned_by(user_id: str) -> Expr:
 
 def visible_to(who: Visibility) -> Expr:
     """The user's items that this agent may read (see ``MemoryScope``)."""
-    shared = col("scope").isin([MemoryScope.USER.value, MemoryScope.SHARED.value])
-    if who.agent_id:
-        shared = shared | (
-            (col("scope") == lit(MemoryScope.AGENT.value)) & (col("agent_id") == lit(who.agent_id))
-        )
+    # An agent's private items, including those of the unnamed agent ("") of a single-agent app that
+    # never sets agent ids: its sessions promote episodes as agent-private to "".
+    shared = col("scope").isin([MemoryScope.USER.value, MemoryScope.SHARED.value]) | (
+        (col("scope") == lit(MemoryScope.AGENT.value)) & (col("agent_id") == lit(who.agent_id))
+    )
     groups = [g for g in who.groups if g]
     if groups:
         shared = shared | ((col("scope") == lit(MemoryScope.GROUP.value)) & col("group").isin(groups))
@@ -55,6 +55,12 @@ def narrowed(base: Expr, flt: MemoryFilter, now_ms: int) -> Expr:
         expr = expr & col("scope").isin([MemoryScope(s).value for s in flt.scopes])
     if flt.channel:
         expr = expr & (col("channel") == lit(flt.channel))
+    if flt.episodes_from_channel is not None:
+        # Durable facts follow the user everywhere; raw conversation (episodes) stays in its channel.
+        expr = expr & (
+            (col("kind") != lit(MemoryKind.EPISODIC.value))
+            | (col("channel") == lit(flt.episodes_from_channel))
+        )
     if flt.since_ms:
         expr = expr & (col("occurred_at_ms") >= lit(flt.since_ms))
     if flt.until_ms:

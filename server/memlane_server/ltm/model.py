@@ -159,6 +159,8 @@ class MemoryFilter:
     kinds: list[MemoryKind] = field(default_factory=list)
     scopes: list[MemoryScope] = field(default_factory=list)
     channel: str = ""
+    # Set: episodic items only from this channel (other kinds from any channel).
+    episodes_from_channel: str | None = None
     since_ms: int = 0  # occurred_at_ms >= since_ms
     until_ms: int = 0  # occurred_at_ms < until_ms
     # Only the memory viewer may ask for retired items; recall and profile never serve them.
