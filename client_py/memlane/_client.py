@@ -114,12 +114,22 @@ class _AsyncStream(Protocol[Req_contra, Resp_co]):
     ) -> AsyncIterator[Resp_co]: ...
 
 
-class _Unary(Generic[Req, Resp]):
-    """Declares a unary RPC; on a client instance it is that client's method."""
+class _Rpc(Generic[Req, Resp]):
+    """Declares one RPC of a service; subclasses say whether it is unary or server-streaming."""
 
     def __init__(self, service: str, method: str, request: type[Req], response: type[Resp]) -> None:
         self.service, self.method, self.request = service, method, request
 
+    def _bind(self, send: Callable[[Any, ProtoMessage, float | None], Any]) -> Callable[..., Any]:
+        spec = self
+
+        def call(request: Req | None = None, /, *, timeout: float | None = None, **fields: Any) -> Any:
+            return send(spec, _build(spec.request, request, fields), timeout)
+
+        return call
+
+
+class _Unary(_Rpc[Req, Resp]):
     @overload
     def __get__(self, obj: None, owner: type) -> _Unary[Req, Resp]: ...
     @overload
@@ -127,22 +137,10 @@ class _Unary(Generic[Req, Resp]):
     @overload
     def __get__(self, obj: AsyncClient, owner: type) -> _AsyncUnary[Req, Resp]: ...
     def __get__(self, obj: _Transport | None, owner: type) -> Any:
-        if obj is None:
-            return self
-        spec = self
-
-        def call(request: Req | None = None, /, *, timeout: float | None = None, **fields: Any) -> Any:
-            return obj._unary(spec, _build(spec.request, request, fields), timeout)
-
-        return call
+        return self if obj is None else self._bind(obj._unary)
 
 
-class _Stream(Generic[Req, Resp]):
-    """Declares a server-streaming RPC; on a client instance it is that client's method."""
-
-    def __init__(self, service: str, method: str, request: type[Req], response: type[Resp]) -> None:
-        self.service, self.method, self.request = service, method, request
-
+class _Stream(_Rpc[Req, Resp]):
     @overload
     def __get__(self, obj: None, owner: type) -> _Stream[Req, Resp]: ...
     @overload
@@ -150,14 +148,7 @@ class _Stream(Generic[Req, Resp]):
     @overload
     def __get__(self, obj: AsyncClient, owner: type) -> _AsyncStream[Req, Resp]: ...
     def __get__(self, obj: _Transport | None, owner: type) -> Any:
-        if obj is None:
-            return self
-        spec = self
-
-        def call(request: Req | None = None, /, *, timeout: float | None = None, **fields: Any) -> Any:
-            return obj._stream(spec, _build(spec.request, request, fields), timeout)
-
-        return call
+        return self if obj is None else self._bind(obj._stream)
 
 
 class _Rpcs:
@@ -223,7 +214,7 @@ class _Transport:
         self._retry = retry or RetryPolicy()
         self._stubs = {name: make(channel) for name, make in _STUBS.items()}
 
-    def _rpc(self, spec: _Unary[Any, Any] | _Stream[Any, Any]) -> Callable[..., Any]:
+    def _rpc(self, spec: _Rpc[Any, Any]) -> Callable[..., Any]:
         return getattr(self._stubs[spec.service], spec.method)
 
     def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:

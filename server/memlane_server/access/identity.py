@@ -91,10 +91,22 @@ def current_caller() -> Caller:
         raise PermissionDenied("no authenticated caller for this call") from None
 
 
+CallerToken = contextvars.Token[Caller]
+
+
+def enter_caller(caller: Caller) -> CallerToken:
+    """Makes ``caller`` current for this task; undo with ``exit_caller``."""
+    return _current.set(caller)
+
+
+def exit_caller(token: CallerToken) -> None:
+    _current.reset(token)
+
+
 @contextmanager
 def use_caller(caller: Caller) -> Iterator[None]:
-    token = _current.set(caller)
+    token = enter_caller(caller)
     try:
         yield
     finally:
-        _current.reset(token)
+        exit_caller(token)

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 
 from .. import errors
 from ..access.authenticate import Authenticator, check_method
-from ..access.identity import Caller, use_caller
+from ..access.identity import Caller, CallerToken, enter_caller, exit_caller
 from ..observability.metrics import RpcMetrics
 
 log = logging.getLogger("memlane.api")
@@ -62,6 +62,44 @@ def _sent_code(context: grpc.aio.ServicerContext) -> str:
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
+class _Boundary:
+    """One RPC's passage through the boundary: the request decoded and the caller authenticated on
+    entry (the caller then current for the handler), the outcome counted and any error turned into
+    its status on exit."""
+
+    __slots__ = ("_context", "_name", "_owner", "_request", "_start", "_token")
+
+    def __init__(self, owner: BoundaryInterceptor, request: Any, context: Any, name: str) -> None:
+        self._owner, self._request, self._context, self._name = owner, request, context, name
+        self._token: CallerToken | None = None
+
+    async def __aenter__(self) -> None:
+        self._start = time.perf_counter()
+        try:
+            self._owner._check(self._request)
+            self._token = enter_caller(self._owner._caller(self._context, self._name))
+        except Exception as exc:
+            await self.__aexit__(type(exc), exc, None)
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if self._token is not None:
+            exit_caller(self._token)
+            self._token = None
+        elapsed = time.perf_counter() - self._start
+        if exc is None:
+            self._owner._metrics.observe(self._name, "OK", elapsed)
+        elif isinstance(exc, grpc.aio.AbortError):
+            self._owner._metrics.observe(self._name, _sent_code(self._context), elapsed)
+        elif not isinstance(exc, Exception):
+            self._owner._metrics.observe(self._name, "CANCELLED", elapsed)  # the client went away
+        else:
+            status, message = self._owner._status_for(exc, self._name)
+            self._owner._metrics.observe(self._name, status.name, elapsed)
+            await self._context.abort(status, message)  # raises AbortError in place of ``exc``
+
+
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     def __init__(
         self,
@@ -97,25 +135,12 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             inner = handler.unary_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                start = time.perf_counter()
-                code = "OK"
-                try:
-                    self._check(request)
-                    with use_caller(self._caller(context, name)):
-                        remaining = context.time_remaining()
-                        if remaining is not None:
-                            async with asyncio.timeout(remaining):
-                                return await inner(request, context)
+                async with _Boundary(self, request, context, name):
+                    remaining = context.time_remaining()
+                    if remaining is None:
                         return await inner(request, context)
-                except grpc.aio.AbortError:
-                    code = _sent_code(context)
-                    raise
-                except Exception as exc:
-                    status, message = self._status_for(exc, name)
-                    code = status.name
-                    await context.abort(status, message)
-                finally:
-                    self._metrics.observe(name, code, time.perf_counter() - start)
+                    async with asyncio.timeout(remaining):
+                        return await inner(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=deser, response_serializer=handler.response_serializer
@@ -124,22 +149,9 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                start = time.perf_counter()
-                code = "OK"
-                try:
-                    self._check(request)
-                    with use_caller(self._caller(context, name)):
-                        async for item in inner_stream(request, context):
-                            yield item
-                except grpc.aio.AbortError:
-                    code = _sent_code(context)
-                    raise
-                except Exception as exc:
-                    status, message = self._status_for(exc, name)
-                    code = status.name
-                    await context.abort(status, message)
-                finally:
-                    self._metrics.observe(name, code, time.perf_counter() - start)
+                async with _Boundary(self, request, context, name):
+                    async for item in inner_stream(request, context):
+                        yield item
 
             return grpc.unary_stream_rpc_method_handler(
                 stream, request_deserializer=deser, response_serializer=handler.response_serializer

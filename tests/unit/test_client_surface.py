@@ -1,0 +1,52 @@
+"""The public face of the client: what `import memlane` offers, and one method per RPC on both clients."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+import memlane
+from memlane.v1 import admin_pb2, context_pb2, memory_pb2, session_service_pb2
+
+EXPECTED = {
+    "DEFAULT_TARGET", "NO_RETRY", "AbortedError", "AlreadyExistsError", "AsyncClient", "CancelledError",
+    "Client", "DataLossError", "DeadlineExceededError", "FailedPreconditionError", "InternalError",
+    "InvalidArgumentError", "MemlaneError", "Message", "MessageOrder", "NativeMessage", "NotFoundError",
+    "OutOfRangeError", "PermissionDeniedError", "PromotionState", "ResourceExhaustedError", "RetryPolicy",
+    "Role", "Session", "SessionStatus", "Summary", "Topology", "UnauthenticatedError", "UnavailableError",
+    "UnimplementedError", "UnknownError", "VisibilityKind", "iter_pages", "new_id",
+}  # fmt: skip
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(memlane.__all__) == EXPECTED
+    assert all(hasattr(memlane, name) for name in memlane.__all__)
+
+
+def _rpcs() -> list[tuple[str, bool]]:
+    out = []
+    for module in (session_service_pb2, context_pb2, memory_pb2, admin_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for m in service.methods:
+                out.append((re.sub(r"(?<!^)(?=[A-Z])", "_", m.name).lower(), m.server_streaming))
+    return out
+
+
+@pytest.mark.parametrize(("name", "streaming"), _rpcs())
+def test_every_rpc_has_a_method_on_both_clients(name: str, streaming: bool) -> None:
+    sync = memlane.Client("127.0.0.1:1")
+    try:
+        assert callable(getattr(sync, name))
+    finally:
+        sync.close()
+    kind = type(memlane.Client.__dict__.get(name) or getattr(memlane.Client, name)).__name__
+    assert kind == ("_Stream" if streaming else "_Unary")
+
+
+def test_every_error_class_is_a_memlane_error() -> None:
+    for name in EXPECTED:
+        obj = getattr(memlane, name)
+        if inspect.isclass(obj) and name.endswith("Error"):
+            assert issubclass(obj, memlane.MemlaneError)
