@@ -110,6 +110,25 @@ class Settings:
         return Path(self.data_dir)
 
 
+# Settings that take one of a few words; anything else is refused at start, naming the choices.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "log_format": ("json", "text"),
+    "default_topology": ("shared", "distributed", "selective"),
+    "context_strategy": ("full_buffer", "sliding_window", "rolling_summary", "hybrid"),
+    "context_fallback": ("gap_summary", "drop_oldest"),
+    "summarizer": ("extractive", "openai", "client"),
+    "embedding_pooling": ("mean", "cls", "none"),
+    "extractor": ("rules", "openai"),
+}
+
+
+def _check_choices(settings: Settings) -> None:
+    for name, allowed in CHOICES.items():
+        value = getattr(settings, name)
+        if value not in allowed:
+            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+
+
 def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
     try:
         if kind in (bool, "bool"):
@@ -174,9 +193,11 @@ def build_settings(
         if raw is not None:
             values[key] = _coerce(key, types[key], raw, f"--{key.replace('_', '-')}")
     try:
-        return dataclasses.replace(Settings(), **values)
+        settings = dataclasses.replace(Settings(), **values)
     except TypeError as exc:  # pragma: no cover - guarded by the checks above
         raise ConfigError(str(exc)) from exc
+    _check_choices(settings)
+    return settings
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
