@@ -84,7 +84,7 @@ def test_provenance_and_determinism() -> None:
     assert first[0].source_message_ids == ["a2"]
 
 
-def test_episodes_window_exchanges_and_redact() -> None:
+def test_episodes_one_per_turn_keyed_by_neighbours_and_redacted() -> None:
     msgs = [
         Message(
             "u1",
@@ -93,13 +93,19 @@ def test_episodes_window_exchanges_and_redact() -> None:
             "Book the Goa trip for March, mail me at a@b.io",
             created_at_ms=1_710_000_000_000,
         ),
-        Message("a1", "s", Role.ASSISTANT, "Booked: Goa, 3-7 March."),
+        Message("a1", "s", Role.ASSISTANT, "Booked: Goa, 3-7 March.", created_at_ms=1_710_000_060_000),
         Message("t1", "s", Role.TOOL, "tool output"),
-        Message("u2", "s", Role.USER, "Thanks"),
+        Message("u2", "s", Role.USER, "Thanks", participant_name="Priya", created_at_ms=1_710_000_120_000),
     ]
     eps = build_episodes(msgs, Session("s", "u"))
-    assert [e.source_message_ids for e in eps] == [["u1", "a1"], ["u2"]]
-    assert eps[0].content.startswith("[2024-03-09")
+    # Each episode holds exactly one turn, and claims only that turn.
+    assert [e.source_message_ids for e in eps] == [["u1"], ["a1"], ["u2"]]
+    assert eps[0].content.startswith("[9 March 2024] User: Book the Goa trip")
+    assert eps[2].content == "[9 March 2024] Priya: Thanks"
     assert "[EMAIL]" in eps[0].content and "a@b.io" not in eps[0].content
-    assert "Goa" in eps[0].keywords
+    assert not any("a@b.io" in k for e in eps for k in e.keywords)
+    # Keys: the turn's own keywords, its neighbours' (never served as content), speaker and date.
+    assert "Goa" in eps[0].keywords and "booked" in eps[0].keywords
+    assert "Goa" in eps[2].keywords and "Goa" not in eps[2].content
+    assert {"Priya", "2024-03-09", "Saturday", "March", "2024"} <= set(eps[2].keywords)
     assert eps[0].occurred_at_ms == 1_710_000_000_000

@@ -34,9 +34,9 @@ class EmbeddedRedis:
     """Owns one redis-server child process. ``url`` is valid once ``start()`` returns."""
 
     def __init__(self, directory: Path, *, persist: bool = True) -> None:
-        self.directory = directory
+        self.directory = directory.resolve()  # redis chdirs into --dir: relative paths would break
         self.persist = persist
-        self.socket = directory / "redis.sock"
+        self.socket = self.directory / "redis.sock"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -25,9 +25,13 @@ class MemoryMaintenance:
         optimize_interval_s: float = 300.0,
         prune_interval_s: float = 3600.0,
         vector_index_min_rows: int = 200_000,
+        optimize_after_writes: int = 32,
+        check_interval_s: float = 5.0,
     ) -> None:
         self._service = service
         self._optimize_interval = optimize_interval_s
+        self._optimize_after_writes = optimize_after_writes
+        self._check_interval = min(check_interval_s, optimize_interval_s)
         self._prune_interval = prune_interval_s
         self._vector_index_min_rows = vector_index_min_rows
         self._task: asyncio.Task[None] | None = None
@@ -48,16 +52,24 @@ class MemoryMaintenance:
             await store.optimize()
 
     async def _run(self) -> None:
-        last_prune = time.monotonic()
+        last_prune = last_optimize = time.monotonic()
         while True:
-            await asyncio.sleep(self._optimize_interval)
-            due = time.monotonic() - last_prune >= self._prune_interval
+            # A burst of writes (promotions) leaves many small fragments outside the full-text index,
+            # and every search pays for scanning them: optimize early once enough writes piled up,
+            # not only on the timer.
+            await asyncio.sleep(self._check_interval)
+            now = time.monotonic()
+            piled = self._service.store.writes_since_optimize >= self._optimize_after_writes
+            if not piled and now - last_optimize < self._optimize_interval:
+                continue
+            due = now - last_prune >= self._prune_interval
             try:
                 await self.run_once(prune=due)
             except Exception:  # upkeep failing must not take the server down; next round retries
                 log.exception("memory maintenance failed")
+            last_optimize = time.monotonic()
             if due:
-                last_prune = time.monotonic()
+                last_prune = last_optimize
 
     async def close(self) -> None:
         if self._task is not None:

@@ -21,9 +21,12 @@ class MemoryPolicy:
     duplicate_similarity: float = 0.9
     # Recall: candidates fetched from each retriever before fusion and re-ranking.
     candidates: int = 40
-    rrf_k: float = 10.0
-    # Weight of each retriever's ranks in the fusion.
-    keyword_weight: float = 1.0
+    # A small k keeps first places far apart: each retriever's top hit is usually the one that matters.
+    rrf_k: float = 4.0
+    # Weight of each retriever's ranks in the fusion. Full text leads: exact names, ids and rare words
+    # are the strongest evidence a memory has; cosine fills in paraphrases. (Measured on the golden set
+    # and a conversational recall benchmark; see docs/benchmarks.md.)
+    keyword_weight: float = 1.5
     vector_weight: float = 1.0
     recency_half_life_days: float = 60.0
     # Final score = fused * (base + w_recency*recency + w_usage*usage + w_importance*importance).

@@ -129,7 +129,7 @@ class MemoryService:
             keyword_hits, vector_hits = await asyncio.gather(
                 self._store.keyword_search(text, where, n), self._vector_hits(text, where, n)
             )
-        return fuse_and_rank(
+        ranked = fuse_and_rank(
             keyword_hits,
             vector_hits,
             policy=self._policy,
@@ -137,6 +137,11 @@ class MemoryService:
             limit=query.limit,
             min_score=query.min_score,
         )
+        if not ranked:
+            return ranked
+        # Hits carry only the ranking columns; read the full rows of the few results once.
+        full = {i.id: i for i in await self._store.fetch(where & filters.with_ids([s.item.id for s in ranked]))}
+        return [replace(s, item=full[s.item.id]) for s in ranked if s.item.id in full]
 
     async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
         vector = (await self._embedder.embed([text]))[0]
@@ -217,7 +222,7 @@ class MemoryService:
             accepted.append((draft, kind, content))
         if not accepted:
             return []
-        vectors = await self._embedder.embed([c for _, _, c in accepted])
+        vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
         now = self._clock()
         async with self._locks[hash((user_id, owner.agent_id)) % _LOCK_STRIPES]:
             return await self._ingest_locked(owner, accepted, vectors, now)
@@ -412,7 +417,7 @@ class MemoryService:
         now = self._clock()
         if patch.content is not None and patch.content.strip() != item.content:
             item.content = self._check_content(patch.content)
-            item.vector = (await self._embedder.embed([item.content]))[0].tolist()
+            item.vector = (await self._embedder.embed([embedding_text(item.content, item.keywords)]))[0].tolist()
         else:
             item.vector = await self._vector_of(item.id)
         if patch.keywords is not None:
@@ -592,6 +597,14 @@ def _readable(who: Visibility) -> Expr:
     """CRUD visibility: an agent sees what recall would show it; no agent id means the user's own
     memory viewer, which sees every item of that user."""
     return filters.visible_to(who) if who.agent_id else filters.owned_by(who.user_id)
+
+
+def embedding_text(content: str, keywords: Sequence[str]) -> str:
+    """What an item's vector is computed from: its content, then its keywords. Keywords are keys the
+    content implies but may not say (an episode's neighbouring turns, a date); the vector model sees
+    them as the full-text index does."""
+    keys = " ".join(_clean_keywords(keywords))
+    return f"{content}\n{keys}" if keys else content
 
 
 def _clamp(value: float) -> float:

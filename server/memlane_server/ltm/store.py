@@ -7,7 +7,6 @@ a filter expression that the caller built from ``filters.visible_to`` or ``filte
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,12 +20,10 @@ from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memlane_server.errors import Unavailable
 from memlane_server.ltm.model import MemoryItem
-from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
+from memlane_server.ltm.query import content_terms
+from memlane_server.ltm.schema import META_COLUMNS, RANK_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
 
 log = logging.getLogger(__name__)
-
-# The FTS query is plain terms: dropping punctuation keeps user text from being read as query syntax.
-_TERM = re.compile(r"[\w]+", re.UNICODE)
 
 
 @dataclass(slots=True)
@@ -134,14 +131,15 @@ class LanceMemoryStore:
         return await query.to_arrow()
 
     async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
-        terms = " ".join(_TERM.findall(text))
+        """Hits carry only ``RANK_COLUMNS``; ``fetch`` the full rows of the ones kept."""
+        terms = " ".join(content_terms(text))
         if not terms:
             return []
         rows = await (
             self._table.query()
             .nearest_to_text(terms, columns="search_text")
             .where(where)
-            .select([*META_COLUMNS, "_score"])
+            .select([*RANK_COLUMNS, "_score"])
             .limit(limit)
             .to_list()
         )
@@ -152,10 +150,8 @@ class LanceMemoryStore:
             self._table.query()
             .nearest_to(vector.astype(np.float32))
             .distance_type("cosine")
-            .where(
-                where,
-            )
-            .select([*META_COLUMNS, "_distance"])
+            .where(where)
+            .select([*RANK_COLUMNS, "_distance"])
             .limit(limit)
             .to_list()
         )

@@ -1,0 +1,494 @@
+"""The Helm chart and the Dockerfile, checked offline.
+
+The chart is rendered with the Helm v4 SDK (helm-python-sdk, no helm binary) for every ci/*-values.yaml
+scenario, linted, and every manifest is validated against the Kubernetes schemas (kubernetes-validate).
+Sidecar scenarios are also rendered the way users run them: inside an agent chart (tests/chart/agent-chart)
+that lists memlane as a dependency and includes the container with ``.Subcharts.memlane``.
+Invariants: every MEMLANE_* variable the chart renders is a real setting and round-trips through
+``build_settings``; probes are native gRPC probes on the gRPC port; the container runs as non-root on a
+read-only root filesystem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from memlane_server.config import Settings, build_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "memlane"
+AGENT_CHART = Path(__file__).resolve().parent / "agent-chart"
+CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+K8S_VERSION = "1.33"
+RELEASE, NAMESPACE = "demo", "agents"
+
+# Settings the chart derives from structured values (ports, socket, redis, access, ...), not from config.
+CHART_MANAGED = {
+    "listen",
+    "admin_listen",
+    "data_dir",
+    "redis_url",
+    "auth_required",
+    "access_policy_file",
+    "channel_policies_file",
+}
+SETTINGS = {f.name: f for f in dataclasses.fields(Settings)}
+VALID_ENV = {f"MEMLANE_{name.upper()}" for name in SETTINGS}
+# Custom resources kubernetes-validate has no schema for; checked by hand below.
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
+SCHEMA_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
+def camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.capitalize() for part in rest)
+
+
+def load_values(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def docs_of(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for name, text in sorted(rendered.items()):
+        if name.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+@functools.cache
+def _chart() -> Any:
+    return helm.Chart.load(str(CHART))
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return docs_of(_chart().render(values=values, name=RELEASE, namespace=NAMESPACE))
+
+
+@pytest.fixture(scope="module")
+def agent_chart(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The example agent chart with this memlane chart as its dependency under charts/."""
+    root = tmp_path_factory.mktemp("agent") / "agent"
+    shutil.copytree(AGENT_CHART, root)
+    shutil.copytree(CHART, root / "charts" / "memlane")
+    chart = helm.Chart.load(str(root))
+    yield chart
+    chart.close()
+
+
+def scenario_id(path: Path) -> str:
+    return path.name.removesuffix("-values.yaml")
+
+
+@pytest.fixture(params=CI_FILES, ids=scenario_id)
+def scenario(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return load_values(request.param)
+
+
+@pytest.fixture
+def manifests(scenario: dict[str, Any], agent_chart: Any) -> list[dict[str, Any]]:
+    """What a user deploys: the chart alone (standalone), or the agent chart with memlane in its pods."""
+    if scenario.get("mode", "sidecar") == "standalone":
+        return render(scenario)
+    return docs_of(agent_chart.render(values={"memlane": scenario}, name=RELEASE, namespace=NAMESPACE))
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for d in docs:
+        if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet"):
+            yield d["spec"]["template"]["spec"]
+
+
+def memlane_containers(docs: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    for spec in pod_specs(docs):
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            if c["image"].split("@")[0].rsplit(":", 1)[0].endswith("memlane"):
+                yield spec, c
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def memlane_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Every MEMLANE_* variable rendered: ConfigMap data, Secret data and container env."""
+    env: dict[str, str] = {}
+    for d in docs:
+        if d["kind"] == "ConfigMap":
+            env |= {k: v for k, v in (d.get("data") or {}).items() if k.startswith("MEMLANE_")}
+        if d["kind"] == "Secret":
+            env |= {k: v for k, v in (d.get("stringData") or {}).items() if k.startswith("MEMLANE_")}
+    for _, c in memlane_containers(docs):
+        env |= {
+            e["name"]: e.get("value", "<from secret>")
+            for e in c.get("env", [])
+            if e["name"].startswith("MEMLANE_")
+        }
+    return env
+
+
+# --- the chart renders, lints and validates in every scenario ---------------------------------------
+
+
+def test_every_scenario_has_a_values_file() -> None:
+    names = {scenario_id(p) for p in CI_FILES}
+    assert {"default", "standalone", "sidecar-auth", "external-redis-s3", "everything"} <= names
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=scenario_id)
+def test_chart_lints_clean(values_file: Path) -> None:
+    report = helm.lint(str(CHART), load_values(values_file), strict=True, kube_version=f"v{K8S_VERSION}.0")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_manifests_match_the_kubernetes_schemas(manifests: list[dict[str, Any]]) -> None:
+    assert manifests
+    for doc in manifests:
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = "/".join(str(p) for p in exc.absolute_path)
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {path}: {exc.message}")
+
+
+def test_monitors_scrape_the_metrics_port(manifests: list[dict[str, Any]]) -> None:
+    ports = {p["name"]: p for _, c in memlane_containers(manifests) for p in c["ports"]}
+    services = by_kind(manifests, "Service")
+    for sm in by_kind(manifests, "ServiceMonitor"):
+        (endpoint,) = sm["spec"]["endpoints"]
+        (svc,) = services
+        svc_port = next(p for p in svc["spec"]["ports"] if p["name"] == endpoint["port"])
+        assert svc_port["targetPort"] == "memlane-metrics"
+        assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    for pm in by_kind(manifests, "PodMonitor"):
+        (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+        assert endpoint["port"] == "memlane-metrics" and endpoint["port"] in ports
+        assert pm["spec"]["selector"]["matchLabels"]
+
+
+def test_pods_reference_only_what_exists(manifests: list[dict[str, Any]], scenario: dict[str, Any]) -> None:
+    """Every mount has its volume; every ConfigMap/Secret the chart made up is rendered."""
+    external = {
+        scenario.get("redis", {}).get("existingSecret"),
+        scenario.get("access", {}).get("existingSecret"),
+        *(e["secretRef"]["name"] for e in scenario.get("extraEnvFrom", []) if "secretRef" in e),
+        *(v["configMap"]["name"] for v in scenario.get("extraVolumes", []) if "configMap" in v),
+    }
+    names = {(d["kind"], d["metadata"]["name"]) for d in manifests}
+    pvcs = {n for k, n in names if k == "PersistentVolumeClaim"}
+    specs = list(pod_specs(manifests))
+    assert specs, "no pod renders memlane"
+    for spec in specs:
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in volumes, f"{c['name']} mounts {m['name']}, which the pod lacks"
+            for ref in c.get("envFrom", []):
+                for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+                    if key in ref and ref[key]["name"] not in external:
+                        assert (kind, ref[key]["name"]) in names
+        for v in volumes.values():
+            if "configMap" in v and v["configMap"]["name"] not in external:
+                assert ("ConfigMap", v["configMap"]["name"]) in names
+            if "secret" in v and v["secret"]["secretName"] not in external:
+                assert ("Secret", v["secret"]["secretName"]) in names
+            if "persistentVolumeClaim" in v and scenario.get("mode") == "standalone":
+                assert v["persistentVolumeClaim"]["claimName"] in pvcs
+
+
+# --- invariants ---------------------------------------------------------------------------------------
+
+
+def test_every_memlane_variable_is_a_real_setting(manifests: list[dict[str, Any]]) -> None:
+    env = memlane_env(manifests)
+    assert "MEMLANE_LISTEN" in env and "MEMLANE_DATA_DIR" in env
+    unknown = sorted(set(env) - VALID_ENV)
+    assert not unknown, f"the chart renders variables memlane does not read: {unknown}"
+
+
+def test_rendered_settings_load(manifests: list[dict[str, Any]]) -> None:
+    """The sidecar would start with this configuration: build_settings accepts every rendered value."""
+    env = {k: v for k, v in memlane_env(manifests).items() if v != "<from secret>"}
+    settings = build_settings(env=env)
+    assert settings.data_dir == "/var/lib/memlane"
+
+
+def test_probes_are_native_grpc_on_the_grpc_port(manifests: list[dict[str, Any]]) -> None:
+    env = memlane_env(manifests)
+    tcp = [a for a in env["MEMLANE_LISTEN"].split(",") if not a.startswith("unix:")]
+    containers = list(memlane_containers(manifests))
+    assert containers
+    for _, c in containers:
+        grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "memlane-grpc")
+        assert [a.rsplit(":", 1)[1] for a in tcp] == [str(grpc_port)]
+        admin_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "memlane-metrics")
+        assert env["MEMLANE_ADMIN_LISTEN"].endswith(f":{admin_port}")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert c[probe]["grpc"]["port"] == grpc_port, probe
+        # The startup probe leaves time for the model load and an embedded Redis replaying its AOF.
+        startup = c["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+
+
+def test_container_runs_as_non_root_on_a_read_only_root(manifests: list[dict[str, Any]]) -> None:
+    for spec, c in memlane_containers(manifests):
+        sc = c["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        for writable in ("/var/lib/memlane", "/tmp"):
+            assert not mounts[writable].get("readOnly"), writable
+        volumes = {v["name"] for v in spec["volumes"]}
+        assert mounts["/var/lib/memlane"]["name"] in volumes
+
+
+def test_sidecar_shares_its_socket_with_the_agent(agent_chart: Any) -> None:
+    docs = docs_of(agent_chart.render(values={}, name=RELEASE, namespace=NAMESPACE))
+    (deployment,) = by_kind(docs, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    assert set(containers) == {"agent", "memlane"}
+    agent_env = {e["name"]: e["value"] for e in containers["agent"]["env"]}
+    assert agent_env["AGENT_MEMORY_TARGET"] == "unix:/run/memlane/memlane.sock"
+    assert {"name": "memlane-socket", "mountPath": "/run/memlane"} in containers["agent"]["volumeMounts"]
+    listen = memlane_env(docs)["MEMLANE_LISTEN"].split(",")
+    assert "unix:/run/memlane/memlane.sock" in listen
+    # This release is the sidecar's configuration only: no Deployment or Service of memlane's own.
+    assert not [d for d in docs if d["kind"] in ("Service", "ServiceAccount")]
+
+
+def test_native_sidecar_goes_in_init_containers(agent_chart: Any) -> None:
+    values = {"memlane": load_values(CHART / "ci" / "sidecar-auth-values.yaml")}
+    docs = docs_of(agent_chart.render(values=values, name=RELEASE, namespace=NAMESPACE))
+    (deployment,) = by_kind(docs, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["name"] == "memlane" and init["restartPolicy"] == "Always"
+    env = memlane_env(docs)
+    assert env["MEMLANE_AUTH_REQUIRED"] == "true"
+    policy_file = Path(env["MEMLANE_ACCESS_POLICY_FILE"])
+    mount = next(m for m in init["volumeMounts"] if m["mountPath"] == str(policy_file.parent))
+    assert mount["readOnly"] is True  # a directory, not a subPath: Secret edits reach the pod
+    (secret,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-access")]
+    policy = yaml.safe_load(secret["stringData"][policy_file.name])
+    assert policy["agents"]["planner"]["roles"] == ["orchestrator"]
+
+
+def other_value(f: dataclasses.Field[Any], allowed: list[Any] | None) -> Any:
+    """A value of the setting's type (within the schema's enum, if any) that differs from its default."""
+    default: Any = f.default
+    if allowed:
+        return next(v for v in allowed if v is not None and v != default)
+    if f.type == "bool":
+        return not default
+    if f.type == "int":
+        return (default or 1) * 1000 + 7  # large: Helm's float64 numbers must not print as 1e+06
+    if f.type == "float":
+        return default + 0.25
+    return f"value-of-{f.name}"
+
+
+def test_every_setting_maps_through_config() -> None:
+    """config.<camelCase> -> MEMLANE_<SNAKE>, and the rendered strings load back to the same values."""
+    props = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]["properties"]
+    config: dict[str, Any] = {}
+    expected: dict[str, Any] = {}
+    for name, f in SETTINGS.items():
+        if name in CHART_MANAGED:
+            continue
+        config[camel(name)] = expected[name] = other_value(f, props[camel(name)].get("enum"))
+    docs = render({"config": config})
+    (configmap,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-config")]
+    data = configmap["data"]
+    assert {f"MEMLANE_{n.upper()}" for n in expected} <= set(data)
+    assert build_settings(env=data) == dataclasses.replace(
+        Settings(),
+        **expected,
+        listen=data["MEMLANE_LISTEN"],
+        admin_listen=data["MEMLANE_ADMIN_LISTEN"],
+        data_dir="/var/lib/memlane",
+    )
+
+
+def test_secret_config_goes_to_a_secret_not_the_configmap() -> None:
+    docs = render({"secretConfig": {"summarizerApiKey": "sk-1"}, "redis": {"url": "redis://r:6379/0"}})
+    (secret,) = by_kind(docs, "Secret")
+    assert secret["stringData"] == {
+        "MEMLANE_SUMMARIZER_API_KEY": "sk-1",
+        "MEMLANE_REDIS_URL": "redis://r:6379/0",
+    }
+    for cm in by_kind(docs, "ConfigMap"):
+        assert "sk-1" not in json.dumps(cm) and "MEMLANE_REDIS_URL" not in cm["data"]
+
+
+def test_checksum_follows_start_time_settings_only() -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        (deployment,) = by_kind(render({"mode": "standalone", **values}), "Deployment")
+        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/memlane"])
+
+    base = checksum({})
+    assert checksum({"config": {"sessionTtlSeconds": 60}}) != base
+    policy = {"enabled": True, "policy": {"tokens": [{"token": "t", "agent": "a"}]}}
+    other = {"enabled": True, "policy": {"tokens": [{"token": "u", "agent": "a"}]}}
+    # memlane reloads the access policy by itself: editing it must not restart the pods.
+    assert checksum({"access": policy}) == checksum({"access": other})
+
+
+# --- values.schema.json ---------------------------------------------------------------------------------
+
+
+def test_schema_config_lists_exactly_the_settings() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    props = schema["properties"]["config"]["properties"]
+    wanted = {camel(n): SCHEMA_TYPES[str(f.type)] for n, f in SETTINGS.items() if n not in CHART_MANAGED}
+    missing = sorted(set(wanted) - set(props))
+    assert not missing, f"add these settings to config in charts/memlane/values.schema.json: {missing}"
+    assert sorted(set(props) - set(wanted)) == [], "values.schema.json lists settings memlane lacks"
+    for key, kind in wanted.items():
+        assert kind in props[key]["type"], key
+    assert schema["properties"]["secretConfig"]["properties"] == props
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"mode": "daemonset"}, "/mode"),
+        ({"config": {"sessionTtlSeconds": "an hour"}}, "sessionTtlSeconds"),
+        ({"config": {"redisURL": "redis://x"}}, "redisURL"),  # a typo is an error, not ignored
+        ({"config": {"listen": "0.0.0.0:1"}}, "listen"),  # chart-managed: set through ports/socket
+        ({"config": {"logFormat": "xml"}}, "logFormat"),
+        ({"ports": {"grpc": 70000, "admin": 9464}}, "/ports/grpc"),
+        ({"redis": {"url": "http://redis:6379"}}, "/redis/url"),
+        ({"livenessProbe": {"enabeld": True}}, "enabeld"),
+    ],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=re.escape(complaint)):
+        _chart().validate_schema(values)
+    with pytest.raises(helm.HelmValuesError):
+        _chart().render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"mode": "standalone", "replicaCount": 2}, "needs a shared Redis"),
+        ({"livenessProbe": {"enabled": True, "probe": {"grpc": {"port": 1}}}}, "must be ports.grpc"),
+        ({"serviceMonitor": {"enabled": True}}, "serviceMonitor is for mode=standalone"),
+        ({"podMonitor": {"enabled": True}}, "podMonitor.selector"),
+        ({"access": {"enabled": True}}, "access.policy or access.existingSecret"),
+        ({"persistence": {"enabled": True}}, "persistence.existingClaim"),
+    ],
+)
+def test_render_refuses_deployments_that_cannot_work(values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape(complaint)):
+        _chart().render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- Dockerfile ---------------------------------------------------------------------------------------
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    instructions = dockerfile()
+    last_from = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    return instructions[last_from:]
+
+
+def env_of(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in instructions:
+        if word == "ENV":
+            env |= dict(re.findall(r"(\w+)=(\S+)", rest))
+    return env
+
+
+def test_dockerfile_base_is_a_pinned_python_slim() -> None:
+    instructions = dockerfile()
+    args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
+    froms = [rest.split()[0] for word, rest in instructions if word == "FROM"]
+    assert len(froms) >= 2, "multi-stage"
+    for image in froms:
+        resolved = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
+        assert re.fullmatch(r"python:3\.11-slim(-\w+)?(@sha256:[0-9a-f]{64})?", resolved), resolved
+
+
+def test_dockerfile_runs_memlane_serve_as_non_root() -> None:
+    stage = final_stage()
+    (user,) = [rest for word, rest in stage if word == "USER"]
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0  # numeric, so runAsNonRoot can verify it
+    values = load_values(CHART / "values.yaml")
+    assert values["securityContext"]["runAsUser"] == int(uid)
+    entry = next(json.loads(rest) for word, rest in stage if word == "ENTRYPOINT")
+    cmd = next(json.loads(rest) for word, rest in stage if word == "CMD")
+    assert "exec memlane" in " ".join(entry) and cmd == ["serve"]
+    runs = " ".join(rest for word, rest in dockerfile() if word == "RUN")
+    assert 'pip install ".[server]"' in runs
+
+
+def test_dockerfile_defaults_are_the_sidecars() -> None:
+    stage = final_stage()
+    env = env_of(stage)
+    assert set(k for k in env if k.startswith("MEMLANE_")) <= VALID_ENV
+    build_settings(env=env)  # the image's defaults load
+    listen = env["MEMLANE_LISTEN"].split(",")
+    assert "unix:/run/memlane/memlane.sock" in listen and "127.0.0.1:50051" in listen
+    assert not any(a.startswith(("0.0.0.0", "[::]")) for a in listen)  # standalone opts in, documented
+    data_dir = env["MEMLANE_DATA_DIR"]
+    assert data_dir == "/var/lib/memlane"
+    volumes = [v for word, rest in stage if word == "VOLUME" for v in json.loads(rest)]
+    assert volumes == [data_dir]
+    exposed = {int(p) for word, rest in stage if word == "EXPOSE" for p in rest.split()}
+    defaults = Settings()
+    assert exposed == {int(defaults.listen.rsplit(":", 1)[1]), int(defaults.admin_listen.rsplit(":", 1)[1])}
+    values = load_values(CHART / "values.yaml")
+    assert exposed == {values["ports"]["grpc"], values["ports"]["admin"]}
+    assert values["socket"]["dir"] == "/run/memlane"
+
+
+def test_docker_context_holds_what_the_build_copies() -> None:
+    allowed = [
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    sources = [
+        src
+        for word, rest in dockerfile()
+        if word == "COPY" and "--from" not in rest
+        for src in rest.split()[:-1]
+    ]
+    assert sources
+    for src in sources:
+        assert (ROOT / src).exists(), src
+        assert src.rstrip("/") in allowed, f"{src} is excluded by .dockerignore"
