@@ -154,8 +154,9 @@ class Sidecar:
         if s.ltm_enabled:
             await self._build_ltm()
         extractor = self._build_extractor() if self.ltm is not None else None
-        self._build_lifecycle(tokens, extractor)
-        self.context = self._build_context(tokens)
+        summarizer = self._build_summarizer(tokens)
+        self._build_lifecycle(tokens, extractor, summarizer)
+        self.context = self._build_context(tokens, summarizer)
 
         metrics = RpcMetrics(self.registry)
         server = grpc.aio.server(
@@ -204,7 +205,9 @@ class Sidecar:
             await self.end_worker.start()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
 
-    def _build_lifecycle(self, tokens: TokenCounter, extractor: Extractor | None) -> None:
+    def _build_lifecycle(
+        self, tokens: TokenCounter, extractor: Extractor | None, summarizer: Summarizer | None
+    ) -> None:
         s = self.settings
         claim_ms = int(s.pipeline_claim_timeout_seconds * 1000)
         self.policies = PolicyBook.load(s.channel_policies_file, default_expire_after=s.session_ttl_seconds)
@@ -222,11 +225,9 @@ class Sidecar:
             dedupe_window_ms=claim_ms,
         )
         # Session end has no agent to summarize for it: the "client" provider falls back to extractive.
-        summarizer: Summarizer = (
-            self._openai
-            if self._openai is not None
-            else ExtractiveSummarizer(tokens, s.default_model, self._executor)
-        )
+        # With the client provider the agent summarizes live turns; at session end nobody is there to
+        # ask, so the tail is summarized extractively.
+        end_summarizer = summarizer or ExtractiveSummarizer(tokens, s.default_model, self._executor)
         promoter = (
             LtmPromoter(self.ltm, extractor) if self.ltm is not None and extractor is not None else None
         )
@@ -237,7 +238,7 @@ class Sidecar:
             self.keys,
             self.lifecycle,
             self.archive,
-            summarizer=summarizer,
+            summarizer=end_summarizer,
             promoter=promoter,
             config=PipelineConfig(
                 chunk_messages=s.pipeline_chunk_messages,
@@ -291,9 +292,7 @@ class Sidecar:
         extractor: Extractor
         if s.extractor == "rules":
             extractor = RulesExtractor()
-        elif s.extractor == "openai":
-            if not (s.extractor_base_url and s.extractor_model):
-                raise ValueError("extractor=openai needs extractor_base_url and extractor_model")
+        else:
             self._extractor_http = extractor = OpenAIExtractor(
                 OpenAIExtractorSettings(
                     base_url=s.extractor_base_url,
@@ -302,18 +301,15 @@ class Sidecar:
                     timeout_s=s.extractor_timeout_seconds,
                 )
             )
-        else:
-            raise ValueError(f"extractor: unknown provider {s.extractor!r} (rules, openai)")
         return MeteredExtractor(extractor, ExtractionMetrics(self.registry))
 
-    def _build_context(self, tokens: TokenCounter) -> ContextAssembler:
+    def _build_summarizer(self, tokens: TokenCounter) -> Summarizer | None:
+        """The configured provider, metered; None for ``client`` (the agent summarizes)."""
         s = self.settings
-        summarizer: Summarizer | None
-        if s.summarizer == "extractive":
-            summarizer = ExtractiveSummarizer(tokens, s.default_model, self._executor)
-        elif s.summarizer == "openai":
-            if not (s.summarizer_base_url and s.summarizer_model):
-                raise ValueError("summarizer=openai needs summarizer_base_url and summarizer_model")
+        summarizer: Summarizer
+        if s.summarizer == "client":
+            return None
+        if s.summarizer == "openai":
             self._openai = summarizer = OpenAISummarizer(
                 OpenAISettings(
                     base_url=s.summarizer_base_url,
@@ -323,14 +319,17 @@ class Sidecar:
                 ),
                 tokens,
             )
-        elif s.summarizer == "client":
-            summarizer = None  # the agent summarizes; assembly reports the range, SubmitSummary stores it
         else:
-            raise ValueError(f"summarizer: unknown provider {s.summarizer!r} (extractive, openai, client)")
-        scheduler = None
-        if summarizer is not None:
-            metered = MeteredSummarizer(summarizer, SummarizationMetrics(self.registry))
-            scheduler = SummaryScheduler(self.sessions, metered, tokens, self._executor)
+            summarizer = ExtractiveSummarizer(tokens, s.default_model, self._executor)
+        return MeteredSummarizer(summarizer, SummarizationMetrics(self.registry))
+
+    def _build_context(self, tokens: TokenCounter, summarizer: Summarizer | None) -> ContextAssembler:
+        s = self.settings
+        scheduler = (
+            SummaryScheduler(self.sessions, summarizer, tokens, self._executor)
+            if summarizer is not None
+            else None
+        )
         return ContextAssembler(
             self.sessions,
             TraceStore(self.redis, self.keys, s.context_max_traces_per_session),

@@ -122,11 +122,20 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_choices(settings: Settings) -> None:
+def _check(settings: Settings) -> None:
     for name, allowed in CHOICES.items():
         value = getattr(settings, name)
         if value not in allowed:
             raise ConfigError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+    for provider in ("summarizer", "extractor"):
+        if getattr(settings, provider) == "openai" and not (
+            getattr(settings, f"{provider}_base_url") and getattr(settings, f"{provider}_model")
+        ):
+            raise ConfigError(f"{provider}=openai needs {provider}_base_url and {provider}_model")
+    if settings.tls_cert_file and not settings.tls_key_file:
+        raise ConfigError("tls_cert_file needs tls_key_file")
+    if settings.tls_client_ca_file and not settings.tls_cert_file:
+        raise ConfigError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
 
 
 def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
@@ -196,7 +205,7 @@ def build_settings(
         settings = dataclasses.replace(Settings(), **values)
     except TypeError as exc:  # pragma: no cover - guarded by the checks above
         raise ConfigError(str(exc)) from exc
-    _check_choices(settings)
+    _check(settings)
     return settings
 
 

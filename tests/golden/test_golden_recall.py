@@ -118,7 +118,7 @@ def measured(client: memlane.Client) -> dict[str, dict[str, float]]:
             if rank != 1:
                 misses.setdefault(name, []).append(f"{case.id}@{rank or '-'}")
         figures[name] = {"recall@1": at1 / len(cases), "recall@5": at5 / len(cases)}
-    print("\ngolden recall (%d cases)" % len(cases))
+    print(f"\ngolden recall ({len(cases)} cases)")
     for name, fig in figures.items():
         print(f"  {name:<8} recall@1={fig['recall@1']:.3f} recall@5={fig['recall@5']:.3f}")
         print(f"           not first: {', '.join(misses.get(name, [])) or '-'}")

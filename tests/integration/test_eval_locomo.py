@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import orjson
+
 from memlane_server.eval import run
 from memlane_server.eval.dataset import clean_evidence, load
 
@@ -27,7 +28,9 @@ SAMPLE = {
         "session_1_date_time": "1:56 pm on 8 May, 2023",
         "session_1": [
             _turn("D1:1", "Ada", "Hi Bruno! I adopted a greyhound called Pixel last weekend."),
-            _turn("D1:2", "Bruno", "Congrats! I started pottery classes in Lisbon.", "a clay bowl on a wheel"),
+            _turn(
+                "D1:2", "Bruno", "Congrats! I started pottery classes in Lisbon.", "a clay bowl on a wheel"
+            ),
             _turn("D1:3", "Ada", "Lovely. My sister Clara is visiting from Oslo in June."),
         ],
         "session_2_date_time": "10:12 am on 2 June, 2023",
@@ -38,15 +41,42 @@ SAMPLE = {
         ],
     },
     "qa": [
-        {"question": "What is the name of Ada's dog?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
-        {"question": "Where does Bruno take pottery classes?", "answer": "Lisbon", "evidence": ["D1:02"],
-         "category": 4},
-        {"question": "When did Pixel run his first race?", "answer": "June 2023", "evidence": ["D:2:2"],
-         "category": 2},
-        {"question": "Who is visiting Ada and from where?", "answer": "Clara, Oslo", "evidence": ["D1:3; D"],
-         "category": 1},
-        {"question": "What did Bruno make in the kiln?", "answer": "a vase", "evidence": ["D2:1"], "category": 3},
-        {"question": "What did Ada bake?", "adversarial_answer": "bread", "evidence": ["D2:2"], "category": 5},
+        {
+            "question": "What is the name of Ada's dog?",
+            "answer": "Pixel",
+            "evidence": ["D1:1"],
+            "category": 4,
+        },
+        {
+            "question": "Where does Bruno take pottery classes?",
+            "answer": "Lisbon",
+            "evidence": ["D1:02"],
+            "category": 4,
+        },
+        {
+            "question": "When did Pixel run his first race?",
+            "answer": "June 2023",
+            "evidence": ["D:2:2"],
+            "category": 2,
+        },
+        {
+            "question": "Who is visiting Ada and from where?",
+            "answer": "Clara, Oslo",
+            "evidence": ["D1:3; D"],
+            "category": 1,
+        },
+        {
+            "question": "What did Bruno make in the kiln?",
+            "answer": "a vase",
+            "evidence": ["D2:1"],
+            "category": 3,
+        },
+        {
+            "question": "What did Ada bake?",
+            "adversarial_answer": "bread",
+            "evidence": ["D2:2"],
+            "category": 5,
+        },
         {"question": "A question left without evidence", "answer": "-", "evidence": ["D9:9"], "category": 4},
     ],
 }

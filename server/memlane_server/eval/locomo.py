@@ -122,9 +122,10 @@ class Report:
                     + f"{int(s['n']):>9}\n"
                 )
             if system.latencies_ms:
+                p50, p99 = percentile(system.latencies_ms, 50), percentile(system.latencies_ms, 99)
                 w(
-                    f"{system.name:<10}{'question latency':<18} p50 {percentile(system.latencies_ms, 50):.1f} ms"
-                    f"  p99 {percentile(system.latencies_ms, 99):.1f} ms (SearchMemories through the client)\n"
+                    f"{system.name:<10}{'question latency':<18} p50 {p50:.1f} ms  p99 {p99:.1f} ms"
+                    " (SearchMemories through the client)\n"
                 )
 
 

@@ -140,7 +140,9 @@ class MemoryService:
         if not ranked:
             return ranked
         # Hits carry only the ranking columns; read the full rows of the few results once.
-        full = {i.id: i for i in await self._store.fetch(where & filters.with_ids([s.item.id for s in ranked]))}
+        full = {
+            i.id: i for i in await self._store.fetch(where & filters.with_ids([s.item.id for s in ranked]))
+        }
         return [replace(s, item=full[s.item.id]) for s in ranked if s.item.id in full]
 
     async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
@@ -417,7 +419,9 @@ class MemoryService:
         now = self._clock()
         if patch.content is not None and patch.content.strip() != item.content:
             item.content = self._check_content(patch.content)
-            item.vector = (await self._embedder.embed([embedding_text(item.content, item.keywords)]))[0].tolist()
+            item.vector = (await self._embedder.embed([embedding_text(item.content, item.keywords)]))[
+                0
+            ].tolist()
         else:
             item.vector = await self._vector_of(item.id)
         if patch.keywords is not None:
