@@ -175,7 +175,12 @@ class Sidecar:
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
-            AdminServicer(UserData(self.sessions, self.context.traces, self.ltm, self.archive)), server
+            AdminServicer(
+                UserData(
+                    self.sessions, self.context.traces, self.ltm, self.archive, caches=[self.context.forget]
+                )
+            ),
+            server,
         )
         if self.ltm is not None and extractor is not None:
             memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.ltm, extractor), server)

@@ -321,6 +321,9 @@ def test_first_block_arrives_before_a_slow_memory_section_completes(
     released = threading.Event()
 
     class SlowRecall:
+        def forget(self, user_id: str) -> None:
+            return None
+
         async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
             return [MemoryHit("p1", "Prefers email.", 1.0)]
 

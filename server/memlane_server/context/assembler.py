@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from memlane_server.access.identity import Caller
 from memlane_server.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
-from memlane_server.sessions.model import Message, Role, Session, Summary
+from memlane_server.sessions.model import Message, Role, Session, Summary, VisibilityKind
 from memlane_server.sessions.store import SessionStore
 from memlane_server.summarizers import ExtractiveSummarizer
 from memlane_server.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, encoding_for_model
@@ -99,6 +99,10 @@ class _RecentTurns:
         self._max = max_sessions
         self._entries: OrderedDict[str, _Cached] = OrderedDict()
 
+    def forget(self, session_ids: set[str]) -> None:
+        for sid in session_ids:
+            self._entries.pop(sid, None)
+
     async def after(self, session: Session, after: int, limit: int) -> list[Message]:
         """The newest ``limit`` stored messages with seq > ``after``, oldest first."""
         sid = session.session_id
@@ -174,6 +178,11 @@ class ContextAssembler:
     @property
     def traces(self) -> TraceStore:
         return self._traces
+
+    def forget(self, user_id: str, session_ids: set[str]) -> None:
+        """Drops every cached copy of the user's data (erasure)."""
+        self._recent.forget(session_ids)
+        self._memory.forget(user_id)
 
     # ------------------------------------------------------------------------------------- assembly
 
@@ -302,7 +311,8 @@ class ContextAssembler:
             cands = [
                 m
                 for m in history.candidates
-                if req.viewer.can_see(m.visibility, m.source_agent_id, m.visibility_group)
+                if m.visibility == VisibilityKind.SESSION
+                or req.viewer.can_see(m.visibility, m.source_agent_id, m.visibility_group)
             ]
             # The input may already be stored as the last turn: then it is in the history, not extra.
             if input_tokens and cands and cands[-1].role == Role.USER and cands[-1].content == req.user_input:

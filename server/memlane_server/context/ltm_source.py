@@ -49,6 +49,10 @@ class LtmMemorySource:
         await self._memory.bump_usage([h.memory_id for h in hits])
         return hits
 
+    def forget(self, user_id: str) -> None:
+        for key in [k for k in self._profiles if k[0] == user_id]:
+            del self._profiles[key]
+
     async def recall(
         self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
     ) -> list[MemoryHit]:

@@ -29,9 +29,16 @@ class MemorySource(Protocol):
         """Memories relevant to ``query``, best first; ``channel`` is where the conversation happens."""
         ...
 
+    def forget(self, user_id: str) -> None:
+        """Drop anything cached about the user (erasure)."""
+        ...
+
 
 class NoMemory:
     """A ``MemorySource`` with nothing in it: assembly without long-term memory."""
+
+    def forget(self, user_id: str) -> None:
+        return None
 
     async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         return []

@@ -8,7 +8,7 @@ place and a retry finds everything again. Every step is idempotent.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -36,11 +36,15 @@ class UserData:
         traces: TraceStore,
         memory: MemoryService | None,
         archive: ParquetArchive | None,
+        *,
+        caches: Sequence[Callable[[str, set[str]], None]] = (),
     ) -> None:
         self._sessions = sessions
         self._traces = traces
         self._memory = memory
         self._archive = archive
+        # In-process copies of user data (decoded recent turns, profiles): each is told (user, sessions).
+        self._caches = caches
 
     async def export(self, user_id: str) -> AsyncIterator[Record]:
         """Everything held about the user, one record at a time, kind by kind."""
@@ -81,4 +85,6 @@ class UserData:
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(user_id)
         counts.update(await self._sessions.erase_user(user_id))
+        for forget in self._caches:
+            forget(user_id, set(sids))
         return counts, time.time_ns() // 1_000_000
