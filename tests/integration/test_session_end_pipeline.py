@@ -232,7 +232,7 @@ def test_sigkill_mid_promotion_then_restart_completes(  # type: ignore[no-untype
     assert len(ids) == len(set(ids))
     episodes = [i for i in items if i["kind"] == "episodic"]
     firsts = [i["source_message_ids"][0] for i in episodes]
-    assert len(firsts) == len(set(firsts)) == n // 2  # one episode per exchange, none twice
+    assert len(firsts) == len(set(firsts)) == n  # one episode per spoken turn, none twice
     facts = [(i["kind"], i["content"]) for i in items if i["kind"] != "episodic"]
     assert len(facts) == len(set(facts))
     promoted = {m.decode() for m in r.smembers(f"{prefix}:{{{sid}}}:promoted")}

@@ -22,9 +22,11 @@ from memlane_server.sessions.model import Message, Role, Session
 
 _SPOKEN = (Role.USER, Role.ASSISTANT)
 MAX_TURN_CHARS = 1200
-# Keys: the turn's own keywords first (they are what it is about), then its neighbours'.
+# Keys: the turn's own keywords first (they are what it is about), then its neighbours'. The turn
+# before counts most: a reply is about what it answers.
 OWN_KEYWORDS = 12
-NEIGHBOUR_KEYWORDS = 6
+PREVIOUS_KEYWORDS = 10
+NEXT_KEYWORDS = 6
 
 
 def _speaker(msg: Message) -> str:
@@ -58,13 +60,16 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
         line = f"{speaker}: {texts[i]}"
         content = f"[{day:%-d %B %Y}] {line}" if day else line
         neighbours = [
-            kw for j in (i - 1, i + 1) if 0 <= j < len(spoken) for kw in own[j][:NEIGHBOUR_KEYWORDS]
+            kw
+            for j, n in ((i - 1, PREVIOUS_KEYWORDS), (i + 1, NEXT_KEYWORDS))
+            if 0 <= j < len(spoken)
+            for kw in own[j][:n]
         ]
         episodes.append(
             ExtractedMemory(
                 kind=KIND_EPISODIC,
                 content=content,
-                keywords=list(dict.fromkeys([speaker, *own[i], *neighbours, *date_keys(when)])),
+                keywords=list(dict.fromkeys([speaker, *date_keys(when), *own[i], *neighbours])),
                 importance=0.3,
                 source_message_ids=[msg.message_id],
                 occurred_at_ms=when,
