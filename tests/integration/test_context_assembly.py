@@ -56,10 +56,9 @@ def _session(client: memlane.Client, n: int, **kw: Any) -> str:
 def assemble(client: memlane.Client, **fields: Any) -> tuple[list[cpb.ContextBlock], cpb.AssembleStats]:
     blocks, stats = [], None
     for item in client.assemble_context(**fields):
-        if item.HasField("block"):
-            assert stats is None, "blocks after stats"
-            blocks.append(item.block)
-        else:
+        assert stats is None, "a response after the stats"
+        blocks.extend(item.blocks)
+        if item.HasField("stats"):
             stats = item.stats
     assert stats is not None
     # The headroom invariant and exact totals, on every assembly in these tests.
@@ -352,11 +351,12 @@ def test_first_block_arrives_before_a_slow_memory_section_completes(
             sid = _session(c, 4)
             stream = c.assemble_context(session_id=sid, user_input="where is my order?", system_prompt="Sys.")
             first = next(stream)
-            assert first.block.provenance == cpb.PROVENANCE_SYSTEM and not released.is_set()
+            # The system block and the (instant) profile arrive while recall is still blocked.
+            assert [b.provenance for b in first.blocks] == [cpb.PROVENANCE_SYSTEM, cpb.PROVENANCE_PROFILE]
+            assert first.blocks[1].memories[0].memory_id == "p1" and not released.is_set()
             released.set()
-            rest = list(stream)
-            assert rest[1].block.memories[0].memory_id == "m1" and rest[0].block.memories[0].memory_id == "p1"
-            assert rest[-1].HasField("stats")
+            rest = [b for part in stream for b in part.blocks]
+            assert rest[0].provenance == cpb.PROVENANCE_MEMORY and rest[0].memories[0].memory_id == "m1"
     finally:
         released.set()
         srv.stop()

@@ -510,29 +510,31 @@ Global___AssembleStats: _TypeAlias = AssembleStats  # noqa: Y015
 
 @_typing.final
 class AssembleContextResponse(_message.Message):
+    """One flush of the stream: the blocks that became ready since the previous response, in section order
+    (a slow section never holds back those before it; sections ready together share a response).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
-    BLOCK_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
     STATS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def block(self) -> Global___ContextBlock: ...
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextBlock]: ...
     @_builtins.property
     def stats(self) -> Global___AssembleStats:
-        """Always the last response of the stream."""
+        """Set on the last response only."""
 
     def __init__(
         self,
         *,
-        block: Global___ContextBlock | None = ...,
+        blocks: _abc.Iterable[Global___ContextBlock] | None = ...,
         stats: Global___AssembleStats | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "item", b"item", "stats", b"stats"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["stats", b"stats"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "item", b"item", "stats", b"stats"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "stats", b"stats"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["block", "stats"]  # noqa: Y015
-    _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AssembleContextResponse: _TypeAlias = AssembleContextResponse  # noqa: Y015
 

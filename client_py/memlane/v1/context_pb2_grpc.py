@@ -62,9 +62,9 @@ class ContextServiceServicer:
     """
 
     def AssembleContext(self, request, context):
-        """Streams the context for the next model call: one response per section, in priority order
-        (system, profile, memory, summary, conversation; every section is sent, possibly empty), then one
-        final response with the stats. Sum of block tokens + input + reserved output <= the window, always.
+        """Streams the context for the next model call: one block per section, in priority order (system,
+        profile, memory, summary, conversation; every section is sent, possibly empty). Blocks go out as
+        soon as they are ready; blocks ready together share a response; the last response has the stats. Sum of block tokens + input + reserved output <= the window, always.
         Writes a turn trace (its id is in the stats).
         Errors: INVALID_ARGUMENT (missing session_id, negative sizes, reserved output and input exceed the
         window), NOT_FOUND (session), UNAVAILABLE (Redis), DEADLINE_EXCEEDED.

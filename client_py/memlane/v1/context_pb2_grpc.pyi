@@ -34,9 +34,9 @@ class ContextServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ContextServiceAsyncStub: ...
     AssembleContext: _grpc.UnaryStreamMultiCallable[_context_pb2.AssembleContextRequest, _context_pb2.AssembleContextResponse]
-    """Streams the context for the next model call: one response per section, in priority order
-    (system, profile, memory, summary, conversation; every section is sent, possibly empty), then one
-    final response with the stats. Sum of block tokens + input + reserved output <= the window, always.
+    """Streams the context for the next model call: one block per section, in priority order (system,
+    profile, memory, summary, conversation; every section is sent, possibly empty). Blocks go out as
+    soon as they are ready; blocks ready together share a response; the last response has the stats. Sum of block tokens + input + reserved output <= the window, always.
     Writes a turn trace (its id is in the stats).
     Errors: INVALID_ARGUMENT (missing session_id, negative sizes, reserved output and input exceed the
     window), NOT_FOUND (session), UNAVAILABLE (Redis), DEADLINE_EXCEEDED.
@@ -64,9 +64,9 @@ class ContextServiceAsyncStub(ContextServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     AssembleContext: _aio.UnaryStreamMultiCallable[_context_pb2.AssembleContextRequest, _context_pb2.AssembleContextResponse]  # type: ignore[assignment]
-    """Streams the context for the next model call: one response per section, in priority order
-    (system, profile, memory, summary, conversation; every section is sent, possibly empty), then one
-    final response with the stats. Sum of block tokens + input + reserved output <= the window, always.
+    """Streams the context for the next model call: one block per section, in priority order (system,
+    profile, memory, summary, conversation; every section is sent, possibly empty). Blocks go out as
+    soon as they are ready; blocks ready together share a response; the last response has the stats. Sum of block tokens + input + reserved output <= the window, always.
     Writes a turn trace (its id is in the stats).
     Errors: INVALID_ARGUMENT (missing session_id, negative sizes, reserved output and input exceed the
     window), NOT_FOUND (session), UNAVAILABLE (Redis), DEADLINE_EXCEEDED.
@@ -97,9 +97,9 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_pb2.AssembleContextRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_context_pb2.AssembleContextResponse], _abc.AsyncIterator[_context_pb2.AssembleContextResponse]]:
-        """Streams the context for the next model call: one response per section, in priority order
-        (system, profile, memory, summary, conversation; every section is sent, possibly empty), then one
-        final response with the stats. Sum of block tokens + input + reserved output <= the window, always.
+        """Streams the context for the next model call: one block per section, in priority order (system,
+        profile, memory, summary, conversation; every section is sent, possibly empty). Blocks go out as
+        soon as they are ready; blocks ready together share a response; the last response has the stats. Sum of block tokens + input + reserved output <= the window, always.
         Writes a turn trace (its id is in the stats).
         Errors: INVALID_ARGUMENT (missing session_id, negative sizes, reserved output and input exceed the
         window), NOT_FOUND (session), UNAVAILABLE (Redis), DEADLINE_EXCEEDED.

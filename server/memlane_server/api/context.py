@@ -167,11 +167,11 @@ class ContextServicer(cpb_grpc.ContextServiceServicer):
     async def AssembleContext(
         self, request: cpb.AssembleContextRequest, context: _Ctx
     ) -> AsyncIterator[cpb.AssembleContextResponse]:
-        async for item in self._assembler.assemble(request_from_pb(request)):
-            if isinstance(item, Block):
-                yield cpb.AssembleContextResponse(block=block_to_pb(item))
-            else:
-                yield cpb.AssembleContextResponse(stats=stats_to_pb(item))
+        async for flush in self._assembler.assemble(request_from_pb(request)):
+            out = cpb.AssembleContextResponse(blocks=[block_to_pb(b) for b in flush.blocks])
+            if flush.stats is not None:
+                out.stats.CopyFrom(stats_to_pb(flush.stats))
+            yield out
 
     async def SubmitSummary(
         self, request: cpb.SubmitSummaryRequest, context: _Ctx

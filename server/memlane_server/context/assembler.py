@@ -41,6 +41,7 @@ from .model import (
     AssembleStats,
     Block,
     Fallback,
+    Flush,
     Provenance,
     Section,
     Strategy,
@@ -57,6 +58,8 @@ log = logging.getLogger("memlane.context")
 # Tokenizing more text than this inline would stall the event loop noticeably (about 40 us per 200
 # characters); beyond it, counting moves to the executor.
 INLINE_COUNT_CHARS = 16_000
+# Token counts of messages in an encoding other than their session's, kept across requests.
+_RECOUNT_CACHE_SIZE = 100_000
 # Session metadata key that pins a session's strategy (e.g. "sliding_window").
 STRATEGY_METADATA_KEY = "memlane.context.strategy"
 # Room the summary block's own heading takes, kept out of the summary's content budget.
@@ -170,6 +173,7 @@ class ContextAssembler:
         self._executor = executor
         self._gap = ExtractiveSummarizer(counter, executor=executor)
         self._recent = _RecentTurns(store)
+        self._recounts: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
     @property
     def policy(self) -> BudgetPolicy:
@@ -218,18 +222,36 @@ class ContextAssembler:
         self, costing: Costing, msgs: list[Message], model: str, session: Session
     ) -> list[int]:
         # Stored counts were made in the session's encoding; reuse them when the request's matches.
-        same = encoding_for_model(model, self._counter.default_encoding) == encoding_for_model(
-            session.model, self._counter.default_encoding
-        )
-        todo = [i for i, m in enumerate(msgs) if not same or (m.content and not m.token_count)]
-        counted = dict(zip(todo, await self._count([msgs[i].content for i in todo], model), strict=True))
+        # Otherwise count once per (message, encoding) and remember: a model that differs from the
+        # session's would else recount the whole history on every request.
+        encoding = encoding_for_model(model, self._counter.default_encoding)
+        same = encoding == encoding_for_model(session.model, self._counter.default_encoding)
+        sid = session.session_id
+        known: dict[int, int] = {}
+        todo: list[int] = []
+        for i, m in enumerate(msgs):
+            if same and (m.token_count or not m.content):
+                known[i] = m.token_count
+            elif (hit := self._recounts.get((sid, m.message_id, encoding))) is not None:
+                known[i] = hit
+            else:
+                todo.append(i)
+        if todo:
+            for i, n in zip(todo, await self._count([msgs[i].content for i in todo], model), strict=True):
+                known[i] = n
+                self._recounts[(sid, msgs[i].message_id, encoding)] = n
+            while len(self._recounts) > _RECOUNT_CACHE_SIZE:
+                self._recounts.popitem(last=False)
         return [
-            counted.get(i, m.token_count) + MESSAGE_OVERHEAD_TOKENS + costing.name_cost(m.participant_name)
+            known[i] + MESSAGE_OVERHEAD_TOKENS + costing.name_cost(m.participant_name)
             for i, m in enumerate(msgs)
         ]
 
-    async def assemble(self, req: AssembleRequest) -> AsyncIterator[Block | AssembleStats]:
-        """Yields the system, profile, memory, summary and conversation blocks, then the stats."""
+    async def assemble(self, req: AssembleRequest) -> AsyncIterator[Flush]:
+        """Yields the system, profile, memory, summary and conversation blocks, in that order, batched
+        into flushes: a flush goes out when the next section is not ready yet, so a slow section never
+        holds back the ones before it, and sections that are ready together travel in one response
+        (each response costs a round trip's worth of gRPC work). The last flush carries the stats."""
         started = time.perf_counter()
         created = now_ms()
         if not req.session_id:
@@ -289,12 +311,18 @@ class ContextAssembler:
             if block.truncated:
                 removed = costing.message(system) - block.token_count
                 stats.truncations.append(Truncation(Section.SYSTEM, "system prompt exceeds its cap", removed))
-            yield self._emit(req, ledger, section=Section.SYSTEM, grant=grant, block=block, blocks=blocks)
+            ready = [self._emit(req, ledger, section=Section.SYSTEM, grant=grant, block=block, blocks=blocks)]
+            # One turn of the loop lets retrieval that needs no I/O (a cached profile, no LTM) finish
+            # and share the first response.
+            await asyncio.sleep(0)
 
             for section, task, provenance, heading in (
                 (Section.PROFILE, profile_task, Provenance.PROFILE, PROFILE_HEADING),
                 (Section.MEMORY, recall_task, Provenance.MEMORY, MEMORY_HEADING),
             ):
+                if not task.done():
+                    yield Flush(ready)
+                    ready = []
                 hits = await task
                 grant = ledger.grant(section)
                 block = hits_block(costing, provenance, heading, hits, grant)
@@ -304,8 +332,13 @@ class ContextAssembler:
                             section, "over the section cap", items_removed=len(hits) - len(block.memories)
                         )
                     )
-                yield self._emit(req, ledger, section=section, grant=grant, block=block, blocks=blocks)
+                ready.append(
+                    self._emit(req, ledger, section=section, grant=grant, block=block, blocks=blocks)
+                )
 
+            if not history_task.done() and ready:
+                yield Flush(ready)
+                ready = []
             history = await history_task
             # Another agent's private turns or a foreign group's never reach this context.
             cands = [
@@ -361,17 +394,10 @@ class ContextAssembler:
             stats.headroom_tokens = window - reserved - input_tokens - stats.total_tokens
             stats.budgets = ledger.budgets
             stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
-            # The trace write overlaps sending the history blocks; stats (with its id) go out once stored,
-            # so a GetTurnTrace right after the stream always finds it.
-            put = asyncio.create_task(
-                self._traces.put(TurnTrace(stats.trace_id, session.session_id, created, req, blocks, stats))
-            )
-            try:
-                yield summary_block
-                yield conversation
-            finally:
-                await put
-            yield stats
+            # Stats (with the trace id) go out once the trace is stored, so a GetTurnTrace right after the
+            # stream always finds it.
+            await self._traces.put(TurnTrace(stats.trace_id, session.session_id, created, req, blocks, stats))
+            yield Flush([*ready, summary_block, conversation], stats)
         finally:
             for t in tasks:
                 t.cancel()

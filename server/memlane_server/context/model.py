@@ -163,6 +163,14 @@ class AssembleStats:
 
 
 @dataclass(slots=True)
+class Flush:
+    """One response of the assembly stream: blocks in section order; the last one has the stats."""
+
+    blocks: list[Block]
+    stats: AssembleStats | None = None
+
+
+@dataclass(slots=True)
 class TurnTrace:
     """Everything one assembly produced: enough to replay exactly what the model saw."""
 

@@ -37,20 +37,6 @@ META_COLUMNS = [
     "metadata_json",
 ]
 
-# What ranking reads of a candidate (recency, usage, importance): search fetches only these for the
-# many candidates of both retrievers, then the full rows of the few results it returns.
-RANK_COLUMNS = [
-    "id",
-    "user_id",
-    "kind",
-    "importance",
-    "usage_count",
-    "last_used_at_ms",
-    "created_at_ms",
-    "updated_at_ms",
-    "occurred_at_ms",
-]
-
 
 def table_schema(ndims: int) -> pa.Schema:
     return pa.schema(

@@ -129,7 +129,7 @@ class MemoryService:
             keyword_hits, vector_hits = await asyncio.gather(
                 self._store.keyword_search(text, where, n), self._vector_hits(text, where, n)
             )
-        ranked = fuse_and_rank(
+        return fuse_and_rank(
             keyword_hits,
             vector_hits,
             policy=self._policy,
@@ -137,13 +137,6 @@ class MemoryService:
             limit=query.limit,
             min_score=query.min_score,
         )
-        if not ranked:
-            return ranked
-        # Hits carry only the ranking columns; read the full rows of the few results once.
-        full = {
-            i.id: i for i in await self._store.fetch(where & filters.with_ids([s.item.id for s in ranked]))
-        }
-        return [replace(s, item=full[s.item.id]) for s in ranked if s.item.id in full]
 
     async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
         vector = (await self._embedder.embed([text]))[0]

@@ -21,7 +21,7 @@ from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 from memlane_server.errors import Unavailable
 from memlane_server.ltm.model import MemoryItem
 from memlane_server.ltm.query import content_terms
-from memlane_server.ltm.schema import META_COLUMNS, RANK_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
+from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,6 @@ class LanceMemoryStore:
         return await query.to_arrow()
 
     async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
-        """Hits carry only ``RANK_COLUMNS``; ``fetch`` the full rows of the ones kept."""
         terms = " ".join(content_terms(text))
         if not terms:
             return []
@@ -139,7 +138,7 @@ class LanceMemoryStore:
             self._table.query()
             .nearest_to_text(terms, columns="search_text")
             .where(where)
-            .select([*RANK_COLUMNS, "_score"])
+            .select([*META_COLUMNS, "_score"])
             .limit(limit)
             .to_list()
         )
@@ -151,7 +150,7 @@ class LanceMemoryStore:
             .nearest_to(vector.astype(np.float32))
             .distance_type("cosine")
             .where(where)
-            .select([*RANK_COLUMNS, "_distance"])
+            .select([*META_COLUMNS, "_distance"])
             .limit(limit)
             .to_list()
         )
