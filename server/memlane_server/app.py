@@ -274,7 +274,7 @@ class Sidecar:
                 OnnxEmbedder.load, spec, intra_op_threads=s.embedding_threads
             )
         uri = s.ltm_uri or str(Path(s.data_dir) / "ltm")
-        self._ltm_store = await LanceMemoryStore.open(uri, self._embedder.ndims)
+        self._ltm_store = await LanceMemoryStore.open(uri, self._embedder.ndims, cache_mb=s.ltm_cache_mb)
         policy = MemoryPolicy(
             max_items_per_agent=s.ltm_max_items_per_agent,
             max_episodes_per_agent=s.ltm_max_episodes_per_agent,

@@ -74,6 +74,7 @@ class Settings:
     ltm_uri: str = ""  # LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm
     # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
     ltm_cross_channel_episodes: bool = False
+    ltm_cache_mb: int = 128  # LanceDB index cache (metadata cache: half of it)
     ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)
     ltm_max_episodes_per_agent: int = 5000
     ltm_duplicate_similarity: float = 0.9  # cosine at which a new item merges into an existing one

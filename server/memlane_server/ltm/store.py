@@ -43,10 +43,17 @@ class LanceMemoryStore:
 
     @classmethod
     async def open(
-        cls, uri: str, ndims: int, *, storage_options: dict[str, str] | None = None
+        cls, uri: str, ndims: int, *, storage_options: dict[str, str] | None = None, cache_mb: int = 0
     ) -> LanceMemoryStore:
+        """``cache_mb`` bounds LanceDB's index and metadata caches (0: LanceDB's defaults, sized for a
+        server of its own, gigabytes; a sidecar wants tens of MB)."""
+        session = (
+            lancedb.Session(index_cache_size_bytes=cache_mb << 20, metadata_cache_size_bytes=cache_mb << 19)
+            if cache_mb
+            else None
+        )
         try:
-            db = await lancedb.connect_async(uri, storage_options=storage_options)
+            db = await lancedb.connect_async(uri, storage_options=storage_options, session=session)
             names = (await db.list_tables()).tables
             if TABLE_NAME in names:
                 table = await db.open_table(TABLE_NAME)

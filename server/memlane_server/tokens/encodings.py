@@ -99,4 +99,8 @@ def _build(name: str) -> tiktoken.Encoding:
         base64.b64decode(token): int(rank)
         for token, rank in (line.split() for line in raw.splitlines() if line)
     }
-    return tiktoken.Encoding(name=name, pat_str=pat, mergeable_ranks=ranks, special_tokens=special)
+    enc = tiktoken.Encoding(name=name, pat_str=pat, mergeable_ranks=ranks, special_tokens=special)
+    # The Rust core holds its own copy of the ranks; the Python dict only serves pickling, which we
+    # never do. Dropping it saves ~27 MB for o200k_base (a sidecar counts in up to two encodings).
+    enc._mergeable_ranks = {}
+    return enc
