@@ -281,7 +281,13 @@ class Sidecar:
             duplicate_similarity=s.ltm_duplicate_similarity,
             profile_max_items=s.ltm_profile_max_items,
         )
-        self.ltm = MemoryService(self._ltm_store, self._embedder, policy, guard=find_pii)
+        self.ltm = MemoryService(
+            self._ltm_store,
+            self._embedder,
+            policy,
+            guard=find_pii,
+            usage_flush_interval_s=s.ltm_usage_flush_seconds,
+        )
         self._ltm_maintenance = MemoryMaintenance(
             self.ltm,
             optimize_interval_s=s.ltm_optimize_interval_seconds,
