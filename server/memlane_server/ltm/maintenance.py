@@ -59,7 +59,8 @@ class MemoryMaintenance:
             # not only on the timer.
             await asyncio.sleep(self._check_interval)
             now = time.monotonic()
-            piled = self._service.store.writes_since_optimize >= self._optimize_after_writes
+            after = self._optimize_after_writes
+            piled = after > 0 and self._service.store.writes_since_optimize >= after
             if not piled and now - last_optimize < self._optimize_interval:
                 continue
             due = now - last_prune >= self._prune_interval
