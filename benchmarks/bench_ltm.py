@@ -16,13 +16,11 @@ import time
 
 import numpy as np
 
+from memlane_server.bench.ltm_data import filler
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii
 from memlane_server.ltm import (
     LanceMemoryStore,
-    MemoryItem,
-    MemoryKind,
-    MemoryScope,
     MemoryService,
     NewMemory,
     Owner,
@@ -44,34 +42,13 @@ TOPICS = [
 ]
 
 
-def filler(n: int, ndims: int, users: int, rng: np.random.Generator) -> list[MemoryItem]:
-    vecs = rng.standard_normal((n, ndims)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    now = int(time.time() * 1000)
-    return [
-        MemoryItem(
-            id=f"f{i}",
-            user_id=f"user{i % users}",
-            agent_id="agent",
-            scope=MemoryScope.USER,
-            kind=MemoryKind.FACT,
-            content=f"filler fact {i} about {TOPICS[i % len(TOPICS)]} and item {i * 7}",
-            created_at_ms=now,
-            updated_at_ms=now,
-            occurred_at_ms=now,
-            vector=vecs[i].tolist(),
-        )
-        for i in range(n)
-    ]
-
-
 async def run(size: int, embedder: OnnxEmbedder, queries: int) -> None:
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceMemoryStore.open(tmp, embedder.ndims)
         svc = MemoryService(store, embedder, guard=find_pii)
         users = max(1, size // 100)
-        items = filler(size - 100, embedder.ndims, users, rng)
+        items = filler(size - 100, users, rng)
         for start in range(0, len(items), 20_000):
             await store.add(items[start : start + 20_000])
         owner = Owner("target", "agent")

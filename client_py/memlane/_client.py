@@ -217,6 +217,13 @@ class _Transport:
     def _rpc(self, spec: _Rpc[Any, Any]) -> Callable[..., Any]:
         return getattr(self._stubs[spec.service], spec.method)
 
+    def _retry_delay(self, exc: grpc.RpcError, attempt: int, *, started: bool = False) -> float:
+        """Seconds to wait before attempt ``attempt + 1``; raises the typed error when it is final.
+        A stream is only retried before its first item (a partial stream cannot be resumed)."""
+        if not started and exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
+            return self._retry.backoff(attempt)
+        raise from_rpc_error(exc) from None
+
     def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
         raise NotImplementedError
 
@@ -263,11 +270,8 @@ class Client(_Transport, _Rpcs):
             try:
                 return rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
-                    time.sleep(self._retry.backoff(attempt))
-                    attempt += 1
-                    continue
-                raise from_rpc_error(exc) from None
+                time.sleep(self._retry_delay(exc, attempt))
+                attempt += 1
 
     def _stream(self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None) -> Iterator[Any]:
         rpc = self._rpc(spec)
@@ -281,12 +285,8 @@ class Client(_Transport, _Rpcs):
                     yield item
                 return
             except grpc.RpcError as exc:
-                retry = not started and exc.code() in self._retry.retryable
-                if retry and attempt < self._retry.max_attempts:
-                    time.sleep(self._retry.backoff(attempt))
-                    attempt += 1
-                    continue
-                raise from_rpc_error(exc) from None
+                time.sleep(self._retry_delay(exc, attempt, started=started))
+                attempt += 1
             finally:
                 call.cancel()  # a consumer that stops early must not leave the stream open server-side
 
@@ -330,11 +330,8 @@ class AsyncClient(_Transport, _Rpcs):
             try:
                 return await rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
-                    await asyncio.sleep(self._retry.backoff(attempt))
-                    attempt += 1
-                    continue
-                raise from_rpc_error(exc) from None
+                await asyncio.sleep(self._retry_delay(exc, attempt))
+                attempt += 1
 
     async def _stream(
         self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None
@@ -350,12 +347,8 @@ class AsyncClient(_Transport, _Rpcs):
                     yield item
                 return
             except grpc.RpcError as exc:
-                retry = not started and exc.code() in self._retry.retryable
-                if retry and attempt < self._retry.max_attempts:
-                    await asyncio.sleep(self._retry.backoff(attempt))
-                    attempt += 1
-                    continue
-                raise from_rpc_error(exc) from None
+                await asyncio.sleep(self._retry_delay(exc, attempt, started=started))
+                attempt += 1
             finally:
                 call.cancel()  # a consumer that stops early must not leave the stream open server-side
 

@@ -42,6 +42,14 @@ def items(user: str, n: int, rng: np.random.Generator, start: int = 0) -> list[M
     ]
 
 
+def filler(n: int, users: int, rng: np.random.Generator, start: int = 0) -> list[MemoryItem]:
+    """``n`` items spread over ``users`` other users (``filler0`` ...)."""
+    rows = items("filler", n, rng, start)
+    for j, row in enumerate(rows):
+        row.user_id = f"filler{(start + j) % users}"
+    return rows
+
+
 async def _populate(uri: str, total: int, users: dict[str, int]) -> None:
     """``users`` items for each named user, and filler users up to ``total`` rows."""
     rng = np.random.default_rng(7)
@@ -50,11 +58,7 @@ async def _populate(uri: str, total: int, users: dict[str, int]) -> None:
         await store.add(items(user, n, rng))
     rest, filler_users = total - sum(users.values()), max(1, total // 100)
     for start in range(0, rest, 20_000):
-        chunk = min(20_000, rest - start)
-        rows = items("filler", chunk, rng, start)
-        for j, row in enumerate(rows):
-            row.user_id = f"filler{(start + j) % filler_users}"
-        await store.add(rows)
+        await store.add(filler(min(20_000, rest - start), filler_users, rng, start))
     await store.optimize()
     store.close()
 

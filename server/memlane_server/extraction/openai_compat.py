@@ -76,15 +76,7 @@ class OpenAIExtractor:
 
     def __init__(self, settings: OpenAIExtractorSettings, client: httpx.AsyncClient | None = None) -> None:
         self._settings = settings
-        self._chat = ChatCompletions(
-            settings.base_url,
-            api_key=settings.api_key,
-            timeout_s=settings.timeout_s,
-            connect_timeout_s=settings.connect_timeout_s,
-            max_retries=settings.max_retries,
-            what="extraction provider",
-            client=client,
-        )
+        self._chat = ChatCompletions.to(settings, what="extraction provider", client=client)
 
     @property
     def provider(self) -> str:

@@ -4,12 +4,27 @@ one POST with bounded retries, shared by the summarizer and the extractor provid
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
 
 from ..errors import Unavailable
+
+
+class Endpoint(Protocol):
+    """What the providers' settings say about their endpoint."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def connect_timeout_s(self) -> float: ...
+    @property
+    def max_retries(self) -> int: ...
 
 
 class ChatCompletions:
@@ -35,6 +50,18 @@ class ChatCompletions:
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        )
+
+    @classmethod
+    def to(cls, endpoint: Endpoint, *, what: str, client: httpx.AsyncClient | None = None) -> ChatCompletions:
+        return cls(
+            endpoint.base_url,
+            api_key=endpoint.api_key,
+            timeout_s=endpoint.timeout_s,
+            connect_timeout_s=endpoint.connect_timeout_s,
+            max_retries=endpoint.max_retries,
+            what=what,
+            client=client,
         )
 
     async def aclose(self) -> None:

@@ -44,15 +44,7 @@ class OpenAISummarizer:
     ) -> None:
         self._settings = settings
         self._counter = counter
-        self._chat = ChatCompletions(
-            settings.base_url,
-            api_key=settings.api_key,
-            timeout_s=settings.timeout_s,
-            connect_timeout_s=settings.connect_timeout_s,
-            max_retries=settings.max_retries,
-            what="summarizer endpoint",
-            client=client,
-        )
+        self._chat = ChatCompletions.to(settings, what="summarizer endpoint", client=client)
 
     @property
     def provider(self) -> str:
