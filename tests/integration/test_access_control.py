@@ -148,6 +148,16 @@ def test_selective_group_memory(secured: SidecarThread, user_id: str) -> None:
         ]
 
 
+def test_sessions_are_created_as_the_caller(secured: SidecarThread, user_id: str) -> None:
+    with as_agent(secured, "writer") as w:
+        made = w.create_session(user_id=user_id).session
+        assert made.agent_id == "writer"
+        with pytest.raises(memlane.PermissionDeniedError, match="not the calling agent"):
+            w.create_session(user_id=user_id, agent_id="planner")
+        with pytest.raises(memlane.PermissionDeniedError, match="not a member of group 'research'"):
+            w.create_session(user_id=user_id, topology=Topology.TOPOLOGY_SELECTIVE, group="research")
+
+
 def test_policy_reload_needs_no_restart(secured: SidecarThread, policy_path: Path) -> None:
     late = f"tok-late-{uuid.uuid4().hex[:6]}"
     with memlane.Client(secured.target, token=late) as c:

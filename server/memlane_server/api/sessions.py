@@ -11,7 +11,7 @@ from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
-from ..errors import FailedPrecondition, InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument, PermissionDenied
 from ..pipelines import Resumer, SessionEndPipeline
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.lifecycle import Lifecycle
@@ -80,6 +80,16 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             ttl_seconds=request.ttl_seconds,
             topology=_enum(Topology, request.topology, "topology"),
         )
+        me = current_caller()
+        if not me.unrestricted:
+            # The creator is the caller; a group session is opened by a member of the group.
+            if draft.agent_id and draft.agent_id != me.agent_id:
+                raise PermissionDenied(
+                    f"agent_id {draft.agent_id!r} is not the calling agent {me.agent_id!r}"
+                )
+            draft.agent_id = me.agent_id
+            if draft.group and draft.group not in me.groups:
+                raise PermissionDenied(f"agent {me.agent_id!r} is not a member of group {draft.group!r}")
         policy_ttl: int | None = None
         if self._lifecycle is not None:
             draft, policy_ttl = self._lifecycle.policies.apply(draft)
