@@ -54,7 +54,7 @@ class Settings:
     tls_cert_file: str = ""  # serve TLS on every TCP listen address
     tls_key_file: str = ""
     tls_client_ca_file: str = ""  # set: clients must present a certificate signed by this CA (mTLS)
-    # --- context assembly (issue 3)
+    # --- context assembly
     context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
     context_strategy_by_channel: str = ""  # "voice=sliding_window,eval=full_buffer"
     context_window_turns: int = 20
@@ -69,7 +69,7 @@ class Settings:
     summarizer_api_key: str = ""
     summarizer_timeout_seconds: float = 30.0
     summary_max_tokens: int = 8192
-    # --- long-term memory (issue 4)
+    # --- long-term memory
     ltm_enabled: bool = True
     ltm_uri: str = ""  # LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm
     # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
@@ -96,7 +96,7 @@ class Settings:
     extractor_model: str = ""
     extractor_api_key: str = ""
     extractor_timeout_seconds: float = 30.0
-    # --- session lifecycle and the session-end pipeline (issue 5)
+    # --- session lifecycle and the session-end pipeline
     channel_policies_file: str = ""  # YAML/TOML of per-channel policies; empty: the default policy only
     keyspace_events_configure: bool = True  # CONFIG SET notify-keyspace-events +Ex at start (merged)
     lifecycle_sweep_interval_seconds: float = 1.0  # deadline / idle sweep (backs up lost expiry events)

@@ -54,7 +54,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         resumer: Resumer | None = None,
     ) -> None:
         self._store = store
-        # Lifecycle pieces (issue 5); without them sessions never idle, expire or get promoted.
+        # Without the lifecycle pieces sessions never idle, expire or get promoted.
         self._lifecycle = lifecycle
         self._pipeline = pipeline
         self._resumer = resumer
