@@ -40,10 +40,7 @@ RUN groupadd --system --gid 10001 memlane \
       --shell /usr/sbin/nologin memlane \
  && install -d -o 10001 -g 10001 -m 0770 /var/lib/memlane /run/memlane
 COPY --from=build /opt/memlane /opt/memlane
-# MALLOC_ARENA_MAX: gRPC, ONNX Runtime and LanceDB run many threads; glibc's default of one malloc
-# arena per thread leaves tens of MB of idle arenas. Two arenas cost nothing measurable here.
 ENV PATH=/opt/memlane/bin:$PATH \
-    MALLOC_ARENA_MAX=2 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/var/lib/memlane \
