@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
@@ -40,6 +41,12 @@ def _flat(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
 class AdminServicer(apb_grpc.AdminServiceServicer):
     def __init__(self, user_data: UserData) -> None:
         self._data = user_data
@@ -71,9 +78,7 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
         async for kind, record in self._data.export(user_id):
             by_kind.setdefault(kind, []).append(_flat(record))
         for kind, rows in by_kind.items():
-            out = io.BytesIO()
-            pq.write_table(pa.Table.from_pylist(rows), out)
-            data = out.getvalue()
+            data = await asyncio.to_thread(_parquet_bytes, rows)
             parts = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)]
             for i, chunk in enumerate(parts):
                 yield apb.ExportUserDataResponse(kind=kind, data=chunk, part=i, last_part=i == len(parts) - 1)

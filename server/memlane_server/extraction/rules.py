@@ -8,6 +8,7 @@ cannot drag a paragraph into memory.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -295,7 +296,8 @@ class RulesExtractor:
         return PROVIDER
 
     async def extract(self, messages: list[Message], session: Session) -> ExtractionResult:
-        return self.extract_sync(messages)
+        # Regexes over a whole session's turns: a thread, so the event loop keeps serving meanwhile.
+        return await asyncio.to_thread(self.extract_sync, messages)
 
     def extract_sync(self, messages: list[Message]) -> ExtractionResult:
         result = ExtractionResult()

@@ -9,6 +9,7 @@ that chunk, adds nothing twice.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Protocol
 
@@ -46,7 +47,8 @@ class LtmPromoter:
         result = await self._extractor.extract(kept, session)
         drafts = list(result.memories)
         if self._episodes:
-            drafts += build_episodes(kept, session)
+            # Keyword extraction and PII redaction over every turn: off the event loop.
+            drafts += await asyncio.to_thread(build_episodes, kept, session)
         if not drafts:
             return []
         ids = [memory_id_for(session.session_id, d) for d in drafts]
