@@ -8,6 +8,7 @@ its keys afterwards, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +52,16 @@ def delete_prefix(url: str, prefix: str) -> None:
 
 
 ServerFactory = Callable[..., SidecarThread]
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Polls ``check`` until it returns something truthy (returned), failing after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.05)
+    return value
 
 
 @pytest.fixture(scope="module")

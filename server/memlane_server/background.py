@@ -28,10 +28,6 @@ class SidecarThread:
         """The first gRPC address, in the form a client accepts."""
         return self.sidecar.addresses[0]
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:

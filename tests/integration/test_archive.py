@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +12,9 @@ import redis
 import memlane
 from memlane import Message, NativeMessage, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
+from tests.conftest import wait_for
 
 EV = spb.SessionEventType
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.05)
-    return value
 
 
 def test_archive_parquet_equals_the_transcript(start_server, tmp_path: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]

@@ -8,9 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,9 @@ import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.ltm.schema import TABLE_NAME
 from memlane_server.sessions.events import EventType
-from tests.conftest import delete_prefix
+from tests.conftest import delete_prefix, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.05)
-    return value
 
 
 class SidecarProcess:

@@ -1,7 +1,7 @@
 """Who is calling, and what they may see: identity, the policy file, and the visibility rule that every
 read and write path consults. Imports nothing from the domain."""
 
-from .identity import UNRESTRICTED, Caller, CallerRole, current_caller, use_caller
+from .identity import UNRESTRICTED, Caller, CallerRole, current_caller
 from .policy import AccessPolicy, PolicyError, PolicyFile
 
 __all__ = [
@@ -12,5 +12,4 @@ __all__ = [
     "PolicyError",
     "PolicyFile",
     "current_caller",
-    "use_caller",
 ]

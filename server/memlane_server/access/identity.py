@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import PermissionDenied
@@ -101,12 +99,3 @@ def enter_caller(caller: Caller) -> CallerToken:
 
 def exit_caller(token: CallerToken) -> None:
     _current.reset(token)
-
-
-@contextmanager
-def use_caller(caller: Caller) -> Iterator[None]:
-    token = enter_caller(caller)
-    try:
-        yield
-    finally:
-        exit_caller(token)

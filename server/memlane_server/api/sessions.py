@@ -11,7 +11,7 @@ from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
-from ..errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from ..errors import InvalidArgument, PermissionDenied
 from ..pipelines import Resumer, SessionEndPipeline
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.lifecycle import Lifecycle
@@ -49,20 +49,14 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         self,
         store: SessionStore,
         *,
-        lifecycle: Lifecycle | None = None,
-        pipeline: SessionEndPipeline | None = None,
-        resumer: Resumer | None = None,
+        lifecycle: Lifecycle,
+        pipeline: SessionEndPipeline,
+        resumer: Resumer,
     ) -> None:
         self._store = store
-        # Without the lifecycle pieces sessions never idle, expire or get promoted.
         self._lifecycle = lifecycle
         self._pipeline = pipeline
         self._resumer = resumer
-
-    async def _hot(self, session_id: str) -> None:
-        """A retired session is reloaded from the archive before it is served."""
-        if self._resumer is not None and session_id:
-            await self._resumer.ensure_hot(session_id)
 
     async def CreateSession(
         self, request: spb.CreateSessionRequest, context: _Ctx
@@ -90,17 +84,17 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             draft.agent_id = me.agent_id
             if draft.group and draft.group not in me.groups:
                 raise PermissionDenied(f"agent {me.agent_id!r} is not a member of group {draft.group!r}")
-        policy_ttl: int | None = None
-        if self._lifecycle is not None:
-            draft, policy_ttl = self._lifecycle.policies.apply(draft)
+        draft, policy_ttl = self._lifecycle.policies.apply(draft)
         session, created = await self._store.create(draft, default_ttl_seconds=policy_ttl)
-        if created and self._lifecycle is not None:
+        if created:
             await self._lifecycle.created(session)
         return spb.CreateSessionResponse(session=session_to_pb(session), created=created)
 
     async def GetSession(self, request: spb.GetSessionRequest, context: _Ctx) -> spb.GetSessionResponse:
-        await self._hot(request.session_id)
-        return spb.GetSessionResponse(session=session_to_pb(await self._store.get(request.session_id)))
+        session = await self._store.get(request.session_id)
+        if await self._resumer.resume_if_retired(session):  # reloaded from the archive: read it again
+            session = await self._store.get(request.session_id)
+        return spb.GetSessionResponse(session=session_to_pb(session))
 
     async def ListSessions(self, request: spb.ListSessionsRequest, context: _Ctx) -> spb.ListSessionsResponse:
         f = SessionFilter(
@@ -132,15 +126,19 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
                 fields[path] = getattr(s, path)
             else:
                 fields[path] = None  # the store names every field it cannot update
+        # Closing is the lifecycle's (event, session-end job), however the caller asks for it.
+        closing = fields.get("status") == SessionStatus.CLOSED
+        if closing:
+            del fields["status"]
         updated = await self._store.update(s.session_id, fields)
+        if closing:
+            updated = await self._lifecycle.close(s.session_id)
         return spb.UpdateSessionResponse(session=session_to_pb(updated))
 
     async def CloseSession(self, request: spb.CloseSessionRequest, context: _Ctx) -> spb.CloseSessionResponse:
-        if self._lifecycle is not None:
-            return spb.CloseSessionResponse(
-                session=session_to_pb(await self._lifecycle.close(request.session_id))
-            )
-        return spb.CloseSessionResponse(session=session_to_pb(await self._store.close(request.session_id)))
+        return spb.CloseSessionResponse(
+            session=session_to_pb(await self._lifecycle.close(request.session_id))
+        )
 
     async def AppendMessages(
         self, request: spb.AppendMessagesRequest, context: _Ctx
@@ -169,7 +167,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         )
         if request.order not in (0, 1, 2):
             raise InvalidArgument(f"order {request.order} is not a known value")
-        await self._hot(request.session_id)
+        await self._resumer.ensure_hot(request.session_id)
         msgs, token = await self._store.list_messages(
             request.session_id, f, request.page_size, request.page_token
         )
@@ -178,9 +176,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def PromoteSession(
         self, request: spb.PromoteSessionRequest, context: _Ctx
     ) -> spb.PromoteSessionResponse:
-        if self._pipeline is None:
-            raise FailedPrecondition("the session-end pipeline is not enabled on this sidecar")
-        await self._hot(request.session_id)
+        await self._resumer.ensure_hot(request.session_id)
         remaining = context.time_remaining()
         # Wait for another sidecar's run for most of the call's deadline, leaving time to answer.
         wait_s = max(0.0, (remaining if remaining is not None else 30.0) * 0.8)
@@ -194,8 +190,6 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def WatchSessionEvents(
         self, request: spb.WatchSessionEventsRequest, context: _Ctx
     ) -> AsyncIterator[spb.WatchSessionEventsResponse]:
-        if self._lifecycle is None:
-            raise FailedPrecondition("session lifecycle events are not enabled on this sidecar")
         types = [_enum(EventType, t, "types[]") for t in request.types]
         async for ev in self._lifecycle.events.follow(
             user_id=request.user_id, channel=request.channel, types=types, after_id=request.after_event_id

@@ -17,7 +17,7 @@ from memlane_server.errors import Unavailable
 from memlane_server.extraction.keywords import keywords as fallback_keywords
 from memlane_server.extraction.model import KIND_EPISODIC, KINDS, ExtractedMemory, ExtractionResult
 from memlane_server.extraction.picky import screen
-from memlane_server.infra.openai_chat import ChatCompletions
+from memlane_server.infra.openai_chat import ChatCompletions, ChatEndpoint
 from memlane_server.sessions.model import Message, Role, Session
 
 PROVIDER = "openai"
@@ -61,13 +61,7 @@ RESPONSE_SCHEMA: dict[str, Any] = {
 
 
 @dataclass(frozen=True, slots=True)
-class OpenAIExtractorSettings:
-    base_url: str  # e.g. "https://api.openai.com/v1" (the path /chat/completions is appended)
-    model: str
-    api_key: str = ""
-    timeout_s: float = 30.0
-    connect_timeout_s: float = 5.0
-    max_retries: int = 1  # on 429/5xx and transport errors; extraction runs off the request path
+class OpenAIExtractorSettings(ChatEndpoint):
     max_transcript_chars: int = 24_000
 
 

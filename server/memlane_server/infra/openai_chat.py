@@ -4,7 +4,8 @@ one POST with bounded retries, shared by the summarizer and the extractor provid
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -12,19 +13,16 @@ import orjson
 from ..errors import Unavailable
 
 
-class Endpoint(Protocol):
-    """What the providers' settings say about their endpoint."""
+@dataclass(frozen=True, slots=True)
+class ChatEndpoint:
+    """An OpenAI-compatible endpoint; the summarizer's and the extractor's settings extend it."""
 
-    @property
-    def base_url(self) -> str: ...
-    @property
-    def api_key(self) -> str: ...
-    @property
-    def timeout_s(self) -> float: ...
-    @property
-    def connect_timeout_s(self) -> float: ...
-    @property
-    def max_retries(self) -> int: ...
+    base_url: str  # e.g. "https://api.openai.com/v1" (the path /chat/completions is appended)
+    model: str
+    api_key: str = ""
+    timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    max_retries: int = 1  # on 429/5xx and transport errors; both callers run off the request path
 
 
 class ChatCompletions:
@@ -53,7 +51,9 @@ class ChatCompletions:
         )
 
     @classmethod
-    def to(cls, endpoint: Endpoint, *, what: str, client: httpx.AsyncClient | None = None) -> ChatCompletions:
+    def to(
+        cls, endpoint: ChatEndpoint, *, what: str, client: httpx.AsyncClient | None = None
+    ) -> ChatCompletions:
         return cls(
             endpoint.base_url,
             api_key=endpoint.api_key,

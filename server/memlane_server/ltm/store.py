@@ -181,9 +181,6 @@ class LanceMemoryStore:
         await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
         return True
 
-    async def table_version(self) -> int:
-        return int(await self._table.version())
-
     def close(self) -> None:
         # lancedb leaves these two untyped; both just drop the native handles.
         self._table.close()  # type: ignore[no-untyped-call]

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+# KEYS: doc.  ARGV: field/value pairs.  Creates the document unless it exists; 1 if it created it.
+CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
 # Status codes as stored in the document (memlane.v1.SessionStatus values).
 # KEYS: doc, msgs, order, alive.  ARGV: now_ms, ttl_ms, count, then (id, fingerprint, payload, tokens) each.
 # Returns {token_total, message_count, seq_1, dup_1, seq_2, dup_2, ...}.

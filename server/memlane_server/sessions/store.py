@@ -150,10 +150,7 @@ class SessionStore:
         self._transition = redis.register_script(scripts.TRANSITION)
         self._set_summary = redis.register_script(scripts.SET_SUMMARY)
         self._set_promotion = redis.register_script(scripts.SET_PROMOTION)
-        self._create = redis.register_script(
-            "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
-            "redis.call('HSET', KEYS[1], unpack(ARGV)) return 1"
-        )
+        self._create = redis.register_script(scripts.CREATE)
 
     # ----------------------------------------------------------------- sessions
 
@@ -304,15 +301,17 @@ class SessionStore:
         return await self.get(session_id)
 
     async def set_status(self, session_id: str, to: SessionStatus) -> SessionStatus:
-        """A caller-requested transition. Ended sessions stay ended; EXPIRED is the lifecycle's to set."""
+        """A caller-requested active <-> idle move. Ended sessions stay ended; closing and expiring are
+        the lifecycle's (they emit events and queue the session-end job)."""
         allowed = {
             SessionStatus.ACTIVE: (SessionStatus.IDLE,),
             SessionStatus.IDLE: (SessionStatus.ACTIVE,),
-            SessionStatus.CLOSED: (SessionStatus.ACTIVE, SessionStatus.IDLE, SessionStatus.EXPIRED),
         }.get(to)
         if allowed is None:
-            raise InvalidArgument(f"status cannot be set to {to.name.lower()} by a caller")
-        ts = {SessionStatus.CLOSED: "closed_at_ms", SessionStatus.IDLE: "idle_at_ms"}.get(to, "")
+            raise InvalidArgument(
+                f"status cannot be set to {to.name.lower()} by a caller (CloseSession closes)"
+            )
+        ts = "idle_at_ms" if to == SessionStatus.IDLE else ""
         return await self.transition(session_id, to, allowed, ts)
 
     async def transition(
@@ -331,13 +330,6 @@ class SessionStore:
         if to in _ENDED:
             await self.redis.zrem(self.keys.deadlines(), session_id)
         return SessionStatus(int(prev))
-
-    async def close(self, session_id: str) -> Session:
-        check_id(session_id, "session_id")
-        current = await self.get(session_id)
-        if current.status not in _ENDED:
-            await self.set_status(session_id, SessionStatus.CLOSED)
-        return await self.get(session_id)
 
     async def set_promotion_state(
         self, session_id: str, to: PromotionState, allowed_from: Iterable[PromotionState] = ()

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from memlane_server.errors import Unavailable
-from memlane_server.infra.openai_chat import ChatCompletions
+from memlane_server.infra.openai_chat import ChatCompletions, ChatEndpoint
 from memlane_server.sessions.model import Message, Role
 from memlane_server.tokens import TokenCounter
 
@@ -26,13 +26,7 @@ SYSTEM_PROMPT = (
 
 
 @dataclass(frozen=True, slots=True)
-class OpenAISettings:
-    base_url: str  # e.g. "https://api.openai.com/v1" (the path /chat/completions is appended)
-    model: str
-    api_key: str = ""
-    timeout_s: float = 30.0
-    connect_timeout_s: float = 5.0
-    max_retries: int = 1  # on 429/5xx and transport errors; summarization is off the request path
+class OpenAISettings(ChatEndpoint):
     temperature: float = 0.0
 
 
