@@ -47,7 +47,7 @@ def _user(text: str = "x", **kw: object) -> Message:
             r"messages\[1\]\.role",
         ),
         (
-            lambda: [_user(message_id="bad id with spaces")],
+            lambda: [_user(message_id="bad id\nwith a newline")],
             memlane.InvalidArgumentError,
             r"messages\[0\]\.message_id .* is not a valid id",
         ),
@@ -103,7 +103,7 @@ def test_bad_messages_are_refused_whole(
             memlane.NotFoundError,
             "session 'nope-404' not found",
         ),
-        (lambda c: c.get_session(session_id="a b"), memlane.InvalidArgumentError, "not a valid id"),
+        (lambda c: c.get_session(session_id="a{b}"), memlane.InvalidArgumentError, "not a valid id"),
         (
             lambda c: c.append_messages(session_id="nope-404", messages=[_user()]),
             memlane.NotFoundError,

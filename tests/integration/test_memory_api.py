@@ -6,11 +6,11 @@ import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
+from tests.hostile import valid_ids
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +52,7 @@ def test_told_in_one_session_recalled_in_the_next(api: memlane.Client, user_id: 
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    a=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=12),
-    b=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=12),
-)
+@given(a=valid_ids(), b=valid_ids())
 def test_users_never_see_each_others_items(api: memlane.Client, a: str, b: str) -> None:
     if a == b:
         return

@@ -17,8 +17,8 @@ from memlane.v1 import admin_pb2_grpc as apb_grpc
 
 from ..access.identity import current_caller
 from ..errors import InvalidArgument
+from ..ids import check_id
 from ..pipelines.user_data import UserData
-from ..sessions.limits import check_id
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext

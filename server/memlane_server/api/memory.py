@@ -13,6 +13,7 @@ from memlane.v1 import memory_pb2_grpc as mpb_grpc
 from ..access.identity import current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..extraction import Extractor, build_episodes
+from ..ids import check_id, check_ids
 from ..ltm import (
     Feedback,
     IngestOutcome,
@@ -80,8 +81,9 @@ def _scope(value: int, field: str = "scope") -> MemoryScope:
 def _who(requested: mpb.Caller, *, write: bool = False) -> Visibility:
     """The LTM view a request may use: the user it names, seen as the authenticated caller. The agent
     and groups in the request may narrow what the caller is, never widen it."""
-    if not requested.user_id:
-        raise InvalidArgument("caller.user_id is required")
+    check_id(requested.user_id, "caller.user_id")
+    check_id(requested.agent_id, "caller.agent_id", required=False)
+    check_ids(list(requested.groups), "caller.groups")
     me = current_caller()
     if me.unrestricted:
         return Visibility(requested.user_id, requested.agent_id, list(requested.groups))
@@ -100,6 +102,7 @@ def _filter(f: mpb.MemoryFilter, *, allow_retired: bool) -> MemoryFilter:
         raise InvalidArgument("filter.include_retired is only for ListMemories and GetMemory")
     if f.since_unix_ms and f.until_unix_ms and f.since_unix_ms >= f.until_unix_ms:
         raise InvalidArgument("filter.since_unix_ms must be before filter.until_unix_ms")
+    check_id(f.channel, "filter.channel", required=False)
     return MemoryFilter(
         kinds=[_kind(k, "filter.kinds") for k in f.kinds],
         scopes=[_scope(s, "filter.scopes") for s in f.scopes],
@@ -195,6 +198,11 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         who = _who(request.caller, write=True)
         if not 0.0 <= request.importance <= 1.0:
             raise InvalidArgument("importance must be between 0 and 1")
+        check_id(request.memory_id, "memory_id", required=False)
+        check_id(request.group, "group", required=False)
+        check_id(request.channel, "channel", required=False)
+        check_id(request.source_session_id, "source_session_id", required=False)
+        check_ids(list(request.source_message_ids), "source_message_ids")
         draft = NewMemory(
             kind=_kind(request.kind).value,
             content=request.content,
@@ -218,6 +226,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         )
 
     async def GetMemory(self, request: mpb.GetMemoryRequest, context: _Ctx) -> mpb.GetMemoryResponse:
+        check_id(request.memory_id, "memory_id")
         item = await self._memory.get(_who(request.caller), request.memory_id)
         return mpb.GetMemoryResponse(memory=memory_to_pb(item))
 
@@ -242,6 +251,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         if unknown:
             raise InvalidArgument(f"update_mask: cannot update {', '.join(sorted(unknown))}")
         m = request.memory
+        check_id(m.memory_id, "memory.memory_id")
         if "importance" in paths and not 0.0 <= m.importance <= 1.0:
             raise InvalidArgument("importance must be between 0 and 1")
         patch = MemoryPatch(
@@ -258,6 +268,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
 
     async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:
+        check_id(request.memory_id, "memory_id")
         await self._memory.delete(_who(request.caller, write=True), request.memory_id)
         return mpb.DeleteMemoryResponse()
 
@@ -268,6 +279,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         verdict = verdicts.get(request.verdict)
         if verdict is None:
             raise InvalidArgument("verdict must be FEEDBACK_VERDICT_USEFUL or FEEDBACK_VERDICT_WRONG")
+        check_id(request.memory_id, "memory_id")
         item = await self._memory.feedback(_who(request.caller, write=True), request.memory_id, verdict)
         return mpb.RecordFeedbackResponse(memory=memory_to_pb(item))
 
@@ -277,6 +289,8 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         who = _who(request.caller, write=True)
         if not request.messages:
             raise InvalidArgument("messages must not be empty")
+        check_id(request.session_id, "session_id", required=False)
+        check_id(request.channel, "channel", required=False)
         messages = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
         for i, msg in enumerate(messages):
             msg.message_id = msg.message_id or f"{request.session_id or 'inline'}:{i + 1}"

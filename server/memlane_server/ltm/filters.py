@@ -1,35 +1,68 @@
-"""LanceDB filter expressions for memory reads.
+"""LanceDB predicates for memory reads and writes: the one place that builds them.
 
-Built with ``lancedb.expr`` (typed column/literal nodes) rather than string formatting, so a user id
-like ``o'brien') OR (1=1`` stays a literal. Every read filter starts from ``visible_to``, which always
-pins ``user_id``: that is the one rule that keeps users apart.
+The rule: **no caller string ever appears in a predicate**. LanceDB lowers typed expressions to SQL
+text on several paths (``update``, ``delete``, the transaction files that record a delete), and its
+``to_sql()`` does not double a quote that follows a backslash, so a user id such as
+``a\\')) OR true --`` would end the literal early. So every string column a predicate tests has a
+companion *key column* holding the SHA-256 hex digest of the value (``user_key`` for ``user_id``,
+...); predicates compare digests, and the only literals a predicate can hold are lowercase hex, the
+fixed enum words of ``MemoryKind``/``MemoryScope``, the empty string and integers. ``store.checked``
+verifies that on every call, so a predicate built any other way fails loudly instead of running.
+
+Digests also keep user ids out of what LanceDB writes beside the rows (transaction files and
+manifests record delete predicates). Every read filter starts from ``visible_to``, which always pins
+``user_key``: that is the one rule that keeps users apart.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from lancedb.expr import Expr, col, lit
 
 from memlane_server.errors import InvalidArgument
 from memlane_server.ltm.model import MemoryFilter, MemoryKind, MemoryScope, Visibility
 
+# Value column -> its digest column. The schema, the row writer and the migration all read this map.
+KEY_COLUMNS: dict[str, str] = {
+    "id": "id_key",
+    "user_id": "user_key",
+    "agent_id": "agent_key",
+    "group": "group_key",
+    "channel": "channel_key",
+    "source_session_id": "session_key",
+}
+
+
+def key(value: str) -> str:
+    """The digest stored in a key column (UTF-8 bytes; the migration computes the same in SQL)."""
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def is_(column: str, value: str) -> Expr:
+    """``column == value``, compared on the column's digest."""
+    return col(KEY_COLUMNS[column]) == lit(key(value))
+
+
+def among(column: str, values: list[str]) -> Expr:
+    return col(KEY_COLUMNS[column]).isin([key(v) for v in values])
+
 
 def _require(value: str, name: str) -> str:
     if not value:
         raise InvalidArgument(f"{name} is required")
-    if "\x00" in value:
-        raise InvalidArgument(f"{name} must not contain NUL")
     return value
 
 
 def active(now_ms: int) -> Expr:
     """Not superseded and not past its validity: the only items recall and profile may serve."""
     return (col("superseded_by") == lit("")) & (
-        (col("valid_until_ms") == lit(0)) | (col("valid_until_ms") > lit(now_ms))
+        (col("valid_until_ms") == lit(0)) | (col("valid_until_ms") > lit(int(now_ms)))
     )
 
 
 def owned_by(user_id: str) -> Expr:
-    return col("user_id") == lit(_require(user_id, "user_id"))
+    return is_("user_id", _require(user_id, "user_id"))
 
 
 def visible_to(who: Visibility) -> Expr:
@@ -37,11 +70,11 @@ def visible_to(who: Visibility) -> Expr:
     # An agent's private items, including those of the unnamed agent ("") of a single-agent app that
     # never sets agent ids: its sessions promote episodes as agent-private to "".
     shared = col("scope").isin([MemoryScope.USER.value, MemoryScope.SHARED.value]) | (
-        (col("scope") == lit(MemoryScope.AGENT.value)) & (col("agent_id") == lit(who.agent_id))
+        (col("scope") == lit(MemoryScope.AGENT.value)) & is_("agent_id", who.agent_id)
     )
     groups = [g for g in who.groups if g]
     if groups:
-        shared = shared | ((col("scope") == lit(MemoryScope.GROUP.value)) & col("group").isin(groups))
+        shared = shared | ((col("scope") == lit(MemoryScope.GROUP.value)) & among("group", groups))
     return owned_by(who.user_id) & shared
 
 
@@ -54,17 +87,16 @@ def narrowed(base: Expr, flt: MemoryFilter, now_ms: int) -> Expr:
     if flt.scopes:
         expr = expr & col("scope").isin([MemoryScope(s).value for s in flt.scopes])
     if flt.channel:
-        expr = expr & (col("channel") == lit(flt.channel))
+        expr = expr & is_("channel", flt.channel)
     if flt.episodes_from_channel is not None:
         # Durable facts follow the user everywhere; raw conversation (episodes) stays in its channel.
         expr = expr & (
-            (col("kind") != lit(MemoryKind.EPISODIC.value))
-            | (col("channel") == lit(flt.episodes_from_channel))
+            (col("kind") != lit(MemoryKind.EPISODIC.value)) | is_("channel", flt.episodes_from_channel)
         )
     if flt.since_ms:
-        expr = expr & (col("occurred_at_ms") >= lit(flt.since_ms))
+        expr = expr & (col("occurred_at_ms") >= lit(int(flt.since_ms)))
     if flt.until_ms:
-        expr = expr & (col("occurred_at_ms") < lit(flt.until_ms))
+        expr = expr & (col("occurred_at_ms") < lit(int(flt.until_ms)))
     return expr
 
 
@@ -72,9 +104,30 @@ def recall_filter(who: Visibility, flt: MemoryFilter, now_ms: int) -> Expr:
     return narrowed(visible_to(who), flt, now_ms)
 
 
+def written_by(user_id: str, agent_id: str) -> Expr:
+    """One (user, agent)'s items: the unit of dedupe and caps."""
+    return owned_by(user_id) & is_("agent_id", agent_id)
+
+
+def of_kind(kind: MemoryKind) -> Expr:
+    return col("kind") == lit(MemoryKind(kind).value)
+
+
 def with_id(memory_id: str) -> Expr:
-    return col("id") == lit(_require(memory_id, "memory_id"))
+    return is_("id", _require(memory_id, "memory_id"))
 
 
 def with_ids(ids: list[str]) -> Expr:
-    return col("id").isin(list(ids))
+    return among("id", list(ids))
+
+
+def after_cursor(created_at_ms: int, memory_id: str) -> Expr:
+    """Keyset pagination, newest first, on (created_at_ms, id_key): see ``page_order``."""
+    return (col("created_at_ms") < lit(int(created_at_ms))) | (
+        (col("created_at_ms") == lit(int(created_at_ms))) & (col("id_key") < lit(key(memory_id)))
+    )
+
+
+def page_order(created_at_ms: int, memory_id: str) -> tuple[int, str]:
+    """The sort key matching ``after_cursor`` (ties broken by the id's digest, not the id)."""
+    return created_at_ms, key(memory_id)

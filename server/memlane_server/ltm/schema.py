@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from memlane_server.ltm.filters import KEY_COLUMNS, key
 from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
 
 TABLE_NAME = "memories"
@@ -68,6 +69,9 @@ def table_schema(ndims: int) -> pa.Schema:
             pa.field("valid_until_ms", pa.int64()),
             pa.field("metadata_json", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), ndims)),
+            # Digests of the string columns that predicates test (see ``filters``): never a caller
+            # string in a predicate.
+            *(pa.field(k, pa.string(), nullable=False) for k in KEY_COLUMNS.values()),
         ]
     )
 
@@ -77,6 +81,12 @@ def search_text(item: MemoryItem) -> str:
 
 
 def to_row(item: MemoryItem) -> dict[str, Any]:
+    row = _value_row(item)
+    row.update({k: key(row[column] or "") for column, k in KEY_COLUMNS.items()})
+    return row
+
+
+def _value_row(item: MemoryItem) -> dict[str, Any]:
     return {
         "id": item.id,
         "user_id": item.user_id,

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import binascii
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -15,7 +14,7 @@ from datetime import timedelta
 import numpy as np
 import numpy.typing as npt
 import orjson
-from lancedb.expr import Expr, col, lit
+from lancedb.expr import Expr
 
 from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
@@ -52,7 +51,6 @@ MAX_CONTENT_CHARS = 4000
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
 MAX_PAGE_SIZE = 500
-_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _LOCK_STRIPES = 64
 _DELETE_BATCH = 1000
 
@@ -182,8 +180,6 @@ class MemoryService:
         """CreateMemory: one item, through the same merge/supersede rules as promotion."""
         self._check_content(draft.content)
         if draft.memory_id:
-            if not _ID_RE.match(draft.memory_id):
-                raise InvalidArgument("memory_id must be 1-128 characters of [A-Za-z0-9_.:-]")
             found = await self._store.fetch(filters.with_id(draft.memory_id), limit=1)
             if found:
                 same = found[0]
@@ -230,12 +226,8 @@ class MemoryService:
         now: int,
     ) -> list[IngestResult]:
         policy = self._policy
-        mine = (
-            filters.owned_by(owner.user_id) & (col("agent_id") == lit(owner.agent_id)) & filters.active(now)
-        )
-        existing = await self._store.fetch(
-            mine & (col("kind") != lit(MemoryKind.EPISODIC.value)), with_vector=True
-        )
+        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
+        existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
         ndims = self._embedder.ndims
         matrix = (
             np.asarray([e.vector for e in existing], dtype=np.float32)
@@ -246,8 +238,8 @@ class MemoryService:
         if owner.source_session_id and any(k is MemoryKind.EPISODIC for _, k, _ in accepted):
             episodes = await self._store.fetch(
                 mine
-                & (col("kind") == lit(MemoryKind.EPISODIC.value))
-                & (col("source_session_id") == lit(owner.source_session_id))
+                & filters.of_kind(MemoryKind.EPISODIC)
+                & filters.is_("source_session_id", owner.source_session_id)
             )
             seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
 
@@ -365,11 +357,7 @@ class MemoryService:
         if over > 0:
             ranked = sorted(active_facts, key=lambda i: (prune_score(i, now, self._policy), i.updated_at_ms))
             doomed.extend(i.id for i in ranked[:over])
-        episodic = (
-            filters.owned_by(owner.user_id)
-            & (col("agent_id") == lit(owner.agent_id))
-            & (col("kind") == lit(MemoryKind.EPISODIC.value))
-        )
+        episodic = filters.written_by(owner.user_id, owner.agent_id) & filters.of_kind(MemoryKind.EPISODIC)
         if await self._store.count(episodic) > self._policy.max_episodes_per_agent:
             episodes = await self._store.fetch(episodic)
             ranked = sorted(episodes, key=lambda i: (prune_score(i, now, self._policy), i.occurred_at_ms))
@@ -397,12 +385,9 @@ class MemoryService:
         total = await self._store.count(where)
         if page_token:
             created, last_id = _decode_token(page_token)
-            where = where & (
-                (col("created_at_ms") < lit(created))
-                | ((col("created_at_ms") == lit(created)) & (col("id") < lit(last_id)))
-            )
+            where = where & filters.after_cursor(created, last_id)
         items = await self._store.fetch(where)
-        items.sort(key=lambda i: (i.created_at_ms, i.id), reverse=True)
+        items.sort(key=lambda i: filters.page_order(i.created_at_ms, i.id), reverse=True)
         page = items[:page_size]
         token = _encode_token(page[-1]) if len(items) > page_size else ""
         return MemoryPage(page, token, total)

@@ -7,6 +7,7 @@ a filter expression that the caller built from ``filters.visible_to`` or ``filte
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -19,11 +20,30 @@ from lancedb.expr import Expr
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memlane_server.errors import Unavailable
-from memlane_server.ltm.model import MemoryItem
+from memlane_server.ltm.filters import KEY_COLUMNS
+from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
 from memlane_server.ltm.query import content_terms
 from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
 
 log = logging.getLogger(__name__)
+
+# What a string literal in a predicate may be (see ``filters``): a digest, an enum word, or empty.
+_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+_SAFE_WORDS = frozenset([*(k.value for k in MemoryKind), *(s.value for s in MemoryScope), ""])
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def checked(where: Expr) -> Expr:
+    """Refuse a predicate holding any string literal other than a digest or an enum word.
+
+    The last line of defence for the rule in ``filters``: LanceDB may turn the expression into SQL
+    text, so a caller string in it is an injection. This inspects that very text.
+    """
+    sql = where.to_sql()
+    for literal in _LITERAL.findall(sql):
+        if literal not in _SAFE_WORDS and not _DIGEST.fullmatch(literal):
+            raise ValueError(f"predicate holds a literal that is not a digest: {sql[:200]!r}")
+    return where
 
 
 @dataclass(slots=True)
@@ -68,14 +88,28 @@ class LanceMemoryStore:
                 f" makes {ndims}: re-embed the table or configure the model it was built with"
             )
         store = cls(db, table, ndims)
+        await store._add_key_columns()
         await store._ensure_scalar_indexes()
         return store
+
+    async def _add_key_columns(self) -> None:
+        """Migration of tables written before key columns existed (memlane 0.1): compute the digests
+        in place. The SQL's sha256 over the UTF-8 value equals ``filters.key`` (tested)."""
+        names = set((await self._table.schema()).names)
+        missing = {
+            k: f"encode(sha256(coalesce(`{column}`, '')), 'hex')"
+            for column, k in KEY_COLUMNS.items()
+            if k not in names
+        }
+        if missing:
+            log.info("memory store: adding key columns %s", sorted(missing))
+            await self._table.add_columns(missing)
 
     async def _ensure_scalar_indexes(self) -> None:
         have = {tuple(ix.columns) for ix in await self._table.list_indices()}
         wanted: list[tuple[str, Any]] = [
-            ("user_id", Bitmap()),
-            ("id", BTree()),
+            ("user_key", Bitmap()),
+            ("id_key", BTree()),
             # Stemming and stop words help prose; ascii folding lets "Zurich" find "Zürich".
             ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
         ]
@@ -90,8 +124,6 @@ class LanceMemoryStore:
     async def count(self, where: Expr | None = None) -> int:
         if where is None:
             return int(await self._table.count_rows())
-        # Not count_rows(where.to_sql()): the SQL text re-parses backslashes in literals as escapes,
-        # so a user id such as "\\" breaks it. The typed expression goes to the engine as is.
         return int((await self.fetch_columns(where, ["id"])).num_rows)
 
     async def add(self, items: list[MemoryItem]) -> None:
@@ -115,18 +147,18 @@ class LanceMemoryStore:
 
     async def update(self, where: Expr, values_sql: dict[str, str]) -> None:
         """SQL-expression update; ``values_sql`` must be built from trusted numbers/columns only."""
-        await self._table.update(where=where, updates_sql=values_sql)
+        await self._table.update(where=checked(where).to_sql(), updates_sql=values_sql)
         self._writes_since_optimize += 1
 
     async def delete(self, where: Expr) -> None:
-        await self._table.delete(where)
+        await self._table.delete(checked(where).to_sql())
         self._writes_since_optimize += 1
 
     async def fetch(
         self, where: Expr, *, with_vector: bool = False, limit: int | None = None
     ) -> list[MemoryItem]:
         columns = [*META_COLUMNS, "vector"] if with_vector else META_COLUMNS
-        query = self._table.query().where(where).select(columns)
+        query = self._table.query().where(checked(where)).select(columns)
         query = query.limit(limit) if limit is not None else query.limit(1_000_000)
         rows = await query.to_list()
         return [from_row(r) for r in rows]
@@ -134,7 +166,7 @@ class LanceMemoryStore:
     async def fetch_columns(self, where: Expr | None, columns: list[str]) -> pa.Table:
         query = self._table.query().select(columns)
         if where is not None:
-            query = query.where(where)
+            query = query.where(checked(where))
         return await query.to_arrow()
 
     async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
@@ -144,7 +176,7 @@ class LanceMemoryStore:
         rows = await (
             self._table.query()
             .nearest_to_text(terms, columns="search_text")
-            .where(where)
+            .where(checked(where))
             .select([*META_COLUMNS, "_score"])
             .limit(limit)
             .to_list()
@@ -156,7 +188,7 @@ class LanceMemoryStore:
             self._table.query()
             .nearest_to(vector.astype(np.float32))
             .distance_type("cosine")
-            .where(where)
+            .where(checked(where))
             .select([*META_COLUMNS, "_distance"])
             .limit(limit)
             .to_list()

@@ -33,8 +33,8 @@ from redis.exceptions import RedisError, ResponseError
 from ..errors import Conflict, FailedPrecondition, NotFound
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, SessionEvent
+from .ids import check_id
 from .keys import KeySpace
-from .limits import check_id
 from .model import PromotionState, Session, SessionStatus
 from .policies import POLICY_FIELD, ChannelPolicy, PolicyBook
 from .store import SessionStore, now_ms

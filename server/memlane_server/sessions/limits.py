@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..errors import InvalidArgument, ResourceExhausted
-from .ids import is_valid_id
+from .ids import check_id
 from .model import Message, Role, VisibilityKind
 
 
@@ -18,18 +18,6 @@ class Limits:
     max_batch_bytes: int = 4 * 1024 * 1024
     max_metadata_entries: int = 64
     max_text_field_bytes: int = 1024  # names, agent ids, groups, metadata values
-
-
-def check_id(value: str, field: str, *, required: bool = True) -> None:
-    if not value:
-        if required:
-            raise InvalidArgument(f"{field} is required")
-        return
-    if not is_valid_id(value):
-        raise InvalidArgument(
-            f"{field} {value[:64]!r} is not a valid id (1-128 of letters, digits and . _ : @ -, "
-            "starting with a letter or digit)"
-        )
 
 
 def check_short(value: str, field: str, limits: Limits) -> None:

@@ -30,9 +30,9 @@ from .codec import (
     encode_summary,
     fingerprint,
 )
-from .ids import new_id
+from .ids import check_id, new_id
 from .keys import KeySpace
-from .limits import Limits, check_batch, check_id, check_metadata, check_short
+from .limits import Limits, check_batch, check_metadata, check_short
 from .model import (
     Message,
     PromotionState,

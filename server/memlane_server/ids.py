@@ -1,0 +1,70 @@
+"""The one grammar of ids a client may send (user, agent, group, session, channel, memory, message).
+
+Checked at the API boundary for every RPC, so whatever an RPC accepted, every other RPC accepts too:
+a user the memory API stored can always be exported and erased. The grammar is wide enough for real
+identifiers (``o'brien``, ``bob+tag@example.com``, ``José``, ``user 42``, ``D3:7``) and narrow enough
+for every place an id travels:
+
+- 1 to 128 characters and at most 200 bytes of UTF-8 (file names of archives stay under 255 bytes);
+- every character printable (``str.isprintable``): no control or format characters, no line or
+  paragraph separators, no surrogates, private-use or unassigned code points, no space other than
+  U+0020: an id cannot forge a log line or hide text;
+- it starts with a letter or digit (of any script) and does not end with a space: archive file names
+  start with the session id, dataset readers skip names that start with ``.`` or ``_``, and
+  ``"alice "`` cannot pose as ``alice``;
+- none of ``{ } /``: ids sit inside Redis hash tags (``ml:{<session_id>}:...``,
+  ``ml:user:{<user_id>}:...``) and in archive file names.
+
+Ids never reach SQL text (LanceDB predicates compare digests, see ``ltm.filters``), so quotes and
+backslashes are harmless and allowed.
+"""
+
+from __future__ import annotations
+
+from memlane_server.errors import InvalidArgument
+
+MAX_ID_CHARS = 128
+MAX_ID_BYTES = 200
+_FORBIDDEN = frozenset("{}/")
+GRAMMAR = (
+    f"1-{MAX_ID_CHARS} printable characters (at most {MAX_ID_BYTES} bytes of UTF-8) starting with a"
+    " letter or digit, not ending with a space, none of { } /"
+)
+
+
+def id_problem(value: str) -> str:
+    """Why ``value`` is not a valid id, or "" when it is one."""
+    if not value:
+        return "is empty"
+    if len(value) > MAX_ID_CHARS or len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        return "is too long"
+    if not value.isprintable():
+        return "holds a control, format or separator character"
+    if not value[0].isalnum():
+        return "does not start with a letter or digit"
+    if value[-1] == " ":
+        return "ends with a space"
+    if _FORBIDDEN.intersection(value):
+        return "holds one of { } /"
+    return ""
+
+
+def is_valid_id(value: str) -> bool:
+    return not id_problem(value)
+
+
+def check_id(value: str, field: str, *, required: bool = True) -> None:
+    """Raises InvalidArgument naming ``field`` unless ``value`` is a valid id (or empty and optional)."""
+    if not value:
+        if required:
+            raise InvalidArgument(f"{field} is required")
+        return
+    problem = id_problem(value)
+    if problem:
+        # repr() of a printable-checked prefix: the message (and the log line it lands in) stays one line.
+        raise InvalidArgument(f"{field} {value[:64]!r} is not a valid id: it {problem} ({GRAMMAR})")
+
+
+def check_ids(values: list[str] | tuple[str, ...], field: str) -> None:
+    for i, value in enumerate(values):
+        check_id(value, f"{field}[{i}]")
