@@ -12,8 +12,11 @@ for every place an id travels:
 - it starts with a letter or digit (of any script) and does not end with a space: archive file names
   start with the session id, dataset readers skip names that start with ``.`` or ``_``, and
   ``"alice "`` cannot pose as ``alice``;
-- none of ``{ } /``: ids sit inside Redis hash tags (``ml:{<session_id>}:...``,
-  ``ml:user:{<user_id>}:...``) and in archive file names.
+- neither ``{`` nor ``}``: ids sit inside Redis hash tags (``ml:{<session_id>}:...``,
+  ``ml:user:{<user_id>}:...``);
+- an id naming a session (a field ``session_id`` or ``source_session_id``) has no ``/`` either:
+  archive files are named after it. Other ids may hold ``/`` (a channel ``web/eu``): where they
+  reach a path they are percent-encoded.
 
 Ids never reach SQL text (LanceDB predicates compare digests, see ``ltm.filters``), so quotes and
 backslashes are harmless and allowed.
@@ -25,15 +28,16 @@ from memlane_server.errors import InvalidArgument
 
 MAX_ID_CHARS = 128
 MAX_ID_BYTES = 200
-_FORBIDDEN = frozenset("{}/")
+_FORBIDDEN = frozenset("{}")
+_SESSION_FIELDS = ("session_id", "source_session_id")
 GRAMMAR = (
     f"1-{MAX_ID_CHARS} printable characters (at most {MAX_ID_BYTES} bytes of UTF-8) starting with a"
-    " letter or digit, not ending with a space, none of { } /"
+    " letter or digit, not ending with a space, no { or }, and no / in a session id"
 )
 
 
-def id_problem(value: str) -> str:
-    """Why ``value`` is not a valid id, or "" when it is one."""
+def id_problem(value: str, *, session: bool = False) -> str:
+    """Why ``value`` is not a valid id (of a session, with ``session``), or "" when it is one."""
     if not value:
         return "is empty"
     if len(value) > MAX_ID_CHARS or len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
@@ -45,12 +49,14 @@ def id_problem(value: str) -> str:
     if value[-1] == " ":
         return "ends with a space"
     if _FORBIDDEN.intersection(value):
-        return "holds one of { } /"
+        return "holds { or }"
+    if session and "/" in value:
+        return "holds / (a session id names archive files)"
     return ""
 
 
-def is_valid_id(value: str) -> bool:
-    return not id_problem(value)
+def is_valid_id(value: str, *, session: bool = False) -> bool:
+    return not id_problem(value, session=session)
 
 
 def check_id(value: str, field: str, *, required: bool = True) -> None:
@@ -59,7 +65,7 @@ def check_id(value: str, field: str, *, required: bool = True) -> None:
         if required:
             raise InvalidArgument(f"{field} is required")
         return
-    problem = id_problem(value)
+    problem = id_problem(value, session=field.rsplit(".", 1)[-1] in _SESSION_FIELDS)
     if problem:
         # repr() of a printable-checked prefix: the message (and the log line it lands in) stays one line.
         raise InvalidArgument(f"{field} {value[:64]!r} is not a valid id: it {problem} ({GRAMMAR})")

@@ -1,5 +1,6 @@
-"""Per-user export and erasure: ForgetUser leaves no byte of the user's content in Redis, LanceDB
-(old versions included) or the archive, and leaves other users alone."""
+"""Per-user export and erasure: ForgetUser leaves no byte of the user's content or id in any file under
+the data directory (the embedded Redis's append-only file, LanceDB data, indexes, versions and
+transaction files, the archive), and leaves other users alone."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2
 from memlane_server.background import SidecarThread
+from memlane_server.ltm import filters
 
 
 def _redis_bytes(url: str, prefix: str) -> bytes:
@@ -48,6 +50,12 @@ def _redis_bytes(url: str, prefix: str) -> bytes:
 
 def _disk_bytes(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def _files_holding(root: Path, needle: bytes) -> list[str]:
+    return [
+        str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file() and needle in p.read_bytes()
+    ]
 
 
 def _archive_text(root: Path) -> str:
@@ -123,6 +131,45 @@ def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -
         hits = c.search_memories(caller=memory_pb2.Caller(user_id=b), query=f"codename {mark_b}").results
         assert any(mark_b in h.memory.content for h in hits)
         assert mark_b in _archive_text(data / "archive")
+
+
+def test_forget_user_leaves_no_byte_under_the_data_dir(start_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Embedded Redis (no redis_url): its append-only file lives under the data dir and must be
+    rewritten. Every file is scanned raw, the user's id as well as their content."""
+    data = tmp_path / "data"
+    sidecar = start_server(redis_url="", data_dir=str(data))
+    a, b = f"erin{uuid.uuid4().hex[:10]}", f"fred{uuid.uuid4().hex[:10]}"
+    mark_a, mark_b = f"axolotl{uuid.uuid4().hex[:10]}", f"pangolin{uuid.uuid4().hex[:10]}"
+    with memlane.Client(sidecar.target, timeout=120) as c:
+        _fill(c, a, mark_a)
+        _fill(c, b, mark_b)
+        c.create_memory(  # one more item, in a fragment of its own, after the other user's
+            caller=memory_pb2.Caller(user_id=a),
+            content=f"User {a} owns a {mark_a} kite.",
+            kind=memory_pb2.MEMORY_KIND_FACT,
+        )
+        # Positive controls: before erasure the id and the marker are on disk, the AOF among them.
+        for needle in (a.encode(), mark_a.encode()):
+            holders = _files_holding(data, needle)
+            assert any(h.startswith("redis/") for h in holders), holders
+            assert any(h.startswith("ltm/") for h in holders), holders
+
+        receipt = c.forget_user(user_id=a)
+        assert list(receipt.rewritten) == ["redis.aof"] and list(receipt.operator_actions) == []
+        assert receipt.erased["lancedb.items"] >= 3
+
+        # Not even the digest LanceDB predicates use (old versions and transaction files are gone).
+        for needle in (a.encode(), mark_a.encode(), filters.key(a).encode()):
+            assert _files_holding(data, needle) == [], needle
+        assert mark_a not in _archive_text(data / "archive")
+        # The other user is untouched, on disk and through the API.
+        assert any(h.startswith("redis/") for h in _files_holding(data, mark_b.encode()))
+        hits = c.search_memories(caller=memory_pb2.Caller(user_id=b), query=f"codename {mark_b}").results
+        assert any(mark_b in h.memory.content for h in hits)
+        assert mark_b in _archive_text(data / "archive")
+        exported = list(c.export_user_data(user_id=b))
+        assert mark_b.encode() in b"".join(r.data for r in exported)
+        assert {"trace", "memory", "message"} <= {r.kind for r in exported}
 
 
 def test_only_admins_erase(start_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

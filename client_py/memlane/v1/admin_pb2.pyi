@@ -140,11 +140,26 @@ class ForgetUserResponse(_message.Message):
     USER_ID_FIELD_NUMBER: _builtins.int
     ERASED_FIELD_NUMBER: _builtins.int
     COMPLETED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    OPERATOR_ACTIONS_FIELD_NUMBER: _builtins.int
+    REWRITTEN_FIELD_NUMBER: _builtins.int
     user_id: _builtins.str
     completed_at_unix_ms: _builtins.int
     @_builtins.property
     def erased(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """What was erased, per store and kind, e.g. "redis.messages": 120, "lancedb.items": 14."""
+
+    @_builtins.property
+    def operator_actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the operator must still do before no byte of the user is left on disk, one sentence each;
+        empty when nothing is left to do. For example an external Redis that refuses BGREWRITEAOF, or
+        replicas with persistence files of their own.
+        """
+
+    @_builtins.property
+    def rewritten(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Persistence files rewritten after the deletes, so deleted data left them too: "redis.aof" (the
+        append-only file), "redis.rdb" (the snapshot). Done on every call, a repeated one included.
+        """
 
     def __init__(
         self,
@@ -152,10 +167,12 @@ class ForgetUserResponse(_message.Message):
         user_id: _builtins.str = ...,
         erased: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         completed_at_unix_ms: _builtins.int = ...,
+        operator_actions: _abc.Iterable[_builtins.str] | None = ...,
+        rewritten: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_at_unix_ms", b"completed_at_unix_ms", "erased", b"erased", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_at_unix_ms", b"completed_at_unix_ms", "erased", b"erased", "operator_actions", b"operator_actions", "rewritten", b"rewritten", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -64,9 +64,12 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForgetUser(self, request, context):
-        """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes), LanceDB (rows, and
-        old table versions compacted away), archives (rows rewritten, emptied files deleted) and caches.
-        Idempotent: forgetting a forgotten user returns a receipt of zeros.
+        """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes, then its append-only
+        file and snapshot rewritten), LanceDB (rows, the fragments that held them rewritten, indexes
+        rebuilt, old versions and their transaction files dropped), archives (rows rewritten, emptied
+        files deleted) and caches. When the receipt lists no operator_actions, no byte of the user's
+        content or id is left in any file under the data directory.
+        Idempotent: forgetting a forgotten user returns a receipt of zero counts.
         Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -42,9 +42,12 @@ class AdminServiceStub:
     Errors: INVALID_ARGUMENT (user_id, format), PERMISSION_DENIED, UNAVAILABLE.
     """
     ForgetUser: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ForgetUserRequest, _admin_pb2.ForgetUserResponse]
-    """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes), LanceDB (rows, and
-    old table versions compacted away), archives (rows rewritten, emptied files deleted) and caches.
-    Idempotent: forgetting a forgotten user returns a receipt of zeros.
+    """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes, then its append-only
+    file and snapshot rewritten), LanceDB (rows, the fragments that held them rewritten, indexes
+    rebuilt, old versions and their transaction files dropped), archives (rows rewritten, emptied
+    files deleted) and caches. When the receipt lists no operator_actions, no byte of the user's
+    content or id is left in any file under the data directory.
+    Idempotent: forgetting a forgotten user returns a receipt of zero counts.
     Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
     """
 
@@ -62,9 +65,12 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors: INVALID_ARGUMENT (user_id, format), PERMISSION_DENIED, UNAVAILABLE.
     """
     ForgetUser: _aio.UnaryUnaryMultiCallable[_admin_pb2.ForgetUserRequest, _admin_pb2.ForgetUserResponse]  # type: ignore[assignment]
-    """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes), LanceDB (rows, and
-    old table versions compacted away), archives (rows rewritten, emptied files deleted) and caches.
-    Idempotent: forgetting a forgotten user returns a receipt of zeros.
+    """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes, then its append-only
+    file and snapshot rewritten), LanceDB (rows, the fragments that held them rewritten, indexes
+    rebuilt, old versions and their transaction files dropped), archives (rows rewritten, emptied
+    files deleted) and caches. When the receipt lists no operator_actions, no byte of the user's
+    content or id is left in any file under the data directory.
+    Idempotent: forgetting a forgotten user returns a receipt of zero counts.
     Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
     """
 
@@ -91,9 +97,12 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ForgetUserRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ForgetUserResponse, _abc.Awaitable[_admin_pb2.ForgetUserResponse]]:
-        """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes), LanceDB (rows, and
-        old table versions compacted away), archives (rows rewritten, emptied files deleted) and caches.
-        Idempotent: forgetting a forgotten user returns a receipt of zeros.
+        """Erases a user everywhere: Redis (sessions, messages, traces, queues, indexes, then its append-only
+        file and snapshot rewritten), LanceDB (rows, the fragments that held them rewritten, indexes
+        rebuilt, old versions and their transaction files dropped), archives (rows rewritten, emptied
+        files deleted) and caches. When the receipt lists no operator_actions, no byte of the user's
+        content or id is left in any file under the data directory.
+        Idempotent: forgetting a forgotten user returns a receipt of zero counts.
         Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
         """
 

@@ -86,5 +86,11 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
     async def ForgetUser(self, request: apb.ForgetUserRequest, context: _Ctx) -> apb.ForgetUserResponse:
         current_caller().check_admin("erase a user")
         check_id(request.user_id, "user_id")
-        erased, done_ms = await self._data.erase(request.user_id)
-        return apb.ForgetUserResponse(user_id=request.user_id, erased=erased, completed_at_unix_ms=done_ms)
+        receipt = await self._data.erase(request.user_id)
+        return apb.ForgetUserResponse(
+            user_id=request.user_id,
+            erased=receipt.erased,
+            completed_at_unix_ms=receipt.completed_at_ms,
+            operator_actions=receipt.operator_actions,
+            rewritten=receipt.rewritten,
+        )

@@ -2,7 +2,8 @@
 
 It maps domain exceptions to gRPC status codes (servicers just raise), records per-RPC latency and
 status metrics, and turns an undecodable request (e.g. invalid UTF-8 in a string field) into
-INVALID_ARGUMENT instead of grpc's generic INTERNAL.
+INVALID_ARGUMENT instead of grpc's generic INTERNAL, as it does a request holding an id outside the
+one id grammar (``request_ids``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .. import errors
 from ..access.authenticate import Authenticator, check_method
 from ..access.identity import Caller, CallerToken, enter_caller, exit_caller
 from ..observability.metrics import RpcMetrics
+from .request_ids import check_request_ids
 
 log = logging.getLogger("memlane.api")
 
@@ -172,6 +174,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
                 f"request is not a valid memlane.v1.{request.type_name} "
                 f"(string fields must be UTF-8): {request.error}"
             )
+        check_request_ids(request)  # one id grammar for every RPC
 
     def _status_for(self, exc: BaseException, name: str) -> tuple[grpc.StatusCode, str]:
         for kind, code in _CODES:

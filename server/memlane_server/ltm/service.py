@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 
 import numpy as np
 import numpy.typing as npt
@@ -508,14 +507,10 @@ class MemoryService:
         return await self._store.fetch(filters.owned_by(user_id))
 
     async def erase_user(self, user_id: str) -> int:
-        """Deletes the user's items, then compacts and drops every older table version at once, so the
-        rows are gone from disk, not only from the latest version. Returns how many items there were."""
+        """Deletes the user's items so that no byte of them stays on disk (see ``LanceMemoryStore.erase``).
+        Returns how many items there were."""
         await self._usage.flush()  # a pending usage bump must not resurrect a row after the delete
-        where = filters.owned_by(user_id)
-        n = await self._store.count(where)
-        if n:
-            await self._store.delete(where)
-        await self._store.optimize(cleanup_older_than=timedelta(0))
+        n = await self._store.erase(filters.owned_by(user_id))
         self._embedder.forget_cached()
         return n
 

@@ -16,7 +16,7 @@ import lancedb
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from lancedb.expr import Expr
+from lancedb.expr import Expr, col, lit
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memlane_server.errors import Unavailable
@@ -105,7 +105,7 @@ class LanceMemoryStore:
             log.info("memory store: adding key columns %s", sorted(missing))
             await self._table.add_columns(missing)
 
-    async def _ensure_scalar_indexes(self) -> None:
+    async def _ensure_scalar_indexes(self, *, rebuild: bool = False) -> None:
         have = {tuple(ix.columns) for ix in await self._table.list_indices()}
         wanted: list[tuple[str, Any]] = [
             ("user_key", Bitmap()),
@@ -114,7 +114,7 @@ class LanceMemoryStore:
             ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
         ]
         for column, config in wanted:
-            if (column,) not in have:
+            if rebuild or (column,) not in have:
                 await self._table.create_index(column, config=config, replace=True)
 
     @property
@@ -153,6 +153,30 @@ class LanceMemoryStore:
     async def delete(self, where: Expr) -> None:
         await self._table.delete(checked(where).to_sql())
         self._writes_since_optimize += 1
+
+    async def erase(self, where: Expr) -> int:
+        """Deletes the matching rows so that none of their bytes stay under the table's directory.
+
+        A delete only marks rows in a deletion file, and compaction rewrites a fragment only once
+        enough of it is deleted; indexes keep the rows' terms and vectors until rebuilt; old versions,
+        manifests and transaction files keep the rest. So: delete, rewrite the other rows of every
+        fragment that held erased rows (that fragment is then wholly deleted and dropped), rebuild the
+        indexes, and drop every older version. Returns how many rows were erased. O(table): erasure is
+        rare, and this is what it costs to mean it.
+        """
+        found = await self._table.query().where(checked(where)).with_row_id().select(["id_key"]).to_arrow()
+        # Tables here use unstable row ids, where a row id is its address: fragment id << 32 | offset.
+        fragments = sorted({int(rid) >> 32 for rid in found["_rowid"].to_pylist()})
+        if found.num_rows:
+            await self._table.delete(checked(where).to_sql())
+        for fragment in fragments:
+            span = (col("_rowid") >= lit(fragment << 32)) & (col("_rowid") < lit((fragment + 1) << 32))
+            await self._table.update(where=checked(span).to_sql(), updates_sql={"id": "id"})
+        await self._ensure_scalar_indexes(rebuild=True)
+        if ("vector",) in {tuple(ix.columns) for ix in await self._table.list_indices()}:
+            await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"), replace=True)
+        await self.optimize(cleanup_older_than=timedelta(0))
+        return int(found.num_rows)
 
     async def fetch(
         self, where: Expr, *, with_vector: bool = False, limit: int | None = None

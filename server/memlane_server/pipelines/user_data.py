@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..context.traces import TraceStore
@@ -18,6 +18,7 @@ from ..sessions.codec import encode_session
 from ..sessions.model import Message
 from ..sessions.store import SessionStore
 from .archive import ParquetArchive
+from .redis_persistence import rewrite_persistence
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 
@@ -27,6 +28,15 @@ def _message_record(m: Message) -> dict[str, Any]:
     d["role"] = m.role.name.lower()
     d["visibility"] = m.visibility.name.lower()
     return d
+
+
+@dataclass(slots=True)
+class ErasureReceipt:
+    erased: dict[str, int]  # counts per store and kind
+    completed_at_ms: int
+    # What the operator must still do before no byte of the user is left on disk (empty: nothing).
+    operator_actions: list[str] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)  # persistence files rewritten: "redis.aof"...
 
 
 class UserData:
@@ -75,8 +85,8 @@ class UserData:
                 for row in rows:
                     yield f"archive.{dataset}", row
 
-    async def erase(self, user_id: str) -> tuple[dict[str, int], int]:
-        """Erases the user everywhere; returns counts per store and kind, and the completion time."""
+    async def erase(self, user_id: str) -> ErasureReceipt:
+        """Erases the user everywhere, persistence files included; returns the receipt."""
         sids = await self._sessions.session_ids_of_user(user_id)
         counts: dict[str, int] = {}
         if self._archive is not None:
@@ -87,4 +97,11 @@ class UserData:
         counts.update(await self._sessions.erase_user(user_id))
         for forget in self._caches:
             forget(user_id, set(sids))
-        return counts, time.time_ns() // 1_000_000
+        # Last: Redis's files on disk still hold what the deletes above removed from memory.
+        persisted = await rewrite_persistence(self._sessions.redis)
+        return ErasureReceipt(
+            counts,
+            time.time_ns() // 1_000_000,
+            persisted.operator_actions,
+            [f"redis.{kind}" for kind in persisted.rewritten],
+        )
