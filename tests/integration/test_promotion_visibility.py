@@ -92,6 +92,9 @@ def test_a_private_turn_is_promoted_into_its_writers_scope_only(secured: Sidecar
             ids = assembled_ids(c, own, "where does the user live? Lisbon?")
             assert ids and not ids & private
         assert shared  # written as outsider, session-wide
+        # The session's summary is read by every reader: the shared turn is in it, the private one not.
+        summary = o.get_session(session_id=sid).session.summary
+        assert "mangoes" in summary.text and "Lisbon" not in summary.text
 
 
 def test_a_group_turn_is_promoted_into_its_group(secured: SidecarThread, user_id: str) -> None:
