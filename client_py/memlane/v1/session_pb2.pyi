@@ -97,7 +97,10 @@ class _VisibilityKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Visibi
     DESCRIPTOR: _descriptor.EnumDescriptor
     VISIBILITY_KIND_UNSPECIFIED: _VisibilityKind.ValueType  # 0
     VISIBILITY_KIND_SESSION: _VisibilityKind.ValueType  # 1
-    """Every participant of the session (the default)."""
+    """Every agent allowed to use the session: any agent serving the session's user (only calls bound to
+    that user when end-user binding is on). Not narrowed by `Session.participants`: use agent-private
+    or group visibility (groups come from the access policy) to narrow who reads a message.
+    """
     VISIBILITY_KIND_AGENT: _VisibilityKind.ValueType  # 2
     """Only the message's source agent."""
     VISIBILITY_KIND_GROUP: _VisibilityKind.ValueType  # 3
@@ -108,7 +111,10 @@ class VisibilityKind(_VisibilityKind, metaclass=_VisibilityKindEnumTypeWrapper):
 
 VISIBILITY_KIND_UNSPECIFIED: VisibilityKind.ValueType  # 0
 VISIBILITY_KIND_SESSION: VisibilityKind.ValueType  # 1
-"""Every participant of the session (the default)."""
+"""Every agent allowed to use the session: any agent serving the session's user (only calls bound to
+that user when end-user binding is on). Not narrowed by `Session.participants`: use agent-private
+or group visibility (groups come from the access policy) to narrow who reads a message.
+"""
 VISIBILITY_KIND_AGENT: VisibilityKind.ValueType  # 2
 """Only the message's source agent."""
 VISIBILITY_KIND_GROUP: VisibilityKind.ValueType  # 3
@@ -387,7 +393,11 @@ class Session(_message.Message):
     """Inactivity timeout; 0 means the server default."""
     topology: Global___Topology.ValueType
     @_builtins.property
-    def participants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def participants(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Who takes part (agent ids or speakers' names), as the caller describes it. Descriptive only: it
+        grants and restricts nothing (see VISIBILITY_KIND_SESSION).
+        """
+
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property

@@ -111,15 +111,19 @@ class SessionServiceServicer:
 
     def UpdateSession(self, request, context):
         """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
-        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition).
+        Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
+        group must be one of the caller's.
+        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
+        PERMISSION_DENIED (not allowed to manage this session, or not a member of the new group).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CloseSession(self, request, context):
-        """Closes a session; closing a closed session returns it unchanged.
-        Errors: INVALID_ARGUMENT, NOT_FOUND.
+        """Closes a session; closing a closed session returns it unchanged. Allowed to the same callers as
+        UpdateSession.
+        Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,6 +152,7 @@ class SessionServiceServicer:
         archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
         finished steps are not redone. With `close`, an active or idle session is closed first.
         Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+        PERMISSION_DENIED (`close` on a session the caller may not close: see CloseSession),
         DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -45,11 +45,15 @@ class SessionServiceStub:
     """
     UpdateSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.UpdateSessionRequest, _session_service_pb2.UpdateSessionResponse]
     """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
-    Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition).
+    Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
+    group must be one of the caller's.
+    Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
+    PERMISSION_DENIED (not allowed to manage this session, or not a member of the new group).
     """
     CloseSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.CloseSessionRequest, _session_service_pb2.CloseSessionResponse]
-    """Closes a session; closing a closed session returns it unchanged.
-    Errors: INVALID_ARGUMENT, NOT_FOUND.
+    """Closes a session; closing a closed session returns it unchanged. Allowed to the same callers as
+    UpdateSession.
+    Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED.
     """
     AppendMessages: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.AppendMessagesRequest, _session_service_pb2.AppendMessagesResponse]
     """Appends a batch atomically: all messages land or none. Re-sending a message id is a no-op
@@ -66,6 +70,7 @@ class SessionServiceStub:
     archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
     finished steps are not redone. With `close`, an active or idle session is closed first.
     Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+    PERMISSION_DENIED (`close` on a session the caller may not close: see CloseSession),
     DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
     """
     WatchSessionEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.WatchSessionEventsRequest, _session_service_pb2.WatchSessionEventsResponse]
@@ -92,11 +97,15 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     UpdateSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.UpdateSessionRequest, _session_service_pb2.UpdateSessionResponse]  # type: ignore[assignment]
     """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
-    Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition).
+    Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
+    group must be one of the caller's.
+    Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
+    PERMISSION_DENIED (not allowed to manage this session, or not a member of the new group).
     """
     CloseSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.CloseSessionRequest, _session_service_pb2.CloseSessionResponse]  # type: ignore[assignment]
-    """Closes a session; closing a closed session returns it unchanged.
-    Errors: INVALID_ARGUMENT, NOT_FOUND.
+    """Closes a session; closing a closed session returns it unchanged. Allowed to the same callers as
+    UpdateSession.
+    Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED.
     """
     AppendMessages: _aio.UnaryUnaryMultiCallable[_session_service_pb2.AppendMessagesRequest, _session_service_pb2.AppendMessagesResponse]  # type: ignore[assignment]
     """Appends a batch atomically: all messages land or none. Re-sending a message id is a no-op
@@ -113,6 +122,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
     finished steps are not redone. With `close`, an active or idle session is closed first.
     Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+    PERMISSION_DENIED (`close` on a session the caller may not close: see CloseSession),
     DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
     """
     WatchSessionEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.WatchSessionEventsRequest, _session_service_pb2.WatchSessionEventsResponse]  # type: ignore[assignment]
@@ -160,7 +170,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.UpdateSessionResponse, _abc.Awaitable[_session_service_pb2.UpdateSessionResponse]]:
         """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
-        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition).
+        Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
+        group must be one of the caller's.
+        Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
+        PERMISSION_DENIED (not allowed to manage this session, or not a member of the new group).
         """
 
     @_abc_1.abstractmethod
@@ -169,8 +182,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.CloseSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.CloseSessionResponse, _abc.Awaitable[_session_service_pb2.CloseSessionResponse]]:
-        """Closes a session; closing a closed session returns it unchanged.
-        Errors: INVALID_ARGUMENT, NOT_FOUND.
+        """Closes a session; closing a closed session returns it unchanged. Allowed to the same callers as
+        UpdateSession.
+        Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED.
         """
 
     @_abc_1.abstractmethod
@@ -205,6 +219,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
         finished steps are not redone. With `close`, an active or idle session is closed first.
         Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
+        PERMISSION_DENIED (`close` on a session the caller may not close: see CloseSession),
         DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
         """
 

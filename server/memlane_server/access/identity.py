@@ -2,7 +2,8 @@
 
 Visibility kinds (the values of ``memlane.v1.VisibilityKind``): 1 session-wide, 2 private to the source
 agent, 3 a named group. ``Caller.can_see`` is the only place that decides whether a caller may read a
-message or memory item; ``Caller.check_write`` the only place that decides whether it may write one.
+message or memory item; ``Caller.check_write`` the only place that decides whether it may write one;
+``Caller.check_manage`` the only place that decides whether it may update or close a session.
 """
 
 from __future__ import annotations
@@ -58,6 +59,26 @@ class Caller:
                 CallerRole.ORCHESTRATOR in self.roles and source_agent_id in self.delegates
             )
         return True  # session-wide
+
+    def check_manage(self, owner_agent_id: str, group: str, action: str) -> None:
+        """May this caller change or close a session created by ``owner_agent_id`` (``group``: the group it
+        would then belong to, "" for none)? Its creating agent may, an orchestrator for the agents it
+        delegates to may, an admin may; auditors and every other agent may not. A session made without
+        an agent (auth off, no agent header) is managed by admins only once auth is on."""
+        if self.unrestricted:
+            return
+        if self.is_auditor:
+            raise PermissionDenied(f"agent {self.agent_id!r} is an auditor: auditors read, they never write")
+        if CallerRole.ADMIN not in self.roles:
+            owns = bool(owner_agent_id) and owner_agent_id == self.agent_id
+            delegated = CallerRole.ORCHESTRATOR in self.roles and owner_agent_id in self.delegates
+            if not (owns or delegated):
+                raise PermissionDenied(
+                    f"agent {self.agent_id!r} may not {action} a session of agent {owner_agent_id!r}: only "
+                    "its creating agent, an orchestrator it delegates for, or an admin may"
+                )
+            if group and group not in self.groups:
+                raise PermissionDenied(f"agent {self.agent_id!r} is not a member of group {group!r}")
 
     def check_write(self, visibility: int, source_agent_id: str, group: str, field_name: str) -> None:
         """Raises PermissionDenied for a write this caller may not make."""

@@ -114,6 +114,9 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         s = request.session
         if not request.update_mask.paths:
             raise InvalidArgument("update_mask must name at least one field")
+        current = await self._store.get(s.session_id)
+        new_group = s.group if "group" in request.update_mask.paths else ""
+        current_caller().check_manage(current.agent_id, new_group, "update")
         fields: dict[str, Any] = {}
         for path in request.update_mask.paths:
             if path in ("tags", "participants"):
@@ -136,6 +139,8 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         return spb.UpdateSessionResponse(session=session_to_pb(updated))
 
     async def CloseSession(self, request: spb.CloseSessionRequest, context: _Ctx) -> spb.CloseSessionResponse:
+        current = await self._store.get(request.session_id)
+        current_caller().check_manage(current.agent_id, "", "close")
         return spb.CloseSessionResponse(
             session=session_to_pb(await self._lifecycle.close(request.session_id))
         )
@@ -176,6 +181,10 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def PromoteSession(
         self, request: spb.PromoteSessionRequest, context: _Ctx
     ) -> spb.PromoteSessionResponse:
+        if request.close:  # closing through promotion is closing: the same rule as CloseSession
+            current = await self._store.get(request.session_id)
+            if current.status not in (SessionStatus.CLOSED, SessionStatus.EXPIRED):
+                current_caller().check_manage(current.agent_id, "", "close")
         await self._resumer.ensure_hot(request.session_id)
         remaining = context.time_remaining()
         # Wait for another sidecar's run for most of the call's deadline, leaving time to answer.

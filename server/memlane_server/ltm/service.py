@@ -251,13 +251,16 @@ class MemoryService:
                 if prior is not None:
                     results.append(IngestResult(prior, IngestOutcome.SKIPPED))
                     continue
+            # A draft may reword (merge) or retire (supersede) only items whose readers could all read
+            # where it came from: a private draft folded into a user-scope item would publish its wording.
+            peers = [i for i, e in enumerate(existing) if _may_change(draft, e)]
             decision = decide(
                 kind,
                 draft.slot,
                 vector,
                 content=content,
-                existing=existing,
-                existing_vectors=matrix,
+                existing=[existing[i] for i in peers],
+                existing_vectors=matrix[peers],
                 duplicate_similarity=policy.duplicate_similarity,
             )
             if decision.action is Action.MERGE and decision.target is not None:
@@ -568,6 +571,24 @@ def _prune_view(row: dict[str, object]) -> MemoryItem:
         superseded_by=str(row.get("superseded_by") or ""),
         valid_until_ms=num("valid_until_ms"),
     )
+
+
+def _may_change(draft: MemoryDraft, target: MemoryItem) -> bool:
+    """Whether ``draft`` may merge into or supersede ``target`` (an item of the same user and agent).
+
+    A draft with an explicit agent or group scope came from a narrower audience (an agent-private or a
+    group turn: see ``pipelines.promote``); it may only change items no wider than that audience. A draft
+    with the default or a user-wide scope may change any of the agent's items.
+    """
+    scope = MemoryScope(draft.scope) if isinstance(draft, NewMemory) and draft.scope else None
+    if scope is None or scope in (MemoryScope.USER, MemoryScope.SHARED):
+        return True
+    if scope is MemoryScope.GROUP:
+        assert isinstance(draft, NewMemory)
+        return target.scope is MemoryScope.AGENT or (
+            target.scope is MemoryScope.GROUP and target.group == draft.group
+        )
+    return target.scope is MemoryScope.AGENT
 
 
 def _readable(who: Visibility) -> Expr:

@@ -5,18 +5,25 @@ text (``mem_<occurred ms><digest>``, the shape of ``ltm.new_memory_id`` so ids s
 ingesting, ids already in the store are skipped; ingestion itself folds a re-stated fact into the item it
 repeats and skips an episode it already holds. So a crash anywhere in a chunk, followed by a re-run of
 that chunk, adds nothing twice.
+
+A memory derived from a message may never be visible to a reader who could not read that message. So
+the turns are promoted per audience (``Audience``: who could read them), each audience on its own:
+extraction and episode building see only that audience's turns (an LLM extractor cannot blend a private
+turn into a shared fact, an episode's neighbour keywords come from turns the same readers saw), and the
+items land in the matching scope, owned by the agent that wrote the turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..extraction import ExtractedMemory, Extractor, build_episodes
-from ..ltm import MemoryService, NewMemory, Owner
+from ..ltm import MemoryScope, MemoryService, NewMemory, Owner
 from ..ltm.filters import with_ids
-from ..sessions.model import Message, Session
+from ..sessions.model import Message, Session, VisibilityKind
 
 
 class Promoter(Protocol):
@@ -32,6 +39,32 @@ def memory_id_for(session_id: str, draft: ExtractedMemory) -> str:
     return f"mem_{max(draft.occurred_at_ms, 0):012x}{digest}"
 
 
+@dataclass(frozen=True, slots=True)
+class Audience:
+    """Who could read a turn, as the owner and scope its memories get.
+
+    ``scope`` empty: the kind's default scope (facts and preferences USER, instructions and episodes
+    AGENT), allowed only for session-wide turns: only those may become user-scope memories.
+    """
+
+    agent_id: str
+    scope: str = ""
+    group: str = ""
+
+
+def audience_of(message: Message, session: Session) -> Audience:
+    """The memory's agent is the message's source agent. A session-wide or group turn without one (a
+    single-agent app that never names agents) falls back to the session's agent: every reader of the
+    session could read such a turn anyway. A private turn never does: its reader is exactly its source."""
+    writer = message.source_agent_id or session.agent_id
+    if message.visibility == VisibilityKind.SESSION:
+        return Audience(writer)
+    if message.visibility == VisibilityKind.GROUP and message.visibility_group:
+        return Audience(writer, MemoryScope.GROUP.value, message.visibility_group)
+    # Agent-private, and anything unexpected: the narrowest audience (fail closed).
+    return Audience(message.source_agent_id, MemoryScope.AGENT.value)
+
+
 class LtmPromoter:
     """``Promoter`` over the rule-based (or LLM) extractor, episode builder and ``ltm.MemoryService``."""
 
@@ -41,9 +74,16 @@ class LtmPromoter:
         self._episodes = episodes
 
     async def promote(self, session: Session, messages: list[Message]) -> list[str]:
-        kept = [m for m in messages if not m.transient]
-        if not kept:
-            return []
+        audiences: dict[Audience, list[Message]] = {}
+        for m in messages:
+            if not m.transient:
+                audiences.setdefault(audience_of(m, session), []).append(m)
+        out: list[str] = []
+        for audience, turns in audiences.items():
+            out += await self._promote_audience(session, audience, turns)
+        return list(dict.fromkeys(out))
+
+    async def _promote_audience(self, session: Session, audience: Audience, kept: list[Message]) -> list[str]:
         result = await self._extractor.extract(kept, session)
         drafts = list(result.memories)
         if self._episodes:
@@ -63,12 +103,14 @@ class LtmPromoter:
                 source_message_ids=list(d.source_message_ids),
                 occurred_at_ms=d.occurred_at_ms,
                 memory_id=mid,
+                scope=audience.scope,
+                group=audience.group,
             )
             for d, mid in zip(drafts, ids, strict=True)
             if mid not in existing
         ]
-        owner = Owner(session.user_id, session.agent_id, session.channel, session.session_id)
+        owner = Owner(session.user_id, audience.agent_id, session.channel, session.session_id)
         results = await self._memory.ingest(owner, fresh) if fresh else []
         out = [i for i in ids if i in existing]
         out += [r.item.id for r in results]
-        return list(dict.fromkeys(out))
+        return out

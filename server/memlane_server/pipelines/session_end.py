@@ -5,7 +5,8 @@ pointers; ``KeySpace.promoted``: the SET of promoted memory ids), written after 
 a run that dies anywhere resumes where the last one stopped and every step is safe to repeat:
 
 1. **discard**: transient messages leave Redis (``discarded_through``).
-2. **summarize**: the turns after the stored summary are folded into it (compare-and-set on through_seq).
+2. **summarize**: the session-wide turns after the stored summary are folded into it (compare-and-set on
+   through_seq); private and group turns stay out of this document every reader gets.
 3. **promote**: whole exchanges, a chunk at a time, through the ``Promoter`` (``promoted_through`` + the
    ids). Skipped, but recorded, when the channel's policy says not to promote.
 4. **archive**: only once promotion finished; one Parquet part per end (``archived_through``).
@@ -34,7 +35,7 @@ from ..sessions.end_queue import REASON_EXPIRED
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.keys import KeySpace
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus, Summary
+from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus, Summary, VisibilityKind
 from ..sessions.store import SessionStore, now_ms
 from ..summarizers import Summarizer
 from .archive import ArchivePart, ArchivePointer, ArchiveStore
@@ -285,8 +286,12 @@ class SessionEndPipeline:
                 batch = await self._store.range_by_seq(session_id, cursor, last, self.config.chunk_messages)
                 if not batch:
                     break
-                result = await self._summarizer.summarize(text, batch, self.config.summary_tokens)
-                text, tokens = result.text, result.token_count
+                # The summary is one document every reader of the session gets (GetSession, assembly,
+                # the archive): only turns every reader could read go into it.
+                public = [m for m in batch if m.visibility == VisibilityKind.SESSION]
+                if public:
+                    result = await self._summarizer.summarize(text, public, self.config.summary_tokens)
+                    text, tokens = result.text, result.token_count
                 cursor, through_id = batch[-1].seq, batch[-1].message_id
             if cursor == through:
                 return

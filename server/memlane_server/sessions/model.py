@@ -52,7 +52,7 @@ class VisibilityKind(enum.IntEnum):
     """Who may see a message. Values match ``memlane.v1.VisibilityKind``."""
 
     UNSPECIFIED = 0
-    SESSION = 1  # every participant of the session
+    SESSION = 1  # every agent allowed to use the session (``participants`` restricts nothing)
     AGENT = 2  # only the source agent
     GROUP = 3  # only members of ``visibility_group``
 

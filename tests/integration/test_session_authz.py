@@ -1,0 +1,131 @@
+"""Who may change or close a session, through the real server with auth on: its creating agent, an
+orchestrator for the agents it delegates to, an admin. Every other agent and every auditor is refused,
+field by field of UpdateSession's mask, and for CloseSession and PromoteSession(close)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
+
+import memlane
+from memlane import Topology
+from memlane.v1 import session_pb2 as pb
+from memlane_server.background import SidecarThread
+from tests.access_policy import as_agent, write_policy
+
+OWNER = "researcher"  # planner orchestrates researcher; both are in group "research"
+REFUSED = ("writer", "outsider", "auditor")
+ALLOWED = (OWNER, "planner", "admin")
+
+# Each updatable field, and a value to set it to (a new one per allowed actor, so every change shows).
+FIELDS: dict[str, Any] = {
+    "tags": lambda i: {"tags": [f"t{i}"]},
+    "metadata": lambda i: {"metadata": {"k": f"v{i}"}},
+    "participants": lambda i: {"participants": [f"p{i}"]},
+    "group": lambda i: {"group": "research"},
+    "model": lambda i: {"model": f"gpt-4o-{i}"},
+    "ttl_seconds": lambda i: {"ttl_seconds": 600 + i},
+    "status": lambda i: {"status": pb.SESSION_STATUS_IDLE},
+}
+
+
+@pytest.fixture(scope="module")
+def secured(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+    path = write_policy(tmp_path_factory.mktemp("policy") / "policy.yaml")
+    return start_server(auth_required=True, access_policy_file=str(path))
+
+
+def _new_session(server: SidecarThread, user_id: str) -> pb.Session:
+    with as_agent(server, OWNER) as c:
+        return c.create_session(user_id=user_id, topology=Topology.TOPOLOGY_DISTRIBUTED).session
+
+
+def _update(c: memlane.Client, session_id: str, path: str, values: dict[str, Any]) -> pb.Session:
+    return c.update_session(
+        session=pb.Session(session_id=session_id, **values), update_mask=FieldMask(paths=[path])
+    ).session
+
+
+@pytest.mark.parametrize("path", sorted(FIELDS))
+def test_only_the_owner_its_orchestrator_and_admins_update_a_session(
+    secured: SidecarThread, user_id: str, path: str
+) -> None:
+    sid = _new_session(secured, user_id).session_id
+    with as_agent(secured, OWNER) as owner:
+        before = owner.get_session(session_id=sid).session
+    for i, actor in enumerate(REFUSED):
+        with as_agent(secured, actor) as c, pytest.raises(memlane.PermissionDeniedError):
+            _update(c, sid, path, FIELDS[path](100 + i))
+        with as_agent(secured, OWNER) as owner:
+            after = owner.get_session(session_id=sid).session
+            assert getattr(after, path) == getattr(before, path), f"{actor} changed {path}"
+    for i, actor in enumerate(ALLOWED):  # positive controls: each of them may, and the change shows
+        values = FIELDS[path](i)
+        with as_agent(secured, actor) as c:
+            updated = _update(c, sid, path, values)
+        got = getattr(updated, path)
+        want = values[path]
+        assert (
+            dict(got) if path == "metadata" else list(got) if path in ("tags", "participants") else got
+        ) == want
+
+
+def test_an_owner_cannot_move_its_session_into_a_foreign_group(secured: SidecarThread, user_id: str) -> None:
+    with as_agent(secured, "writer") as w:
+        sid = w.create_session(user_id=user_id).session.session_id
+        with pytest.raises(memlane.PermissionDeniedError, match="not a member of group 'research'"):
+            _update(w, sid, "group", {"group": "research"})
+        assert _update(w, sid, "tags", {"tags": ["mine"]}).tags == ["mine"]  # positive control
+
+
+@pytest.mark.parametrize("actor", [*REFUSED, *ALLOWED])
+def test_only_the_owner_its_orchestrator_and_admins_close_a_session(
+    secured: SidecarThread, user_id: str, actor: str
+) -> None:
+    for close in ("close_session", "promote_session"):
+        sid = _new_session(secured, user_id).session_id
+        with as_agent(secured, actor) as c:
+            kw: dict[str, Any] = {"close": True} if close == "promote_session" else {}
+            if actor in REFUSED:
+                with pytest.raises(memlane.PermissionDeniedError):
+                    getattr(c, close)(session_id=sid, **kw)
+            else:
+                getattr(c, close)(session_id=sid, **kw)
+        with as_agent(secured, OWNER) as owner:
+            status = owner.get_session(session_id=sid).session.status
+        assert (status == pb.SESSION_STATUS_CLOSED) == (actor in ALLOWED), (actor, close, status)
+
+
+def test_updating_or_closing_a_missing_session_is_not_found(secured: SidecarThread) -> None:
+    with as_agent(secured, "outsider") as c:
+        with pytest.raises(memlane.NotFoundError):
+            c.close_session(session_id="no-such-session")
+        with pytest.raises(memlane.NotFoundError):
+            _update(c, "no-such-session", "tags", {"tags": ["x"]})
+
+
+def test_participants_describe_and_grant_nothing(secured: SidecarThread, user_id: str) -> None:
+    """The contract (session.proto): `participants` is descriptive. Session-wide turns reach every agent
+    of the user, listed or not; being listed opens no private turn."""
+    with as_agent(secured, OWNER) as r:
+        sid = r.create_session(user_id=user_id, participants=["researcher", "writer"]).session.session_id
+        r.append_messages(
+            session_id=sid,
+            messages=[
+                memlane.Message(role=memlane.Role.ROLE_USER, content="for everyone"),
+                memlane.Message(
+                    role=memlane.Role.ROLE_ASSISTANT,
+                    content="researcher only",
+                    visibility=memlane.VisibilityKind.VISIBILITY_KIND_AGENT,
+                ),
+            ],
+        )
+        assert [m.content for m in r.list_messages(session_id=sid).messages] == [
+            "for everyone",
+            "researcher only",
+        ]
+    for reader in ("writer", "outsider"):  # listed and unlisted read the same: the session-wide turn
+        with as_agent(secured, reader) as c:
+            assert [m.content for m in c.list_messages(session_id=sid).messages] == ["for everyone"]
