@@ -354,6 +354,7 @@ class Sidecar:
             max_summary_tokens=s.summary_max_tokens,
             executor=self._executor,
             resume=self.resumer.resume_if_retired,
+            policies=self.policies,
         )
 
     def _authenticator(self) -> Authenticator:

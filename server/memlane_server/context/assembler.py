@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from memlane_server.access.identity import Caller
 from memlane_server.errors import Conflict, InvalidArgument, NotFound, ResourceExhausted
 from memlane_server.sessions.model import Message, Role, Session, Summary, VisibilityKind
+from memlane_server.sessions.policies import ChannelPolicy, PolicyBook
 from memlane_server.sessions.store import SessionStore
 from memlane_server.summarizers import ExtractiveSummarizer
 from memlane_server.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, encoding_for_model
@@ -49,7 +50,9 @@ from .model import (
     Truncation,
     TurnTrace,
 )
+from .recent import RecentTurns
 from .sources import MemoryHit, MemorySource, NoMemory
+from .strategy import resolve_strategy, resolve_window_turns
 from .summarization import SummaryScheduler, summarizable
 from .traces import TraceStore, new_trace_id, now_ms
 
@@ -60,80 +63,14 @@ log = logging.getLogger("memlane.context")
 INLINE_COUNT_CHARS = 16_000
 # Token counts of messages in an encoding other than their session's, kept across requests.
 _RECOUNT_CACHE_SIZE = 100_000
-# Session metadata key that pins a session's strategy (e.g. "sliding_window").
-STRATEGY_METADATA_KEY = "memlane.context.strategy"
 # Room the summary block's own heading takes, kept out of the summary's content budget.
 SUMMARY_HEADING_TOKENS = 24
-
-
-def parse_strategy(name: str) -> Strategy:
-    key = name.strip().upper().replace("-", "_")
-    try:
-        return Strategy[key] if key else Strategy.UNSPECIFIED
-    except KeyError:
-        raise InvalidArgument(f"unknown context strategy {name!r}") from None
 
 
 @dataclass(slots=True)
 class _History:
     candidates: list[Message]
     unscanned: int
-
-
-@dataclass(slots=True)
-class _Cached:
-    after: int  # the list holds every stored message with seq > after, up to last_seq
-    last_seq: int
-    message_count: int
-    messages: list[Message]
-
-
-class _RecentTurns:
-    """Decoded recent turns per session, so a request reads only the turns appended since the last one.
-
-    Reading and decoding 200 messages costs about 2 ms, several gRPC round trips. Turns are append-only
-    (an id is never rewritten), so a cached list stays valid while the session document shows only
-    appends since: ``last_seq`` and ``message_count`` grew by the same amount. Anything else (a retired
-    message, another writer's surprise) refetches. Bounded LRU; a miss just costs the full read.
-    """
-
-    def __init__(self, store: SessionStore, max_sessions: int = 256) -> None:
-        self._store = store
-        self._max = max_sessions
-        self._entries: OrderedDict[str, _Cached] = OrderedDict()
-
-    def forget(self, session_ids: set[str]) -> None:
-        for sid in session_ids:
-            self._entries.pop(sid, None)
-
-    async def after(self, session: Session, after: int, limit: int) -> list[Message]:
-        """The newest ``limit`` stored messages with seq > ``after``, oldest first."""
-        sid = session.session_id
-        entry = self._entries.get(sid)
-        grown = session.last_seq - entry.last_seq if entry else -1
-        if (
-            entry is not None
-            and entry.after <= after
-            and grown >= 0
-            and session.message_count - entry.message_count == grown
-        ):
-            new = (
-                await self._store.range_by_seq(sid, entry.last_seq, session.last_seq, grown) if grown else []
-            )
-            msgs = [m for m in entry.messages if m.seq > after] + new
-        else:
-            msgs = await self._store.tail(sid, limit)
-            msgs = [m for m in msgs if m.seq > after]
-            # Complete above `after` only if the tail did not stop short of it.
-            if len(msgs) >= limit:
-                after = msgs[0].seq - 1
-        msgs = msgs[-limit:] if len(msgs) > limit else msgs
-        start = msgs[0].seq - 1 if len(msgs) >= limit else after
-        self._entries[sid] = _Cached(start, session.last_seq, session.message_count, msgs)
-        self._entries.move_to_end(sid)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
-        return msgs
 
 
 class ContextAssembler:
@@ -158,8 +95,11 @@ class ContextAssembler:
         max_summary_tokens: int = 8192,
         executor: Executor | None = None,
         resume: Callable[[Session], Awaitable[bool]] | None = None,
+        policies: PolicyBook | None = None,
     ) -> None:
         self._store = store
+        # Channel policies (recorded on each session at creation) choose strategy and window per channel.
+        self._policies = policies or PolicyBook(ChannelPolicy())
         # Reloads a retired session's recent turns from the archive; True when it did (re-read then).
         self._resume = resume
         self._traces = traces
@@ -172,7 +112,7 @@ class ContextAssembler:
         self._max_summary_tokens = max_summary_tokens
         self._executor = executor
         self._gap = ExtractiveSummarizer(counter, executor=executor)
-        self._recent = _RecentTurns(store)
+        self._recent = RecentTurns(store)
         self._recounts: OrderedDict[tuple[str, str, str], int] = OrderedDict()
 
     @property
@@ -189,14 +129,6 @@ class ContextAssembler:
         self._memory.forget(user_id)
 
     # ------------------------------------------------------------------------------------- assembly
-
-    def _strategy(self, req: AssembleRequest, session: Session) -> Strategy:
-        if req.strategy != Strategy.UNSPECIFIED:
-            return req.strategy
-        pinned = parse_strategy(session.metadata.get(STRATEGY_METADATA_KEY, ""))
-        if pinned != Strategy.UNSPECIFIED:
-            return pinned
-        return self._policy.strategy_by_channel.get(session.channel, self._policy.default_strategy)
 
     async def _count(self, texts: list[str], model: str) -> list[int]:
         if sum(len(t) for t in texts) <= INLINE_COUNT_CHARS:
@@ -265,8 +197,9 @@ class ContextAssembler:
         model = req.model or session.model or self._default_model
         window = resolve_window(model, req.context_window)
         reserved = req.reserved_output or min(p.default_reserved_output, window // 4)
-        strategy = self._strategy(req, session)
-        window_turns = req.window_turns or p.window_turns
+        channel = self._policies.for_session(session)
+        strategy = resolve_strategy(req, session.metadata, channel, p.default_strategy)
+        window_turns = resolve_window_turns(req, channel, p.window_turns)
         costing = Costing(self._counter, model)
         input_tokens = costing.message(req.user_input) if req.user_input else 0
         plan = plan_budget(window, reserved, input_tokens, req.caps, p)
