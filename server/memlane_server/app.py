@@ -35,6 +35,7 @@ from .api.sessions import SessionServicer
 from .config import Settings
 from .context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
 from .context.ltm_source import LtmMemorySource
+from .context.ltm_versions import LtmVersions
 from .embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_spec
 from .extraction import (
     ExtractionMetrics,
@@ -281,12 +282,16 @@ class Sidecar:
             duplicate_similarity=s.ltm_duplicate_similarity,
             profile_max_items=s.ltm_profile_max_items,
         )
+        # Every LTM write bumps the user's version in Redis: cached profiles and this (or another)
+        # sidecar's LanceDB view are checked against it on the next assembly.
+        versions = LtmVersions(self.redis, self.keys)
         self.ltm = MemoryService(
             self._ltm_store,
             self._embedder,
             policy,
             guard=find_pii,
             usage_flush_interval_s=s.ltm_usage_flush_seconds,
+            on_change=versions.bump,
         )
         self._ltm_maintenance = MemoryMaintenance(
             self.ltm,
@@ -297,7 +302,9 @@ class Sidecar:
         )
         self._ltm_maintenance.start()
         if self._memory is None:
-            self._memory = LtmMemorySource(self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes)
+            self._memory = LtmMemorySource(
+                self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes, versions=versions
+            )
 
     def _build_extractor(self) -> Extractor:
         s = self.settings
@@ -354,6 +361,7 @@ class Sidecar:
             max_summary_tokens=s.summary_max_tokens,
             executor=self._executor,
             resume=self.resumer.resume_if_retired,
+            policies=self.policies,
         )
 
     def _authenticator(self) -> Authenticator:

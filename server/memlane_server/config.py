@@ -56,7 +56,6 @@ class Settings:
     tls_client_ca_file: str = ""  # set: clients must present a certificate signed by this CA (mTLS)
     # --- context assembly
     context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
-    context_strategy_by_channel: str = ""  # "voice=sliding_window,eval=full_buffer"
     context_window_turns: int = 20
     context_reserved_output_tokens: int = 1024
     context_system_prompt: str = ""

@@ -1,6 +1,6 @@
 """Working-memory assembly: budgets, strategies, rolling summaries, turn traces."""
 
-from .assembler import STRATEGY_METADATA_KEY, ContextAssembler, parse_strategy
+from .assembler import ContextAssembler
 from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, policy_from_settings, resolve_window
 from .model import (
     AssembleRequest,
@@ -20,6 +20,7 @@ from .model import (
     TurnTrace,
 )
 from .sources import MemoryHit, MemorySource, NoMemory
+from .strategy import STRATEGY_METADATA_KEY, parse_strategy
 from .summarization import SummaryScheduler
 from .traces import TraceStore
 

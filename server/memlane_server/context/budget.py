@@ -10,13 +10,14 @@ holds by construction as long as every block stays within its grant (``Ledger.sp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from memlane_server.config import Settings
 from memlane_server.errors import InvalidArgument
 from memlane_server.tokens import context_window_for_model
 
 from .model import Fallback, Section, SectionBudget, SectionCaps, Strategy
+from .strategy import parse_strategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +42,8 @@ class BudgetPolicy:
     rolling_keep_turns: int = 2
     window_turns: int = 20  # sliding window default
     memory_limit: int = 8  # memories recalled per request
+    # Used when neither the request, the session's metadata nor its channel policy names a strategy.
     default_strategy: Strategy = Strategy.HYBRID
-    strategy_by_channel: dict[str, Strategy] = field(default_factory=dict)
     fallback: Fallback = Fallback.GAP_SUMMARY  # or DROPPED_OLDEST
     max_scan_messages: int = 2000  # most turns read per request (bounds hot-path work)
 
@@ -119,19 +120,8 @@ class Ledger:
         return self.plan.available - self.remaining
 
 
-def _strategy_name(name: str, setting: str) -> Strategy:
-    key = name.strip().upper().replace("-", "_")
-    if key not in Strategy.__members__ or key == "UNSPECIFIED":
-        raise InvalidArgument(f"{setting}: unknown context strategy {name!r}")
-    return Strategy[key]
-
-
 def policy_from_settings(settings: Settings) -> BudgetPolicy:
     """The policy the configured settings describe; raises ``InvalidArgument`` naming a bad setting."""
-    by_channel: dict[str, Strategy] = {}
-    for pair in filter(None, (p.strip() for p in settings.context_strategy_by_channel.split(","))):
-        channel, _, name = pair.partition("=")
-        by_channel[channel.strip()] = _strategy_name(name, "context_strategy_by_channel")
     fallbacks = {"gap_summary": Fallback.GAP_SUMMARY, "drop_oldest": Fallback.DROPPED_OLDEST}
     if settings.context_fallback not in fallbacks:
         raise InvalidArgument(f"context_fallback: expected one of {', '.join(fallbacks)}")
@@ -141,7 +131,6 @@ def policy_from_settings(settings: Settings) -> BudgetPolicy:
         default_reserved_output=settings.context_reserved_output_tokens,
         trigger_ratio=settings.context_summary_trigger_ratio,
         window_turns=settings.context_window_turns,
-        default_strategy=_strategy_name(settings.context_strategy, "context_strategy"),
-        strategy_by_channel=by_channel,
+        default_strategy=parse_strategy(settings.context_strategy, "context_strategy") or Strategy.HYBRID,
         fallback=fallbacks[settings.context_fallback],
     )

@@ -11,24 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Executor
+from dataclasses import replace
 
 from memlane_server.errors import Conflict, MemlaneError
-from memlane_server.sessions.model import Message, Summary, VisibilityKind
+from memlane_server.sessions.model import Summary
 from memlane_server.sessions.store import SessionStore
 from memlane_server.summarizers import Summarizer
+from memlane_server.summarizers.scoped import fold_scoped
 from memlane_server.tokens import TokenCounter
 
 from .model import SummaryRange
 from .traces import now_ms
 
 log = logging.getLogger("memlane.context")
-
-
-def summarizable(messages: list[Message]) -> list[Message]:
-    """The turns a shared summary may hold: session-wide and durable. The summary is one text that every
-    agent of the session reads, so agent-private and group turns never enter it (they stay readable,
-    verbatim, to those allowed while they are recent), and transient scratch never does either."""
-    return [m for m in messages if m.visibility == VisibilityKind.SESSION and not m.transient]
 
 
 class SummaryScheduler:
@@ -89,16 +84,12 @@ class SummaryScheduler:
         )
         if not leaving:
             return prev
-        result = await self._summarizer.summarize(prev.text, summarizable(leaving), rng.budget_tokens)
+        # Every scope's turns are folded into that scope's part (see summarizers.scoped), so no turn
+        # leaves the window without landing in the summary of everyone who may read it.
+        folded = await fold_scoped(self._summarizer, prev, leaving, rng.budget_tokens)
         loop = asyncio.get_running_loop()
-        tokens = await loop.run_in_executor(self._executor, self._counter.count, result.text, session.model)
-        new = Summary(
-            text=result.text,
-            through_message_id=leaving[-1].message_id,
-            through_seq=leaving[-1].seq,
-            token_count=tokens,
-            updated_at_ms=now_ms(),
-        )
+        tokens = await loop.run_in_executor(self._executor, self._counter.count, folded.text, session.model)
+        new = replace(folded, token_count=tokens, updated_at_ms=now_ms())
         await self._store.set_summary(session_id, new, expected_through_seq=prev.through_seq)
         return new
 

@@ -7,7 +7,7 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -83,6 +83,7 @@ class MemoryService:
         guard: ContentGuard | None = None,
         clock: Callable[[], int] = _now_ms,
         usage_flush_interval_s: float = 1.0,
+        on_change: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -90,6 +91,9 @@ class MemoryService:
         self._guard = guard
         self._clock = clock
         self._usage = UsageRecorder(store, flush_interval_s=usage_flush_interval_s)
+        # Called with a user id after each write that changes what the user's reads return (not usage
+        # counts), once the write is visible: caches of injected memories invalidate on it.
+        self._on_change = on_change
         # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
         # decide "insert" for the same fact; unrelated users rarely share a stripe.
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
@@ -215,7 +219,14 @@ class MemoryService:
         vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
         now = self._clock()
         async with self._locks[hash((user_id, owner.agent_id)) % _LOCK_STRIPES]:
-            return await self._ingest_locked(owner, accepted, vectors, now)
+            results = await self._ingest_locked(owner, accepted, vectors, now)
+        await self._changed(user_id)
+        return results
+
+    async def _changed(self, *user_ids: str) -> None:
+        if self._on_change is not None:
+            for user_id in user_ids:
+                await self._on_change(user_id)
 
     async def _ingest_locked(
         self,
@@ -422,6 +433,7 @@ class MemoryService:
             raise InvalidArgument("a group-scoped memory needs a group")
         item.updated_at_ms = now
         await self._store.upsert([item])
+        await self._changed(who.user_id)
         return replace(item, vector=[])
 
     async def _vector_of(self, memory_id: str) -> list[float]:
@@ -431,6 +443,7 @@ class MemoryService:
     async def delete(self, who: Visibility, memory_id: str) -> None:
         await self.get(who, memory_id)  # NotFound unless the caller may see it
         await self._store.delete(filters.owned_by(who.user_id) & filters.with_id(memory_id))
+        await self._changed(who.user_id)
 
     async def feedback(self, who: Visibility, memory_id: str, verdict: Feedback) -> MemoryItem:
         """USEFUL raises importance and counts a use; WRONG lowers it and retires the item at once
@@ -457,6 +470,7 @@ class MemoryService:
             "updated_at_ms": str(now),
         }
         await self._store.update(filters.owned_by(who.user_id) & filters.with_id(memory_id), values)
+        await self._changed(who.user_id)
         return item
 
     # ----------------------------------------------------------------------------------- upkeep
@@ -498,6 +512,7 @@ class MemoryService:
         ids = sorted(doomed)
         for start in range(0, len(ids), _DELETE_BATCH):
             await self._store.delete(filters.with_ids(ids[start : start + _DELETE_BATCH]))
+        await self._changed(*sorted({i.user_id for i in items if i.id in doomed}))
         return report
 
     async def optimize(self) -> None:
@@ -515,6 +530,7 @@ class MemoryService:
         await self._usage.flush()  # a pending usage bump must not resurrect a row after the delete
         n = await self._store.erase(filters.owned_by(user_id))
         self._embedder.forget_cached()
+        await self._changed(user_id)
         return n
 
     async def close(self) -> None:

@@ -121,6 +121,11 @@ class LanceMemoryStore:
     def writes_since_optimize(self) -> int:
         return self._writes_since_optimize
 
+    async def refresh(self) -> None:
+        """Move to the table's latest version: another process (a sidecar sharing the store) wrote it.
+        Without this a handle keeps reading the version it last wrote or opened."""
+        await self._table.checkout_latest()  # type: ignore[no-untyped-call]  # lancedb leaves it untyped
+
     async def count(self, where: Expr | None = None) -> int:
         if where is None:
             return int(await self._table.count_rows())

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import orjson
@@ -35,9 +35,10 @@ from ..sessions.end_queue import REASON_EXPIRED
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.keys import KeySpace
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus, Summary, VisibilityKind
+from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus
 from ..sessions.store import SessionStore, now_ms
 from ..summarizers import Summarizer
+from ..summarizers.scoped import fold_scoped
 from .archive import ArchivePart, ArchivePointer, ArchiveStore
 from .lease import Lease
 from .promote import Promoter
@@ -275,31 +276,20 @@ class SessionEndPipeline:
             s = await self._store.get(session_id)
             if s.summary.through_seq >= last:
                 return
-            text, through, through_id, tokens = (
-                s.summary.text,
-                s.summary.through_seq,
-                "",
-                s.summary.token_count,
-            )
-            cursor = through
+            summary = s.summary
+            through = cursor = summary.through_seq
             while cursor < last:
                 batch = await self._store.range_by_seq(session_id, cursor, last, self.config.chunk_messages)
                 if not batch:
                     break
-                # The summary is one document every reader of the session gets (GetSession, assembly,
-                # the archive): only turns every reader could read go into it.
-                public = [m for m in batch if m.visibility == VisibilityKind.SESSION]
-                if public:
-                    result = await self._summarizer.summarize(text, public, self.config.summary_tokens)
-                    text, tokens = result.text, result.token_count
-                cursor, through_id = batch[-1].seq, batch[-1].message_id
+                # Per visibility scope: a private turn never enters the summary every agent reads.
+                summary = await fold_scoped(self._summarizer, summary, batch, self.config.summary_tokens)
+                cursor = batch[-1].seq
             if cursor == through:
                 return
             try:
                 await self._store.set_summary(
-                    session_id,
-                    Summary(text, through_id, cursor, tokens, now_ms()),
-                    expected_through_seq=through,
+                    session_id, replace(summary, updated_at_ms=now_ms()), expected_through_seq=through
                 )
                 return
             except Conflict:

@@ -15,6 +15,7 @@ from .model import (
     Message,
     PromotionState,
     Role,
+    ScopedSummary,
     Session,
     SessionStatus,
     Summary,
@@ -123,7 +124,20 @@ def encode_summary(summary: Summary) -> dict[str, str | int]:
         "summary_through_seq": summary.through_seq,
         "summary_tokens": summary.token_count,
         "summary_updated_at_ms": summary.updated_at_ms,
+        # Always written (also when empty): a new summary replaces every scope's part at once.
+        "summary_scoped": orjson.dumps(
+            [[int(p.visibility), p.agent_id, p.group, p.text, p.token_count] for p in summary.scoped]
+        ).decode(),
     }
+
+
+def _decode_scoped(raw: str) -> list[ScopedSummary]:
+    if not raw:
+        return []
+    return [
+        ScopedSummary(VisibilityKind(int(vis)), str(agent), str(group), str(text), int(tokens))
+        for vis, agent, group, text, tokens in orjson.loads(raw)
+    ]
 
 
 def decode_session(h: dict[bytes, bytes]) -> Session:
@@ -145,5 +159,6 @@ def decode_session(h: dict[bytes, bytes]) -> Session:
         through_seq=int(g.get("summary_through_seq", 0) or 0),
         token_count=int(g.get("summary_tokens", 0) or 0),
         updated_at_ms=int(g.get("summary_updated_at_ms", 0) or 0),
+        scoped=_decode_scoped(g.get("summary_scoped", "")),
     )
     return s

@@ -53,6 +53,10 @@ class KeySpace:
         """ZSET: session ids of one user, scored by creation time."""
         return f"{self.prefix}:user:{{{user_id}}}:sessions"
 
+    def ltm_version(self, user_id: str) -> str:
+        """STRING counter: bumped on every long-term memory write of the user (context/ltm_versions.py)."""
+        return f"{self.prefix}:user:{{{user_id}}}:ltmver"
+
     def all_sessions(self) -> str:
         """ZSET: every session id, scored by creation time."""
         return f"{self.prefix}:sessions"

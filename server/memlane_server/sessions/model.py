@@ -86,14 +86,32 @@ class Message:
 
 
 @dataclass(slots=True)
+class ScopedSummary:
+    """The rolling summary of the turns only some agents may read: one agent's private turns, or one
+    agent's turns to one group. It covers the same range as the session's summary."""
+
+    visibility: VisibilityKind  # AGENT or GROUP
+    agent_id: str  # the turns' source agent
+    group: str  # GROUP only
+    text: str
+    token_count: int = 0
+
+
+@dataclass(slots=True)
 class Summary:
-    """The rolling summary and the last message (by seq) it covers."""
+    """The rolling summary and the last message (by seq) it covers.
+
+    ``text`` holds the session-wide turns only: every agent of the session reads it. The turns only some
+    agents may read are summarized apart, per scope, in ``scoped``, so each viewer gets a summary of
+    exactly what it may see (``memlane_server.context.viewer_summary``).
+    """
 
     text: str = ""
     through_message_id: str = ""
     through_seq: int = 0
     token_count: int = 0
     updated_at_ms: int = 0
+    scoped: list[ScopedSummary] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ A policy starts from a built-in kind and overrides fields; a file (YAML or TOML)
     default:                 # optional: overrides for channels not listed below
       expire_after: 1h
     channels:
-      web:   {kind: web_chat, expire_after: 20m}
+      web:   {kind: web_chat, expire_after: 20m, context_strategy: sliding_window, context_window_turns: 8}
       slack: {kind: messaging}
       jira:  {kind: internal_tool, work_item_key: ticket_id}
 
@@ -26,11 +26,16 @@ from typing import Any
 
 import yaml
 
+from ..config import CHOICES
 from ..errors import InvalidArgument
 from .model import Session
 
 # Where the resolved policy sits inside ``Session.extra``.
 POLICY_FIELD = "policy"
+# The strategy names a policy may give (the same words as the ``context_strategy`` setting).
+CONTEXT_STRATEGIES = CHOICES["context_strategy"]
+# Sessions created before strategies were validated recorded "summary": a summary plus recent turns.
+_LEGACY_STRATEGIES = {"summary": "hybrid"}
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
@@ -65,8 +70,10 @@ class ChannelPolicy:
     kind: str = "default"
     idle_after: float = 900.0  # active -> idle after this much quiet
     expire_after: float = 3600.0  # idle/active -> expired (the alive key's TTL); 0: explicit close only
-    context_strategy: str = "summary"  # recorded for context assembly: summary | sliding_window | ...
-    context_window_turns: int = 20
+    # How AssembleContext builds the history of this channel's sessions: one of CONTEXT_STRATEGIES, or ""
+    # for the server's ``context_strategy``. A request or the session's metadata may still override it.
+    context_strategy: str = ""
+    context_window_turns: int = 0  # the sliding window's size; 0: the server's ``context_window_turns``
     hot_retention: float = 86400.0  # after archiving, messages stay in Redis this long
     archive_retention: float = 365 * 86400.0  # archives older than this are deleted; 0 keeps them
     promote: bool = True  # extract long-term memories at session end
@@ -84,7 +91,12 @@ class ChannelPolicy:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> ChannelPolicy:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in record.items() if k in known})
+        values = {k: v for k, v in record.items() if k in known}
+        strategy = values.get("context_strategy", "")
+        if strategy not in CONTEXT_STRATEGIES:
+            # A record written before validation: map the old word, else defer to the server setting.
+            values["context_strategy"] = _LEGACY_STRATEGIES.get(str(strategy), "")
+        return cls(**values)
 
 
 # The built-in kinds a channel starts from.
@@ -95,7 +107,7 @@ BUILTIN_KINDS: dict[str, ChannelPolicy] = {
         kind="messaging",
         idle_after=3600.0,
         expire_after=3 * 86400.0,
-        context_strategy="summary",
+        context_strategy="hybrid",
         context_window_turns=20,
         hot_retention=7 * 86400.0,
         archive_retention=365 * 86400.0,
@@ -117,7 +129,7 @@ BUILTIN_KINDS: dict[str, ChannelPolicy] = {
         kind="internal_tool",
         idle_after=3600.0,
         expire_after=0.0,
-        context_strategy="summary",
+        context_strategy="hybrid",
         context_window_turns=20,
         hot_retention=86400.0,
         archive_retention=2 * 365 * 86400.0,
@@ -147,6 +159,13 @@ def _build(base: ChannelPolicy, channel: str, raw: Mapping[str, Any], where: str
         elif key in ("context_window_turns", "resume_turns"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise PolicyError(f"{where}.{key}: expected a non-negative integer, got {value!r}")
+            values[key] = value
+        elif key == "context_strategy":
+            if value not in ("", *CONTEXT_STRATEGIES):
+                raise PolicyError(
+                    f"{where}.context_strategy: unknown strategy {value!r}; "
+                    f"known: {', '.join(CONTEXT_STRATEGIES)} (or empty for the server's context_strategy)"
+                )
             values[key] = value
         elif key == "promote":
             if not isinstance(value, bool):

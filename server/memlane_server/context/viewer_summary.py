@@ -1,0 +1,63 @@
+"""The summary one viewer is shown: the session-wide part plus the scoped parts it may read.
+
+Parts are stored per visibility scope (``summarizers.scoped``); which of them a viewer gets is decided
+by ``Caller.can_see``, the one access rule, on the scope's visibility, source agent and group, exactly as
+for the turns themselves. Composing is cheap (no summarizer call), so it happens on every request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from memlane_server.access.identity import Caller
+from memlane_server.sessions.model import ScopedSummary, Summary, VisibilityKind
+from memlane_server.summarizers.scoped import Scope
+from memlane_server.tokens import TokenCounter
+
+
+def can_read(viewer: Caller, scope: Scope) -> bool:
+    return scope.visibility == VisibilityKind.SESSION or viewer.can_see(
+        scope.visibility, scope.agent_id, scope.group
+    )
+
+
+def _label(part: ScopedSummary) -> str:
+    if part.visibility == VisibilityKind.AGENT:
+        return f"Private to agent {part.agent_id}:"
+    return f"In group {part.group}, from agent {part.agent_id}:"
+
+
+def _cut(text: str, tokens: int, counter: TokenCounter, model: str) -> str:
+    """At most ``tokens`` of ``text``, ending at a line end when it was cut (no half items)."""
+    cut = counter.truncate(text, max(0, tokens), model)
+    if cut != text and "\n" in cut:
+        cut = cut[: cut.rfind("\n")]
+    return cut
+
+
+def viewer_summary(
+    summary: Summary, viewer: Caller, counter: TokenCounter, model: str, cap_tokens: int
+) -> Summary:
+    """``summary`` as ``viewer`` may read it: one text, the scoped parts labelled after the shared one.
+
+    With several parts over ``cap_tokens`` each is cut to its share of the cap (by its size), so a long
+    shared part never pushes a viewer's private part out entirely (one part is left to the block's fit).
+    """
+    scoped = [
+        p for p in summary.scoped if can_read(viewer, Scope(p.visibility, p.agent_id, p.group)) and p.text
+    ]
+    if not scoped:
+        return replace(summary, scoped=[])
+    parts = ([f"Shared:\n{summary.text}"] if summary.text else []) + [
+        f"{_label(p)}\n{p.text}" for p in scoped
+    ]
+    costs = counter.count_many(parts, model)
+    total = sum(costs)
+    if cap_tokens > 0 and total > cap_tokens:
+        parts = [
+            _cut(part, cap_tokens * cost // total, counter, model)
+            for part, cost in zip(parts, costs, strict=True)
+        ]
+        parts = [p for p in parts if "\n" in p]  # a part cut down to its label is left out
+    text = "\n\n".join(parts)
+    return replace(summary, text=text, token_count=counter.count(text, model), scoped=[])
