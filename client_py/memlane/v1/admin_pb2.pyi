@@ -72,7 +72,9 @@ class ExportUserDataResponse(_message.Message):
     PART_FIELD_NUMBER: _builtins.int
     LAST_PART_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """session | message | trace | memory | archive"""
+    """session | message | trace | memory | archive.transcripts | archive.summaries | archive.traces
+    (archived rows, by archive dataset).
+    """
     data: _builtins.bytes
     """JSON lines (whole lines) or a part of a Parquet file."""
     part: _builtins.int
