@@ -66,6 +66,7 @@ from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
 from .sessions.model import Topology
+from .sessions.once import OnceMarks
 from .sessions.policies import PolicyBook
 from .sessions.store import SessionStore
 from .summarizers import (
@@ -183,7 +184,9 @@ class Sidecar:
             server,
         )
         if self.ltm is not None and extractor is not None:
-            memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.ltm, extractor), server)
+            memory_pb2_grpc.add_MemoryServiceServicer_to_server(
+                MemoryServicer(self.ltm, extractor, OnceMarks(self.redis, self.keys, "feedback")), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,

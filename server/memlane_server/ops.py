@@ -4,6 +4,7 @@ public client against a running sidecar, so they obey the same auth and policy a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                 for item in memlane.iter_pages(
                     lambda t: c.list_memories(caller=caller, page_size=500, page_token=t), "memories"
                 ):
-                    print(MessageToDict(item, preserving_proto_field_name=True))
+                    print(json.dumps(MessageToDict(item, preserving_proto_field_name=True)))
                 return 0
             if args.command == "forget-user":
                 receipt = c.forget_user(user_id=args.user)

@@ -38,7 +38,7 @@ class EventType(enum.IntEnum):
 
 
 def check_event_id(event_id: str) -> None:
-    """"" or a stream id: ``ms`` or ``ms-seq``, each part an unsigned 64-bit number. Anything else would
+    """ "" or a stream id: ``ms`` or ``ms-seq``, each part an unsigned 64-bit number. Anything else would
     reach Redis and fail there (a trailing newline passes ``re.match`` with ``$``)."""
     if not event_id:
         return

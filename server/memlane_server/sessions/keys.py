@@ -79,6 +79,10 @@ class KeySpace:
         """STRING with a short TTL: an expiry job is queued; stops N listening sidecars queueing N jobs."""
         return f"{self.prefix}:{{{session_id}}}:endq"
 
+    def once(self, scope: str, user_id: str, op_id: str) -> str:
+        """Marks a client-chosen operation id as done (retry de-duplication); ids are validated."""
+        return f"{self.prefix}:user:{{{user_id}}}:once:{scope}:{op_id}"
+
     def events(self) -> str:
         """STREAM: lifecycle events (idle, closed, expired, promoted, archived, retired, resumed)."""
         return f"{self.prefix}:events"
