@@ -202,6 +202,12 @@ class _Rpcs:
         "admin", "ExportUserData", apb.ExportUserDataRequest, apb.ExportUserDataResponse
     )
     forget_user = _Unary("admin", "ForgetUser", apb.ForgetUserRequest, apb.ForgetUserResponse)
+    list_parked_jobs = _Unary(
+        "admin", "ListParkedJobs", apb.ListParkedJobsRequest, apb.ListParkedJobsResponse
+    )
+    retry_parked_jobs = _Unary(
+        "admin", "RetryParkedJobs", apb.RetryParkedJobsRequest, apb.RetryParkedJobsResponse
+    )
 
 
 class _Transport:

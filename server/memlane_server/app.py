@@ -54,6 +54,7 @@ from .pipelines import (
     LtmPromoter,
     ParquetArchive,
     PipelineConfig,
+    QueueMetrics,
     Resumer,
     SessionEndPipeline,
     SessionEndWorker,
@@ -179,7 +180,8 @@ class Sidecar:
             AdminServicer(
                 UserData(
                     self.sessions, self.context.traces, self.ltm, self.archive, caches=[self.context.forget]
-                )
+                ),
+                self.lifecycle.queue,
             ),
             server,
         )
@@ -266,7 +268,11 @@ class Sidecar:
                 claim_timeout_ms=claim_ms,
                 retire_interval_s=s.lifecycle_sweep_interval_seconds,
                 retention_interval_s=s.archive_retention_interval_seconds,
+                max_failures=s.pipeline_max_failures,
             ),
+            sessions=self.sessions,
+            events=self.session_events,
+            metrics=QueueMetrics(self.registry),
         )
 
     async def _build_ltm(self) -> None:

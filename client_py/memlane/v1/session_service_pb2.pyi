@@ -62,6 +62,10 @@ class _SessionEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Sess
     """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
     SESSION_EVENT_TYPE_RESUMED: _SessionEventType.ValueType  # 7
     """A retired session was reloaded from the archive and is active again."""
+    SESSION_EVENT_TYPE_PARKED: _SessionEventType.ValueType  # 8
+    """The session-end job failed `pipeline_max_failures` times and was parked (detail: "parked_id",
+    "failures", "error"); an operator lists and retries it (AdminService.RetryParkedJobs, `memlane jobs`).
+    """
 
 class SessionEventType(_SessionEventType, metaclass=_SessionEventTypeEnumTypeWrapper):
     """What happened to a session."""
@@ -81,6 +85,10 @@ SESSION_EVENT_TYPE_RETIRED: SessionEventType.ValueType  # 6
 """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
 SESSION_EVENT_TYPE_RESUMED: SessionEventType.ValueType  # 7
 """A retired session was reloaded from the archive and is active again."""
+SESSION_EVENT_TYPE_PARKED: SessionEventType.ValueType  # 8
+"""The session-end job failed `pipeline_max_failures` times and was parked (detail: "parked_id",
+"failures", "error"); an operator lists and retries it (AdminService.RetryParkedJobs, `memlane jobs`).
+"""
 Global___SessionEventType: _TypeAlias = SessionEventType  # noqa: Y015
 
 @_typing.final

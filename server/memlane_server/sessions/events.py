@@ -35,15 +35,16 @@ class EventType(enum.IntEnum):
     ARCHIVED = 5
     RETIRED = 6
     RESUMED = 7
+    PARKED = 8
 
 
-def check_event_id(event_id: str) -> None:
-    """ "" or a stream id: ``ms`` or ``ms-seq``, each part an unsigned 64-bit number. Anything else would
-    reach Redis and fail there (a trailing newline passes ``re.match`` with ``$``)."""
+def check_event_id(event_id: str, field: str = "after_event_id") -> None:
+    """Empty, or a stream id: ``ms`` or ``ms-seq``, each part an unsigned 64-bit number. Anything else
+    would reach Redis and fail there (a trailing newline passes ``re.match`` with ``$``)."""
     if not event_id:
         return
     if not _EVENT_ID.fullmatch(event_id) or any(int(p) >= 2**64 for p in event_id.split("-")):
-        raise InvalidArgument(f"after_event_id {event_id[:64]!r} is not an event id (ms or ms-seq)")
+        raise InvalidArgument(f"{field} {event_id[:64]!r} is not a stream id (ms or ms-seq)")
 
 
 @dataclass(slots=True)

@@ -91,6 +91,14 @@ class KeySpace:
         """STREAM with one consumer group: session-end jobs any sidecar may take."""
         return f"{self.prefix}:queue:session-end"
 
+    def session_end_parked(self) -> str:
+        """Session-end jobs that failed too often, kept for an operator to inspect and retry."""
+        return f"{self.prefix}:queue:session-end:parked"
+
+    def session_end_failures(self) -> str:
+        """Failed runs per queued job id (HASH)."""
+        return f"{self.prefix}:queue:session-end:failures"
+
     def idle_due(self) -> str:
         """ZSET: session id scored by when to check it for idleness next (ms)."""
         return f"{self.prefix}:idle-due"
@@ -119,7 +127,7 @@ class KeySpace:
 
     def session_streams(self) -> tuple[str, ...]:
         """Streams whose entries name a session in field ``s`` (events, the session-end queue)."""
-        return (self.events(), self.session_end_queue())
+        return (self.events(), self.session_end_queue(), self.session_end_parked())
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
