@@ -67,6 +67,8 @@ def _prepare(request: ProtoMessage) -> None:
                 m.message_id = new_id()
     elif isinstance(request, spb.CreateSessionRequest) and not request.session_id:
         request.session_id = new_id()
+    elif isinstance(request, mpb.RecordFeedbackRequest) and not request.feedback_id:
+        request.feedback_id = new_id()  # the server counts one piece of feedback once
 
 
 def _metadata(token: str | None, agent_id: str | None) -> tuple[tuple[str, str], ...]:
@@ -200,6 +202,12 @@ class _Rpcs:
         "admin", "ExportUserData", apb.ExportUserDataRequest, apb.ExportUserDataResponse
     )
     forget_user = _Unary("admin", "ForgetUser", apb.ForgetUserRequest, apb.ForgetUserResponse)
+    list_parked_jobs = _Unary(
+        "admin", "ListParkedJobs", apb.ListParkedJobsRequest, apb.ListParkedJobsResponse
+    )
+    retry_parked_jobs = _Unary(
+        "admin", "RetryParkedJobs", apb.RetryParkedJobsRequest, apb.RetryParkedJobsResponse
+    )
 
 
 class _Transport:

@@ -55,6 +55,7 @@ from .pipelines import (
     LtmPromoter,
     ParquetArchive,
     PipelineConfig,
+    QueueMetrics,
     Resumer,
     SessionEndPipeline,
     SessionEndWorker,
@@ -67,6 +68,7 @@ from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
 from .sessions.model import Topology
+from .sessions.once import OnceMarks
 from .sessions.policies import PolicyBook
 from .sessions.store import SessionStore
 from .summarizers import (
@@ -179,12 +181,15 @@ class Sidecar:
             AdminServicer(
                 UserData(
                     self.sessions, self.context.traces, self.ltm, self.archive, caches=[self.context.forget]
-                )
+                ),
+                self.lifecycle.queue,
             ),
             server,
         )
         if self.ltm is not None and extractor is not None:
-            memory_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.ltm, extractor), server)
+            memory_pb2_grpc.add_MemoryServiceServicer_to_server(
+                MemoryServicer(self.ltm, extractor, OnceMarks(self.redis, self.keys, "feedback")), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -264,7 +269,11 @@ class Sidecar:
                 claim_timeout_ms=claim_ms,
                 retire_interval_s=s.lifecycle_sweep_interval_seconds,
                 retention_interval_s=s.archive_retention_interval_seconds,
+                max_failures=s.pipeline_max_failures,
             ),
+            sessions=self.sessions,
+            events=self.session_events,
+            metrics=QueueMetrics(self.registry),
         )
 
     async def _build_ltm(self) -> None:

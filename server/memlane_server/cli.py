@@ -49,7 +49,7 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("memories", "forget-user", "export-user"):
+    if args.command in ("memories", "jobs", "forget-user", "export-user"):
         return run_operator_command(args)
     if args.command == "bench":
         from .bench.suite import run

@@ -103,6 +103,7 @@ class Settings:
     pipeline_enabled: bool = True  # take session-end jobs in this sidecar
     pipeline_concurrency: int = 2  # sessions one sidecar runs through the pipeline at once
     pipeline_claim_timeout_seconds: float = 30.0  # a dead sidecar's job / session lease is taken over after
+    pipeline_max_failures: int = 5  # a session-end job failing this often is parked for an operator
     pipeline_chunk_messages: int = 200  # promotion chunk: progress is saved after each
     pipeline_summary_tokens: int = 1024  # budget of the summary written at session end
     archive_uri: str = ""  # Parquet archive: a directory or s3://bucket/prefix; empty: <data_dir>/archive

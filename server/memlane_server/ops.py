@@ -1,9 +1,10 @@
-"""Operator commands (``memlane memories``, ``forget-user``, ``export-user``): thin wrappers over the
-public client against a running sidecar, so they obey the same auth and policy as any agent."""
+"""Operator commands (``memlane memories``, ``jobs``, ``forget-user``, ``export-user``): thin wrappers
+over the public client against a running sidecar, so they obey the same auth and policy as any agent."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -31,6 +32,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     forget = sub.add_parser("forget-user", help="erase a user everywhere (Redis, LanceDB, archives)")
     connection(forget)
     forget.add_argument("user")
+    jobs = sub.add_parser("jobs", help="session-end jobs parked after repeated failures")
+    jsub = jobs.add_subparsers(dest="jobs_command", required=True)
+    parked = jsub.add_parser("list-parked", help="one JSON object per line")
+    retry = jsub.add_parser("retry-parked", help="queue parked jobs again")
+    for p in (parked, retry):
+        connection(p)
+    retry.add_argument("parked_ids", nargs="*", help="the jobs' parked_id (see list-parked)")
+    retry.add_argument("--all", action="store_true", help="every parked job")
     export = sub.add_parser("export-user", help="everything held about a user")
     connection(export)
     export.add_argument("user")
@@ -49,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
                 for item in memlane.iter_pages(
                     lambda t: c.list_memories(caller=caller, page_size=500, page_token=t), "memories"
                 ):
-                    print(MessageToDict(item, preserving_proto_field_name=True))
+                    print(json.dumps(MessageToDict(item, preserving_proto_field_name=True)))
                 return 0
+            if args.command == "jobs":
+                return _jobs(c, args)
             if args.command == "forget-user":
                 receipt = c.forget_user(user_id=args.user)
                 for kind, n in sorted(receipt.erased.items()):
@@ -60,6 +71,19 @@ def run(args: argparse.Namespace) -> int:
         except memlane.MemlaneError as exc:
             print(f"memlane: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
+
+
+def _jobs(c: memlane.Client, args: argparse.Namespace) -> int:
+    if args.jobs_command == "list-parked":
+        for job in memlane.iter_pages(lambda t: c.list_parked_jobs(page_size=500, page_token=t), "jobs"):
+            print(json.dumps(MessageToDict(job, preserving_proto_field_name=True)))
+        return 0
+    out = c.retry_parked_jobs(parked_ids=args.parked_ids, all=args.all)
+    for job in out.retried:
+        print(f"retried\t{job.parked_id}\t{job.session_id}")
+    for pid in out.not_parked:
+        print(f"not parked\t{pid}")
+    return 0
 
 
 def _export(c: memlane.Client, args: argparse.Namespace) -> int:

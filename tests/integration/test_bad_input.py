@@ -79,7 +79,11 @@ def _user(text: str = "x", **kw: object) -> Message:
             memlane.InvalidArgumentError,
             "visibility_group is required",
         ),
-        (lambda: [_user(created_at_unix_ms=-5)], memlane.InvalidArgumentError, "must not be negative"),
+        (
+            lambda: [_user(created_at_unix_ms=-5)],
+            memlane.InvalidArgumentError,
+            "created_at_unix_ms -5 is outside",
+        ),
     ],
 )
 def test_bad_messages_are_refused_whole(

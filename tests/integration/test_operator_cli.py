@@ -22,8 +22,8 @@ def test_memories_export_and_forget(
     ).memory
     target = ["--target", server.target]
     assert main(["memories", "list", "--user", user_id, *target]) == 0
-    listed = capsys.readouterr().out
-    assert made.memory_id in listed and "keeps bees" in listed
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # JSON lines
+    assert [(m["memory_id"], m["content"]) for m in listed] == [(made.memory_id, "The user keeps bees.")]
 
     out = tmp_path / "export.jsonl"
     assert main(["export-user", user_id, "--out", str(out), *target]) == 0

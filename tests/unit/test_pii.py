@@ -29,6 +29,11 @@ CAUGHT = [
     ("ship it to 1600 Pennsylvania Avenue", "ADDRESS"),
     ("flat 4B, apt 12", "ADDRESS"),
     ("PO Box 1234", "ADDRESS"),
+    ("My date of birth is 12 March 1990.", "DATE_OF_BIRTH"),
+    ("DOB: 1990-03-12", "DATE_OF_BIRTH"),
+    ("I was born on March 12th, 1990 in Goa", "DATE_OF_BIRTH"),
+    ("the server's IP is 192.168.10.24.", "IP_ADDRESS"),
+    ("ssh to 2001:db8::ff00:42:8329 now", "IP_ADDRESS"),
 ]
 
 CLEAN = [
@@ -38,6 +43,10 @@ CLEAN = [
     "ticket INC-2024-00123 is open",
     "SKU-4411-B is out of stock",
     "meeting at 10:30 tomorrow",
+    "my birthday is 12 March",
+    "I was born in Goa",
+    "upgrade to version 1.2.3 first",
+    "the call is at 10:30:45",
     "I ran 5 km on the main road",
     "version 1.2.3 of the app",
     "card 4111 1111 1111 1112",  # fails Luhn: not a card number

@@ -95,13 +95,16 @@ def test_episodes_one_per_turn_keyed_by_neighbours_and_redacted() -> None:
         ),
         Message("a1", "s", Role.ASSISTANT, "Booked: Goa, 3-7 March.", created_at_ms=1_710_000_060_000),
         Message("t1", "s", Role.TOOL, "tool output"),
-        Message("u2", "s", Role.USER, "Thanks", participant_name="Priya", created_at_ms=1_710_000_120_000),
+        Message(
+            "u2", "s", Role.USER, "I will pack", participant_name="Priya", created_at_ms=1_710_000_120_000
+        ),
+        Message("u3", "s", Role.USER, "Thanks! Have a nice day.", created_at_ms=1_710_000_130_000),
     ]
     eps = build_episodes(msgs, Session("s", "u"))
-    # Each episode holds exactly one turn, and claims only that turn.
+    # Each episode holds exactly one turn, and claims only that turn; pleasantries are no episode.
     assert [e.source_message_ids for e in eps] == [["u1"], ["a1"], ["u2"]]
     assert eps[0].content.startswith("[9 March 2024] User: Book the Goa trip")
-    assert eps[2].content == "[9 March 2024] Priya: Thanks"
+    assert eps[2].content == "[9 March 2024] Priya: I will pack"
     assert "[EMAIL]" in eps[0].content and "a@b.io" not in eps[0].content
     assert not any("a@b.io" in k for e in eps for k in e.keywords)
     # Keys: the turn's own keywords, its neighbours' (never served as content), speaker and date.

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16memlane/v1/admin.proto\x12\nmemlane.v1\"R\n\x15\x45xportUserDataRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12(\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x18.memlane.v1.ExportFormat\"U\n\x16\x45xportUserDataResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04part\x18\x03 \x01(\x05\x12\x11\n\tlast_part\x18\x04 \x01(\x08\"$\n\x11\x46orgetUserRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"\xdb\x01\n\x12\x46orgetUserResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12:\n\x06\x65rased\x18\x02 \x03(\x0b\x32*.memlane.v1.ForgetUserResponse.ErasedEntry\x12\x1c\n\x14\x63ompleted_at_unix_ms\x18\x03 \x01(\x03\x12\x18\n\x10operator_actions\x18\x04 \x03(\t\x12\x11\n\trewritten\x18\x05 \x03(\t\x1a-\n\x0b\x45rasedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01*a\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45XPORT_FORMAT_JSONL\x10\x01\x12\x19\n\x15\x45XPORT_FORMAT_PARQUET\x10\x02\x32\xb6\x01\n\x0c\x41\x64minService\x12Y\n\x0e\x45xportUserData\x12!.memlane.v1.ExportUserDataRequest\x1a\".memlane.v1.ExportUserDataResponse0\x01\x12K\n\nForgetUser\x12\x1d.memlane.v1.ForgetUserRequest\x1a\x1e.memlane.v1.ForgetUserResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16memlane/v1/admin.proto\x12\nmemlane.v1\"R\n\x15\x45xportUserDataRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12(\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x18.memlane.v1.ExportFormat\"U\n\x16\x45xportUserDataResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04part\x18\x03 \x01(\x05\x12\x11\n\tlast_part\x18\x04 \x01(\x08\"$\n\x11\x46orgetUserRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"\xdb\x01\n\x12\x46orgetUserResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12:\n\x06\x65rased\x18\x02 \x03(\x0b\x32*.memlane.v1.ForgetUserResponse.ErasedEntry\x12\x1c\n\x14\x63ompleted_at_unix_ms\x18\x03 \x01(\x03\x12\x18\n\x10operator_actions\x18\x04 \x03(\t\x12\x11\n\trewritten\x18\x05 \x03(\t\x1a-\n\x0b\x45rasedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9b\x01\n\tParkedJob\x12\x11\n\tparked_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1b\n\x13\x65nqueued_at_unix_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x05 \x01(\x05\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x19\n\x11parked_at_unix_ms\x18\x07 \x01(\x03\">\n\x15ListParkedJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x16ListParkedJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.memlane.v1.ParkedJob\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x16RetryParkedJobsRequest\x12\x12\n\nparked_ids\x18\x01 \x03(\t\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"U\n\x17RetryParkedJobsResponse\x12&\n\x07retried\x18\x01 \x03(\x0b\x32\x15.memlane.v1.ParkedJob\x12\x12\n\nnot_parked\x18\x02 \x03(\t*a\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45XPORT_FORMAT_JSONL\x10\x01\x12\x19\n\x15\x45XPORT_FORMAT_PARQUET\x10\x02\x32\xeb\x02\n\x0c\x41\x64minService\x12Y\n\x0e\x45xportUserData\x12!.memlane.v1.ExportUserDataRequest\x1a\".memlane.v1.ExportUserDataResponse0\x01\x12K\n\nForgetUser\x12\x1d.memlane.v1.ForgetUserRequest\x1a\x1e.memlane.v1.ForgetUserResponse\x12W\n\x0eListParkedJobs\x12!.memlane.v1.ListParkedJobsRequest\x1a\".memlane.v1.ListParkedJobsResponse\x12Z\n\x0fRetryParkedJobs\x12\".memlane.v1.RetryParkedJobsRequest\x1a#.memlane.v1.RetryParkedJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._loaded_options = None
   _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_options = b'8\001'
-  _globals['_EXPORTFORMAT']._serialized_start=469
-  _globals['_EXPORTFORMAT']._serialized_end=566
+  _globals['_EXPORTFORMAT']._serialized_start=925
+  _globals['_EXPORTFORMAT']._serialized_end=1022
   _globals['_EXPORTUSERDATAREQUEST']._serialized_start=38
   _globals['_EXPORTUSERDATAREQUEST']._serialized_end=120
   _globals['_EXPORTUSERDATARESPONSE']._serialized_start=122
@@ -45,6 +45,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FORGETUSERRESPONSE']._serialized_end=467
   _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_start=422
   _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_end=467
-  _globals['_ADMINSERVICE']._serialized_start=569
-  _globals['_ADMINSERVICE']._serialized_end=751
+  _globals['_PARKEDJOB']._serialized_start=470
+  _globals['_PARKEDJOB']._serialized_end=625
+  _globals['_LISTPARKEDJOBSREQUEST']._serialized_start=627
+  _globals['_LISTPARKEDJOBSREQUEST']._serialized_end=689
+  _globals['_LISTPARKEDJOBSRESPONSE']._serialized_start=691
+  _globals['_LISTPARKEDJOBSRESPONSE']._serialized_end=777
+  _globals['_RETRYPARKEDJOBSREQUEST']._serialized_start=779
+  _globals['_RETRYPARKEDJOBSREQUEST']._serialized_end=836
+  _globals['_RETRYPARKEDJOBSRESPONSE']._serialized_start=838
+  _globals['_RETRYPARKEDJOBSRESPONSE']._serialized_end=923
+  _globals['_ADMINSERVICE']._serialized_start=1025
+  _globals['_ADMINSERVICE']._serialized_end=1388
 # @@protoc_insertion_point(module_scope)

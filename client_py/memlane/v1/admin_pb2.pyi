@@ -72,7 +72,9 @@ class ExportUserDataResponse(_message.Message):
     PART_FIELD_NUMBER: _builtins.int
     LAST_PART_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """session | message | trace | memory | archive"""
+    """session | message | trace | memory | archive.transcripts | archive.summaries | archive.traces
+    (archived rows, by archive dataset).
+    """
     data: _builtins.bytes
     """JSON lines (whole lines) or a part of a Parquet file."""
     part: _builtins.int
@@ -177,3 +179,146 @@ class ForgetUserResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ForgetUserResponse: _TypeAlias = ForgetUserResponse  # noqa: Y015
+
+@_typing.final
+class ParkedJob(_message.Message):
+    """A session-end job taken off the queue after failing too often."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARKED_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ENQUEUED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    FAILURES_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    PARKED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    parked_id: _builtins.str
+    """Its id among parked jobs (pass it to RetryParkedJobs)."""
+    session_id: _builtins.str
+    reason: _builtins.str
+    """Why the job was queued: expired | closed | forced."""
+    enqueued_at_unix_ms: _builtins.int
+    failures: _builtins.int
+    """Failed runs before it was parked."""
+    error: _builtins.str
+    """The last failure, shortened."""
+    parked_at_unix_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        parked_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        enqueued_at_unix_ms: _builtins.int = ...,
+        failures: _builtins.int = ...,
+        error: _builtins.str = ...,
+        parked_at_unix_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enqueued_at_unix_ms", b"enqueued_at_unix_ms", "error", b"error", "failures", b"failures", "parked_at_unix_ms", b"parked_at_unix_ms", "parked_id", b"parked_id", "reason", b"reason", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ParkedJob: _TypeAlias = ParkedJob  # noqa: Y015
+
+@_typing.final
+class ListParkedJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most 1000; 0 means 50."""
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListParkedJobsRequest: _TypeAlias = ListParkedJobsRequest  # noqa: Y015
+
+@_typing.final
+class ListParkedJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ParkedJob]: ...
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___ParkedJob] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListParkedJobsResponse: _TypeAlias = ListParkedJobsResponse  # noqa: Y015
+
+@_typing.final
+class RetryParkedJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARKED_IDS_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    all: _builtins.bool
+    """Every parked job instead."""
+    @_builtins.property
+    def parked_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The jobs to queue again (their `parked_id`)."""
+
+    def __init__(
+        self,
+        *,
+        parked_ids: _abc.Iterable[_builtins.str] | None = ...,
+        all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "parked_ids", b"parked_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryParkedJobsRequest: _TypeAlias = RetryParkedJobsRequest  # noqa: Y015
+
+@_typing.final
+class RetryParkedJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RETRIED_FIELD_NUMBER: _builtins.int
+    NOT_PARKED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def retried(self) -> _containers.RepeatedCompositeFieldContainer[Global___ParkedJob]:
+        """The jobs queued again."""
+
+    @_builtins.property
+    def not_parked(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Named ids that were not parked (already retried, or never parked)."""
+
+    def __init__(
+        self,
+        *,
+        retried: _abc.Iterable[Global___ParkedJob] | None = ...,
+        not_parked: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["not_parked", b"not_parked", "retried", b"retried"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryParkedJobsResponse: _TypeAlias = RetryParkedJobsResponse  # noqa: Y015

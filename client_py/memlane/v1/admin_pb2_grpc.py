@@ -46,6 +46,16 @@ class AdminServiceStub:
                 request_serializer=memlane_dot_v1_dot_admin__pb2.ForgetUserRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_admin__pb2.ForgetUserResponse.FromString,
                 _registered_method=True)
+        self.ListParkedJobs = channel.unary_unary(
+                '/memlane.v1.AdminService/ListParkedJobs',
+                request_serializer=memlane_dot_v1_dot_admin__pb2.ListParkedJobsRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_admin__pb2.ListParkedJobsResponse.FromString,
+                _registered_method=True)
+        self.RetryParkedJobs = channel.unary_unary(
+                '/memlane.v1.AdminService/RetryParkedJobs',
+                request_serializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -76,6 +86,24 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListParkedJobs(self, request, context):
+        """Lists session-end jobs parked after `pipeline_max_failures` failed runs, oldest first. Callers need
+        the admin role.
+        Errors: INVALID_ARGUMENT (page_size, page_token), PERMISSION_DENIED, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryParkedJobs(self, request, context):
+        """Queues parked jobs again, each with a fresh failure count: the named ones, or every one with `all`.
+        Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
+        Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -88,6 +116,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ForgetUser,
                     request_deserializer=memlane_dot_v1_dot_admin__pb2.ForgetUserRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_admin__pb2.ForgetUserResponse.SerializeToString,
+            ),
+            'ListParkedJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListParkedJobs,
+                    request_deserializer=memlane_dot_v1_dot_admin__pb2.ListParkedJobsRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_admin__pb2.ListParkedJobsResponse.SerializeToString,
+            ),
+            'RetryParkedJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryParkedJobs,
+                    request_deserializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -146,6 +184,60 @@ class AdminService:
             '/memlane.v1.AdminService/ForgetUser',
             memlane_dot_v1_dot_admin__pb2.ForgetUserRequest.SerializeToString,
             memlane_dot_v1_dot_admin__pb2.ForgetUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListParkedJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.AdminService/ListParkedJobs',
+            memlane_dot_v1_dot_admin__pb2.ListParkedJobsRequest.SerializeToString,
+            memlane_dot_v1_dot_admin__pb2.ListParkedJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryParkedJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.AdminService/RetryParkedJobs',
+            memlane_dot_v1_dot_admin__pb2.RetryParkedJobsRequest.SerializeToString,
+            memlane_dot_v1_dot_admin__pb2.RetryParkedJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

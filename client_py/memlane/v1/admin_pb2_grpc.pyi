@@ -50,6 +50,16 @@ class AdminServiceStub:
     Idempotent: forgetting a forgotten user returns a receipt of zero counts.
     Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
     """
+    ListParkedJobs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListParkedJobsRequest, _admin_pb2.ListParkedJobsResponse]
+    """Lists session-end jobs parked after `pipeline_max_failures` failed runs, oldest first. Callers need
+    the admin role.
+    Errors: INVALID_ARGUMENT (page_size, page_token), PERMISSION_DENIED, UNAVAILABLE.
+    """
+    RetryParkedJobs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RetryParkedJobsRequest, _admin_pb2.RetryParkedJobsResponse]
+    """Queues parked jobs again, each with a fresh failure count: the named ones, or every one with `all`.
+    Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
+    Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -72,6 +82,16 @@ class AdminServiceAsyncStub(AdminServiceStub):
     content or id is left in any file under the data directory.
     Idempotent: forgetting a forgotten user returns a receipt of zero counts.
     Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
+    """
+    ListParkedJobs: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListParkedJobsRequest, _admin_pb2.ListParkedJobsResponse]  # type: ignore[assignment]
+    """Lists session-end jobs parked after `pipeline_max_failures` failed runs, oldest first. Callers need
+    the admin role.
+    Errors: INVALID_ARGUMENT (page_size, page_token), PERMISSION_DENIED, UNAVAILABLE.
+    """
+    RetryParkedJobs: _aio.UnaryUnaryMultiCallable[_admin_pb2.RetryParkedJobsRequest, _admin_pb2.RetryParkedJobsResponse]  # type: ignore[assignment]
+    """Queues parked jobs again, each with a fresh failure count: the named ones, or every one with `all`.
+    Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
+    Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -104,6 +124,28 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         content or id is left in any file under the data directory.
         Idempotent: forgetting a forgotten user returns a receipt of zero counts.
         Errors: INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ListParkedJobs(
+        self,
+        request: _admin_pb2.ListParkedJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListParkedJobsResponse, _abc.Awaitable[_admin_pb2.ListParkedJobsResponse]]:
+        """Lists session-end jobs parked after `pipeline_max_failures` failed runs, oldest first. Callers need
+        the admin role.
+        Errors: INVALID_ARGUMENT (page_size, page_token), PERMISSION_DENIED, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def RetryParkedJobs(
+        self,
+        request: _admin_pb2.RetryParkedJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RetryParkedJobsResponse, _abc.Awaitable[_admin_pb2.RetryParkedJobsResponse]]:
+        """Queues parked jobs again, each with a fresh failure count: the named ones, or every one with `all`.
+        Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
+        Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -835,8 +835,13 @@ class RecordFeedbackRequest(_message.Message):
     CALLER_FIELD_NUMBER: _builtins.int
     MEMORY_ID_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
+    FEEDBACK_ID_FIELD_NUMBER: _builtins.int
     memory_id: _builtins.str
     verdict: Global___FeedbackVerdict.ValueType
+    feedback_id: _builtins.str
+    """Client-chosen id of this piece of feedback (the client library fills it when empty), so a retried
+    call counts once: the same id within 24 hours returns the memory without counting again.
+    """
     @_builtins.property
     def caller(self) -> Global___Caller: ...
     def __init__(
@@ -845,10 +850,11 @@ class RecordFeedbackRequest(_message.Message):
         caller: Global___Caller | None = ...,
         memory_id: _builtins.str = ...,
         verdict: Global___FeedbackVerdict.ValueType = ...,
+        feedback_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "memory_id", b"memory_id", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "feedback_id", b"feedback_id", "memory_id", b"memory_id", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -241,7 +241,9 @@ class Message(_message.Message):
     visibility_group: _builtins.str
     """The group for VISIBILITY_KIND_GROUP."""
     created_at_unix_ms: _builtins.int
-    """The message's own time; defaults to arrival time."""
+    """The message's own time, Unix milliseconds; 0 means arrival time. Accepted: from 946684800000
+    (2000-01-01T00:00:00Z) to one day after the server's clock; otherwise INVALID_ARGUMENT.
+    """
     token_count: _builtins.int
     """Output only: tokens of `content` in the session's encoding."""
     @_builtins.property

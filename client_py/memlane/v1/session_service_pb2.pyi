@@ -62,6 +62,10 @@ class _SessionEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Sess
     """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
     SESSION_EVENT_TYPE_RESUMED: _SessionEventType.ValueType  # 7
     """A retired session was reloaded from the archive and is active again."""
+    SESSION_EVENT_TYPE_PARKED: _SessionEventType.ValueType  # 8
+    """The session-end job failed `pipeline_max_failures` times and was parked (detail: "parked_id",
+    "failures", "error"); an operator lists and retries it (AdminService.RetryParkedJobs, `memlane jobs`).
+    """
 
 class SessionEventType(_SessionEventType, metaclass=_SessionEventTypeEnumTypeWrapper):
     """What happened to a session."""
@@ -81,6 +85,10 @@ SESSION_EVENT_TYPE_RETIRED: SessionEventType.ValueType  # 6
 """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
 SESSION_EVENT_TYPE_RESUMED: SessionEventType.ValueType  # 7
 """A retired session was reloaded from the archive and is active again."""
+SESSION_EVENT_TYPE_PARKED: SessionEventType.ValueType  # 8
+"""The session-end job failed `pipeline_max_failures` times and was parked (detail: "parked_id",
+"failures", "error"); an operator lists and retries it (AdminService.RetryParkedJobs, `memlane jobs`).
+"""
 Global___SessionEventType: _TypeAlias = SessionEventType  # noqa: Y015
 
 @_typing.final
@@ -465,6 +473,8 @@ class ListMessagesRequest(_message.Message):
     SOURCE_AGENT_IDS_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PARTICIPANT_NAMES_FIELD_NUMBER: _builtins.int
+    USER_IDS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     order: Global___MessageOrder.ValueType
     after_unix_ms: _builtins.int
@@ -472,7 +482,9 @@ class ListMessagesRequest(_message.Message):
     before_unix_ms: _builtins.int
     """Exclusive upper bound on the message time (0: none)."""
     page_size: _builtins.int
-    """At most 1000; 0 means 50."""
+    """At most 1000; 0 means 50. A page also stops before it passes 4 MiB (it always holds at least one
+    message): follow `next_page_token` until it is empty.
+    """
     page_token: _builtins.str
     @_builtins.property
     def roles(self) -> _containers.RepeatedScalarFieldContainer[_session_pb2.Role.ValueType]:
@@ -481,6 +493,14 @@ class ListMessagesRequest(_message.Message):
     @_builtins.property
     def source_agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only messages from these agents (empty: all)."""
+
+    @_builtins.property
+    def participant_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only messages by these participants (`participant_name`; empty: all)."""
+
+    @_builtins.property
+    def user_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only messages of these users (a message's `user_id`, which defaults to the session's; empty: all)."""
 
     def __init__(
         self,
@@ -493,10 +513,12 @@ class ListMessagesRequest(_message.Message):
         source_agent_ids: _abc.Iterable[_builtins.str] | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        participant_names: _abc.Iterable[_builtins.str] | None = ...,
+        user_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_unix_ms", b"after_unix_ms", "before_unix_ms", b"before_unix_ms", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "roles", b"roles", "session_id", b"session_id", "source_agent_ids", b"source_agent_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_unix_ms", b"after_unix_ms", "before_unix_ms", b"before_unix_ms", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "participant_names", b"participant_names", "roles", b"roles", "session_id", b"session_id", "source_agent_ids", b"source_agent_ids", "user_ids", b"user_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -160,7 +160,7 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchSessionEvents(self, request, context):
-        """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+        """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed, parked), optionally
         only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
         lets a watcher resume after a disconnect.
         Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.

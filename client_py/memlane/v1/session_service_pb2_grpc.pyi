@@ -74,7 +74,7 @@ class SessionServiceStub:
     DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
     """
     WatchSessionEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.WatchSessionEventsRequest, _session_service_pb2.WatchSessionEventsResponse]
-    """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+    """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed, parked), optionally
     only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
     lets a watcher resume after a disconnect.
     Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.
@@ -126,7 +126,7 @@ class SessionServiceAsyncStub(SessionServiceStub):
     DEADLINE_EXCEEDED (another sidecar still runs the pipeline of this session), UNAVAILABLE.
     """
     WatchSessionEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.WatchSessionEventsRequest, _session_service_pb2.WatchSessionEventsResponse]  # type: ignore[assignment]
-    """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+    """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed, parked), optionally
     only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
     lets a watcher resume after a disconnect.
     Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.
@@ -229,7 +229,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.WatchSessionEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_session_service_pb2.WatchSessionEventsResponse], _abc.AsyncIterator[_session_service_pb2.WatchSessionEventsResponse]]:
-        """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed), optionally
+        """Follows lifecycle events (idle, closed, expired, promoted, archived, retired, resumed, parked), optionally
         only one user's or one channel's. Events are delivered at least once; `event_id` orders them and
         lets a watcher resume after a disconnect.
         Errors: INVALID_ARGUMENT (malformed after_event_id or type), UNAVAILABLE.

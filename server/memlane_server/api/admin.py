@@ -19,6 +19,8 @@ from ..access.identity import current_caller
 from ..errors import InvalidArgument
 from ..ids import check_id
 from ..pipelines.user_data import UserData
+from ..sessions.end_queue import SessionEndQueue
+from .parked_jobs import ParkedJobsMixin
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext
@@ -47,9 +49,10 @@ def _parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
     return out.getvalue()
 
 
-class AdminServicer(apb_grpc.AdminServiceServicer):
-    def __init__(self, user_data: UserData) -> None:
+class AdminServicer(ParkedJobsMixin, apb_grpc.AdminServiceServicer):
+    def __init__(self, user_data: UserData, queue: SessionEndQueue) -> None:
         self._data = user_data
+        self._queue = queue
 
     async def ExportUserData(
         self, request: apb.ExportUserDataRequest, context: _Ctx

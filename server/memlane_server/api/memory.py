@@ -31,6 +31,7 @@ from ..ltm import (
     default_scope,
 )
 from ..sessions.model import Session
+from ..sessions.once import OnceMarks
 from .convert import message_from_pb
 
 # grpcio is untyped; the alias documents what the handlers receive.
@@ -161,9 +162,10 @@ def memory_to_pb(m: MemoryItem) -> mpb.Memory:
 
 
 class MemoryServicer(mpb_grpc.MemoryServiceServicer):
-    def __init__(self, memory: MemoryService, extractor: Extractor) -> None:
+    def __init__(self, memory: MemoryService, extractor: Extractor, feedback_marks: OnceMarks) -> None:
         self._memory = memory
         self._extractor = extractor
+        self._feedback_marks = feedback_marks
 
     async def SearchMemories(
         self, request: mpb.SearchMemoriesRequest, context: _Ctx
@@ -306,7 +308,18 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         if verdict is None:
             raise InvalidArgument("verdict must be FEEDBACK_VERDICT_USEFUL or FEEDBACK_VERDICT_WRONG")
         check_id(request.memory_id, "memory_id")
-        item = await self._memory.feedback(_who(request.caller, write=True), request.memory_id, verdict)
+        who, fid = _who(request.caller, write=True), request.feedback_id
+        if fid and not await self._feedback_marks.claim(who.user_id, fid, "feedback_id"):
+            # A retry of feedback already counted: answer with the memory as it is now.
+            return mpb.RecordFeedbackResponse(
+                memory=memory_to_pb(await self._memory.get(who, request.memory_id))
+            )
+        try:
+            item = await self._memory.feedback(who, request.memory_id, verdict)
+        except Exception:
+            if fid:  # refused or failed before writing: a retry must count
+                await self._feedback_marks.release(who.user_id, fid)
+            raise
         return mpb.RecordFeedbackResponse(memory=memory_to_pb(item))
 
     async def ExtractMemories(

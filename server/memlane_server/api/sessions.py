@@ -168,6 +168,8 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             before_ms=request.before_unix_ms,
             roles=frozenset(_enum(Role, r, "roles[]") for r in request.roles),
             source_agent_ids=frozenset(request.source_agent_ids),
+            participant_names=frozenset(request.participant_names),
+            user_ids=frozenset(request.user_ids),
             viewer=current_caller(),
         )
         if request.order not in (0, 1, 2):

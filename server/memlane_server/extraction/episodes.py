@@ -17,6 +17,7 @@ import datetime as dt
 
 from memlane_server.extraction.keywords import keywords
 from memlane_server.extraction.model import KIND_EPISODIC, ExtractedMemory
+from memlane_server.extraction.picky import is_small_talk
 from memlane_server.extraction.pii import redact
 from memlane_server.sessions.model import Message, Role, Session
 
@@ -49,7 +50,12 @@ def date_keys(ms: int) -> list[str]:
 
 def build_episodes(messages: list[Message], session: Session) -> list[ExtractedMemory]:
     """One episode per spoken turn, keyed with its neighbours' keywords, the speaker and the date."""
-    spoken = [m for m in messages if m.role in _SPOKEN and not m.transient and m.content.strip()]
+    # Greetings and pleasantries are not episodes: recalled, they crowd out the turns that answer.
+    spoken = [
+        m
+        for m in messages
+        if m.role in _SPOKEN and not m.transient and m.content.strip() and not is_small_talk(m.content)
+    ]
     texts = [redact(m.content.strip())[:MAX_TURN_CHARS] for m in spoken]
     own = [keywords(t, limit=OWN_KEYWORDS) for t in texts]
     episodes: list[ExtractedMemory] = []

@@ -17,6 +17,19 @@ _CHITCHAT = re.compile(
     r"you'?re welcome|no problem|np)(?:[\s,!.]+(?:there|man|mate|again|then|thanks?|bot|assistant))*[\s!.]*$",
     re.IGNORECASE,
 )
+# Pleasantries: social talk that carries no fact ("how are you?", "nice to meet you", "I'm fine").
+_PLEASANTRY = re.compile(
+    r"^(?:how(?:'s| is| are) (?:you|it going|things|your day)(?: doing)?(?: today| this (?:morning|evening))?"
+    r"|how have you been|what'?s up|sup|nice (?:to )?(?:meet|see|talk to) you(?: too)?|pleased to meet you"
+    r"|(?:i'?m|i am) (?:good|fine|great|well|ok(?:ay)?|doing (?:good|fine|great|well))(?: too)?"
+    r"(?:,? thanks?(?: you)?)?(?:,? (?:and|how about) you)?"
+    r"|(?:and )?you|have a (?:nice|good|great|lovely) (?:day|evening|night|weekend|one)"
+    r"|(?:talk|speak|chat) (?:to you )?(?:later|soon)|take care|welcome(?: back)?|glad to help"
+    r"|happy to help|my pleasure|anytime)(?:[\s,!.]+(?:there|man|mate|again|then|thanks?|bot|assistant))*"
+    r"[\s!.?]*$",
+    re.IGNORECASE,
+)
+_PARTS = re.compile(r"(?<=[!.?])\s+|[,;]\s+(?=\w)")
 _QUESTION_START = re.compile(
     r"^(?:who|what|when|where|why|how|which|whose|whom|is|are|am|was|were|do|does|did|can|could|"
     r"would|will|shall|should|may|might|have|has|had)\b",
@@ -30,7 +43,19 @@ _MIN_CHARS = 8
 
 
 def is_chitchat(text: str) -> bool:
-    return bool(_CHITCHAT.match(text.strip()))
+    """Greetings, thanks, acknowledgements and pleasantries only ("Hi there! How are you?"): every
+    sentence (or comma-separated part) of the text is one."""
+    parts = [p.strip() for p in _PARTS.split(text.strip()) if p.strip(" ,!.?")]
+    return bool(parts) and all(_CHITCHAT.match(p) or _PLEASANTRY.match(p) for p in parts)
+
+
+_ANSWER = re.compile(r"^(?:yes|yeah|yep|no|nope|sure|ok(?:ay)?|k)\b", re.IGNORECASE)
+
+
+def is_small_talk(text: str) -> bool:
+    """Chitchat that answers nothing: a bare "Yes." or "No." may answer the turn before it (and is kept
+    as an episode), "Hi there!" never does."""
+    return is_chitchat(text) and not any(_ANSWER.match(p.strip()) for p in _PARTS.split(text.strip()))
 
 
 def is_question(text: str) -> bool:

@@ -7,6 +7,7 @@ a false positive costs one memory, a false negative stores someone's card number
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,25 @@ def _phone_ok(candidate: str) -> bool:
     return has_separator or (digits[0] == "0" and len(digits) >= 10)
 
 
+def _ip_ok(candidate: str) -> bool:
+    try:
+        ipaddress.ip_address(candidate)
+    except ValueError:
+        return False
+    return True
+
+
+_MONTHS = (
+    r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+)
+# A full date (with its year): numeric, "12 March 1990", "March 12th, 1990".
+_FULL_DATE = (
+    rf"(?:\d{{4}}[-/.]\d{{1,2}}[-/.]\d{{1,2}}|\d{{1,2}}[-/.]\d{{1,2}}[-/.]\d{{2,4}}"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)?(?:\s+of)?\s+(?:{_MONTHS})\.?,?\s+\d{{4}}"
+    rf"|(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}})"
+)
+
 _STREET_TYPES = (
     r"street|st|avenue|ave|road|rd|boulevard|blvd|lane|ln|drive|dr|court|ct|place|pl|way|terrace|"
     r"parkway|pkwy|highway|hwy|square|sq|strasse|straße|marg|nagar"
@@ -104,6 +124,24 @@ _RULES: tuple[_Rule, ...] = (
             r"(?i)\b(?:ssn|social security(?: number)?|passport(?: number| no\.?)?)"
             r"\s*(?:is|:|#)?\s*[A-Z0-9-]{6,}"
         ),
+    ),
+    # A date of birth identifies a person together with a name; a birthday without the year (a
+    # reminder worth keeping) is not caught.
+    _Rule(
+        "DATE_OF_BIRTH",
+        re.compile(
+            rf"(?i)\b(?:(?:date\s+of\s+birth|birth\s*date|d\.?o\.?b\.?)\s*(?:is|was|:|-|=)?\s*"
+            rf"|born\s+(?:on\s+(?:the\s+)?)?){_FULL_DATE}"
+        ),
+    ),
+    # Before PHONE: "192.168.10.24" is also a run of digits with dots.
+    _Rule("IP_ADDRESS", re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?!\w|\.\d)"), _ip_ok),
+    _Rule(
+        "IP_ADDRESS",
+        re.compile(
+            r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,7}(?::|(?::[0-9A-Fa-f]{1,4}){1,7}|[0-9A-Fa-f]{1,4})(?![\w:])"
+        ),
+        _ip_ok,
     ),
     _Rule(
         "PHONE",

@@ -12,7 +12,7 @@ from .archive import ArchivePart, ArchivePointer, ArchiveStore, ParquetArchive
 from .promote import LtmPromoter, Promoter, memory_id_for
 from .resume import Resumer
 from .session_end import EndReport, PipelineConfig, SessionEndPipeline
-from .worker import SessionEndWorker, WorkerConfig
+from .worker import QueueMetrics, SessionEndWorker, WorkerConfig
 
 __all__ = [
     "ArchivePart",
@@ -23,6 +23,7 @@ __all__ = [
     "ParquetArchive",
     "PipelineConfig",
     "Promoter",
+    "QueueMetrics",
     "Resumer",
     "SessionEndPipeline",
     "SessionEndWorker",

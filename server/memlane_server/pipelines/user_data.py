@@ -16,7 +16,7 @@ from ..context.traces import TraceStore
 from ..ltm import MemoryService
 from ..sessions.codec import encode_session
 from ..sessions.model import Message
-from ..sessions.store import SessionStore
+from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .redis_persistence import rewrite_persistence
 
@@ -63,9 +63,10 @@ class UserData:
         for doc in docs:
             if doc is not None:
                 yield "session", {k: v for k, v in encode_session(doc).items()}
-        for sid in sids:
+        for sid, doc in zip(sids, docs, strict=True):
+            user, channel = (doc.user_id, doc.channel) if doc is not None else (user_id, "")
             async for m in self._sessions.all_messages(sid):
-                yield "message", _message_record(m)
+                yield "message", _message_record(with_session_defaults(m, user, channel))
         for sid in sids:
             token = ""
             while True:

@@ -1,7 +1,8 @@
 """The background jobs of the session-end pipeline, one registry started and stopped by ``app.py``:
 
 - ``consume``: takes session-end jobs from the shared queue (and a dead sidecar's stale ones), runs them
-  with bounded concurrency, acknowledges them when done;
+  with bounded concurrency, acknowledges them when done; a job that fails ``max_failures`` times is
+  parked (dead-lettered) with a PARKED event and a metric, for an operator to inspect and retry;
 - ``retire``: retires archived sessions whose hot retention ran out;
 - ``retention``: deletes archive parts older than their channel's archive retention (one sidecar per
   interval, under a lock).
@@ -20,12 +21,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import MemlaneError
+from ..errors import MemlaneError, NotFound
 from ..sessions.end_queue import EndJob, SessionEndQueue
+from ..sessions.events import EventLog, EventType, SessionEvent
 from ..sessions.keys import KeySpace
 from ..sessions.policies import PolicyBook
-from ..sessions.store import now_ms
+from ..sessions.store import SessionStore, now_ms
 from .session_end import LeaseLost, SessionEndPipeline
 
 log = logging.getLogger("memlane.pipeline")
@@ -42,6 +45,21 @@ class WorkerConfig:
     claim_timeout_ms: int = 30_000  # a job idle this long (its sidecar stopped refreshing it) is taken over
     retire_interval_s: float = 1.0
     retention_interval_s: float = 3600.0
+    max_failures: int = 5  # failed runs before a job is parked; 0: retry forever
+
+
+class QueueMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.failures = Counter(
+            "memlane_session_end_job_failures_total",
+            "Session-end pipeline runs that failed (the job is retried after the claim timeout).",
+            registry=registry,
+        )
+        self.parked = Counter(
+            "memlane_session_end_jobs_parked_total",
+            "Session-end jobs parked after too many failures (list and retry: `memlane jobs`).",
+            registry=registry,
+        )
 
 
 class SessionEndWorker:
@@ -54,8 +72,14 @@ class SessionEndWorker:
         *,
         policies: PolicyBook,
         config: WorkerConfig,
+        sessions: SessionStore,
+        events: EventLog,
+        metrics: QueueMetrics,
     ) -> None:
         self._redis = redis
+        self._sessions = sessions
+        self._events = events
+        self._metrics = metrics
         self._keys = keys
         self._queue = queue
         self._pipeline = pipeline
@@ -136,14 +160,43 @@ class SessionEndWorker:
             log.warning("session-end job dropped", extra={"session_id": job.session_id, "error": str(exc)})
             await self._queue.ack([job.job_id])
             return
-        except Exception:
-            log.exception("session-end job failed; it will be retried", extra={"session_id": job.session_id})
+        except Exception as exc:
+            await self._failed(job, exc)
             return
         if report is None and await self._redis.exists(self._keys.lease(job.session_id)):
             return  # another sidecar holds the session; leave the job for the claim timeout
         await self._queue.ack([job.job_id])
         await self._queue.clear_marker(job.session_id)
         self.completed += 1
+
+    async def _failed(self, job: EndJob, exc: Exception) -> None:
+        """Counts the failure; the job stays pending (retried after the claim timeout) until it has
+        failed ``max_failures`` times, then it is parked so it stops costing a run every interval."""
+        self._metrics.failures.inc()
+        failures = await self._queue.record_failure(job.job_id)
+        limit = self._config.max_failures
+        if not limit or failures < limit:
+            log.exception(
+                "session-end job failed; it will be retried",
+                extra={"session_id": job.session_id, "failures": failures},
+            )
+            return
+        error = f"{type(exc).__name__}: {exc}"
+        parked_id = await self._queue.park(job, failures, error, now_ms())
+        await self._queue.clear_marker(job.session_id)
+        self._metrics.parked.inc()
+        log.error(
+            "session-end job parked after repeated failures",
+            exc_info=exc,
+            extra={"session_id": job.session_id, "failures": failures, "parked_id": parked_id},
+        )
+        detail = {"parked_id": parked_id, "failures": str(failures), "error": error[:200]}
+        try:
+            session = await self._sessions.get(job.session_id)
+            event = SessionEvent.of(EventType.PARKED, session, now_ms(), **detail)
+        except NotFound:
+            event = SessionEvent(EventType.PARKED, job.session_id, at_ms=now_ms(), detail=detail)
+        await self._events.emit(event)
 
     @staticmethod
     async def _periodic(fn: Callable[[], Awaitable[None]], interval_s: float) -> None:

@@ -32,6 +32,22 @@ class EndJob:
     enqueued_at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ParkedJob:
+    """A job that failed ``failures`` times, taken off the queue until an operator retries it."""
+
+    parked_id: str  # its id in the parked stream
+    session_id: str
+    reason: str
+    enqueued_at_ms: int
+    failures: int
+    error: str  # the last failure, shortened
+    parked_at_ms: int
+
+
+MAX_ERROR_CHARS = 500
+
+
 class SessionEndQueue:
     def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
         self._redis = redis
@@ -92,7 +108,70 @@ class SessionEndQueue:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xack(self.key, GROUP, *job_ids)
                 pipe.xdel(self.key, *job_ids)
+                pipe.hdel(self._keys.session_end_failures(), *job_ids)
                 await pipe.execute()
+
+    # ------------------------------------------------------------------ dead letters
+
+    async def record_failure(self, job_id: str) -> int:
+        """Counts one failed run of the job (shared by every sidecar); returns the count so far."""
+        return int(await self._redis.hincrby(self._keys.session_end_failures(), job_id, 1))
+
+    async def park(self, job: EndJob, failures: int, error: str, now_ms: int) -> str:
+        """Moves the job off the queue into the parked stream, atomically (it is never in both, never in
+        neither)."""
+        fields = {
+            "s": job.session_id,
+            "r": job.reason,
+            "at": job.enqueued_at_ms,
+            "n": failures,
+            "e": error[:MAX_ERROR_CHARS],
+            "pt": now_ms,
+        }
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self._keys.session_end_parked(), fields)  # type: ignore[arg-type]
+            pipe.xack(self.key, GROUP, job.job_id)
+            pipe.xdel(self.key, job.job_id)
+            pipe.hdel(self._keys.session_end_failures(), job.job_id)
+            out = await pipe.execute()
+        parked_id = out[0]
+        return parked_id.decode() if isinstance(parked_id, bytes) else str(parked_id)
+
+    async def parked(self, after_id: str, count: int) -> list[ParkedJob]:
+        """Parked jobs oldest first, after ``after_id`` ("" for the first)."""
+        start = f"({after_id}" if after_id else "-"
+        rows: Any = await self._redis.xrange(self._keys.session_end_parked(), min=start, max="+", count=count)
+        return [self._parked(i, f) for i, f in rows]
+
+    async def parked_by_id(self, parked_ids: list[str]) -> dict[str, ParkedJob]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for pid in parked_ids:
+                pipe.xrange(self._keys.session_end_parked(), min=pid, max=pid, count=1)
+            rows: Any = await pipe.execute()
+        return {pid: self._parked(*r[0]) for pid, r in zip(parked_ids, rows, strict=True) if r}
+
+    async def unpark(self, jobs: list[ParkedJob], now_ms: int) -> None:
+        """Queues each job again (with a fresh failure count) and removes it from the parked stream."""
+        for job in jobs:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.xadd(self.key, {"s": job.session_id, "r": job.reason, "at": now_ms})
+                pipe.xdel(self._keys.session_end_parked(), job.parked_id)
+                await pipe.execute()
+
+    async def parked_count(self) -> int:
+        return int(await self._redis.xlen(self._keys.session_end_parked()))
+
+    @staticmethod
+    def _parked(parked_id: bytes, f: dict[bytes, bytes]) -> ParkedJob:
+        return ParkedJob(
+            parked_id=parked_id.decode(),
+            session_id=f[b"s"].decode(),
+            reason=f[b"r"].decode(),
+            enqueued_at_ms=int(f[b"at"]),
+            failures=int(f[b"n"]),
+            error=f[b"e"].decode(errors="replace"),
+            parked_at_ms=int(f[b"pt"]),
+        )
 
     async def pending(self) -> int:
         info = await self._redis.xpending(self.key, GROUP)

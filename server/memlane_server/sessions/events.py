@@ -21,7 +21,7 @@ from ..errors import InvalidArgument
 from .keys import KeySpace
 from .model import PromotionState, Session, SessionStatus
 
-_EVENT_ID = re.compile(r"^\d+(-\d+)?$")
+_EVENT_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 
 
 class EventType(enum.IntEnum):
@@ -35,6 +35,16 @@ class EventType(enum.IntEnum):
     ARCHIVED = 5
     RETIRED = 6
     RESUMED = 7
+    PARKED = 8
+
+
+def check_event_id(event_id: str, field: str = "after_event_id") -> None:
+    """Empty, or a stream id: ``ms`` or ``ms-seq``, each part an unsigned 64-bit number. Anything else
+    would reach Redis and fail there (a trailing newline passes ``re.match`` with ``$``)."""
+    if not event_id:
+        return
+    if not _EVENT_ID.fullmatch(event_id) or any(int(p) >= 2**64 for p in event_id.split("-")):
+        raise InvalidArgument(f"{field} {event_id[:64]!r} is not a stream id (ms or ms-seq)")
 
 
 @dataclass(slots=True)
@@ -109,8 +119,7 @@ class EventLog:
 
         Each wait is a bounded XREAD BLOCK so cancellation (the caller hung up) lands within ``block_ms``.
         """
-        if after_id and not _EVENT_ID.match(after_id):
-            raise InvalidArgument(f"after_event_id {after_id!r} is not an event id")
+        check_event_id(after_id)
         cursor = after_id
         if not cursor:
             # "$" would skip events emitted between two XREAD calls; pin the cursor to the newest id now.

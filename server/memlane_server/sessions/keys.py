@@ -83,6 +83,10 @@ class KeySpace:
         """STRING with a short TTL: an expiry job is queued; stops N listening sidecars queueing N jobs."""
         return f"{self.prefix}:{{{session_id}}}:endq"
 
+    def once(self, scope: str, user_id: str, op_id: str) -> str:
+        """Marks a client-chosen operation id as done (retry de-duplication); ids are validated."""
+        return f"{self.prefix}:user:{{{user_id}}}:once:{scope}:{op_id}"
+
     def events(self) -> str:
         """STREAM: lifecycle events (idle, closed, expired, promoted, archived, retired, resumed)."""
         return f"{self.prefix}:events"
@@ -90,6 +94,14 @@ class KeySpace:
     def session_end_queue(self) -> str:
         """STREAM with one consumer group: session-end jobs any sidecar may take."""
         return f"{self.prefix}:queue:session-end"
+
+    def session_end_parked(self) -> str:
+        """Session-end jobs that failed too often, kept for an operator to inspect and retry."""
+        return f"{self.prefix}:queue:session-end:parked"
+
+    def session_end_failures(self) -> str:
+        """Failed runs per queued job id (HASH)."""
+        return f"{self.prefix}:queue:session-end:failures"
 
     def idle_due(self) -> str:
         """ZSET: session id scored by when to check it for idleness next (ms)."""
@@ -119,7 +131,7 @@ class KeySpace:
 
     def session_streams(self) -> tuple[str, ...]:
         """Streams whose entries name a session in field ``s`` (events, the session-end queue)."""
-        return (self.events(), self.session_end_queue())
+        return (self.events(), self.session_end_queue(), self.session_end_parked())
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""

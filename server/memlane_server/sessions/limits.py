@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -13,11 +14,19 @@ from .model import Message, Role, VisibilityKind
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_message_bytes: int = 256 * 1024  # content + native object, UTF-8
+    max_message_bytes: int = 256 * 1024  # every string of a message, UTF-8 (see message_bytes)
     max_batch_messages: int = 500
     max_batch_bytes: int = 4 * 1024 * 1024
     max_metadata_entries: int = 64
-    max_text_field_bytes: int = 1024  # names, agent ids, groups, metadata values
+    max_list_entries: int = 256  # planning steps, invoked, tool call ids, participants, tags
+    max_text_field_bytes: int = 1024  # names, agent ids, groups, metadata values, list entries
+
+
+# The accepted range of a caller-given time (``created_at_unix_ms``): from 2000-01-01T00:00:00Z to one
+# day past the server's clock. Outside it a time is a bug (seconds sent as ms, a year 10000) that would
+# fail later work (archive partitions, Parquet timestamps) long after the write was acknowledged.
+MIN_TIMESTAMP_MS = 946_684_800_000
+MAX_FUTURE_SKEW_MS = 24 * 3600 * 1000
 
 
 def check_short(value: str, field: str, limits: Limits) -> None:
@@ -35,7 +44,46 @@ def check_metadata(md: dict[str, str], field: str, limits: Limits) -> None:
         check_short(v, f"{field}[{k!r}]", limits)
 
 
-def check_batch(messages: list[Message], limits: Limits) -> None:
+def check_list(values: Sequence[str], field: str, limits: Limits, *, short: bool = True) -> None:
+    """Bounds a repeated field; ``short`` also bounds each entry (names and ids, not free text)."""
+    if len(values) > limits.max_list_entries:
+        raise InvalidArgument(f"{field} has {len(values)} entries; at most {limits.max_list_entries}")
+    if short:
+        for i, v in enumerate(values):
+            check_short(v, f"{field}[{i}]", limits)
+
+
+def check_timestamp(value_ms: int, field: str, now_ms: int) -> None:
+    """0 is allowed (the server's time is used); anything else must lie in the documented range."""
+    if value_ms and not MIN_TIMESTAMP_MS <= value_ms <= now_ms + MAX_FUTURE_SKEW_MS:
+        raise InvalidArgument(
+            f"{field} {value_ms} is outside the accepted range: 0 (server time) or Unix milliseconds "
+            f"from {MIN_TIMESTAMP_MS} (2000-01-01) to one day after the server's clock"
+        )
+
+
+def message_bytes(m: Message) -> int:
+    """What a message costs to store and to send back: every caller-given string, UTF-8 (ids, bounded by
+    their own rule, aside)."""
+    strings = [
+        m.content,
+        m.native_json,
+        m.native_format,
+        m.source_agent_id,
+        m.participant_name,
+        m.user_id,
+        m.channel,
+        m.visibility_group,
+        *m.planning_steps,
+        *m.invoked,
+        *m.tool_call_ids,
+        *m.metadata.keys(),
+        *m.metadata.values(),
+    ]
+    return sum(len(s.encode()) for s in strings)
+
+
+def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
     """Validates a batch before anything is written. Raises on the first bad message."""
     if not messages:
         raise InvalidArgument("messages must not be empty")
@@ -60,10 +108,11 @@ def check_batch(messages: list[Message], limits: Limits) -> None:
             raise InvalidArgument(f"{f}.visibility_group is required for group visibility")
         if m.visibility == VisibilityKind.AGENT and not m.source_agent_id:
             raise InvalidArgument(f"{f}.source_agent_id is required for agent-private visibility")
-        size = len(m.content.encode()) + len(m.native_json.encode())
+        size = message_bytes(m)
         if size > limits.max_message_bytes:
             raise ResourceExhausted(
-                f"{f} is {size} bytes; the limit is {limits.max_message_bytes} (content + native object)"
+                f"{f} is {size} bytes; the limit is {limits.max_message_bytes} (content, native object, "
+                "lists and metadata)"
             )
         total += size
         if not m.content and not m.native_json and not m.tool_call_ids:
@@ -78,7 +127,9 @@ def check_batch(messages: list[Message], limits: Limits) -> None:
         for name in ("source_agent_id", "participant_name", "user_id", "channel", "visibility_group"):
             check_short(getattr(m, name), f"{f}.{name}", limits)
         check_metadata(m.metadata, f"{f}.metadata", limits)
-        if m.created_at_ms < 0:
-            raise InvalidArgument(f"{f}.created_at_unix_ms must not be negative")
+        check_list(m.planning_steps, f"{f}.planning_steps", limits, short=False)  # free text
+        check_list(m.invoked, f"{f}.invoked", limits)
+        check_list(m.tool_call_ids, f"{f}.tool_call_ids", limits)
+        check_timestamp(m.created_at_ms, f"{f}.created_at_unix_ms", now_ms)
     if total > limits.max_batch_bytes:
         raise ResourceExhausted(f"batch is {total} bytes; the limit is {limits.max_batch_bytes}")

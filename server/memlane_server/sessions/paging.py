@@ -14,6 +14,10 @@ from ..errors import InvalidArgument
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+# A page also stops before it passes this many bytes (it always holds at least one item), well under the
+# 16 MiB a client receives by default, whatever the items weigh.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+MESSAGE_OVERHEAD_BYTES = 64  # ids, numbers and framing of one item beyond its strings
 
 
 def page_size(requested: int) -> int:
@@ -45,4 +49,12 @@ def decode_token(token: str, query: str) -> list[Any] | None:
         raise InvalidArgument(
             "page_token is malformed or was issued for a different query; start again without it"
         ) from exc
+    return cursor
+
+
+def int_cursor(cursor: list[Any], length: int) -> list[int]:
+    """A cursor of ``length`` integers. JSON booleans are not integers here (``True`` is an ``int`` to
+    Python, and would reach Redis as the text "True")."""
+    if len(cursor) != length or any(type(c) is not int for c in cursor):
+        raise InvalidArgument("page_token is malformed; start again without it")
     return cursor

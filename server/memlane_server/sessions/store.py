@@ -32,7 +32,14 @@ from .codec import (
 )
 from .ids import check_id, new_id
 from .keys import KeySpace
-from .limits import Limits, check_batch, check_metadata, check_short
+from .limits import (
+    Limits,
+    check_batch,
+    check_list,
+    check_metadata,
+    check_short,
+    message_bytes,
+)
 from .model import (
     Message,
     PromotionState,
@@ -43,7 +50,15 @@ from .model import (
     Topology,
     VisibilityKind,
 )
-from .paging import decode_token, encode_token, page_size, query_fingerprint
+from .paging import (
+    MAX_PAGE_BYTES,
+    MESSAGE_OVERHEAD_BYTES,
+    decode_token,
+    encode_token,
+    int_cursor,
+    page_size,
+    query_fingerprint,
+)
 
 # Above this many characters per batch, token counting moves to the executor so the loop stays free.
 _INLINE_TOKENIZE_CHARS = 16_384
@@ -85,6 +100,8 @@ class MessageFilter:
     before_ms: int = 0
     roles: frozenset[Role] = field(default_factory=frozenset)
     source_agent_ids: frozenset[str] = field(default_factory=frozenset)
+    participant_names: frozenset[str] = field(default_factory=frozenset)
+    user_ids: frozenset[str] = field(default_factory=frozenset)  # compared after the session default
     viewer: Caller = UNRESTRICTED  # messages the viewer may not see are skipped silently
 
     def matches(self, m: Message) -> bool:
@@ -96,11 +113,22 @@ class MessageFilter:
             return False
         if self.roles and m.role not in self.roles:
             return False
+        if self.participant_names and m.participant_name not in self.participant_names:
+            return False
+        if self.user_ids and m.user_id not in self.user_ids:
+            return False
         return not (self.source_agent_ids and m.source_agent_id not in self.source_agent_ids)
 
     @property
     def active(self) -> bool:
-        narrowed = self.after_ms or self.before_ms or self.roles or self.source_agent_ids
+        narrowed = (
+            self.after_ms
+            or self.before_ms
+            or self.roles
+            or self.source_agent_ids
+            or self.participant_names
+            or self.user_ids
+        )
         return bool(narrowed or not self.viewer.unrestricted)
 
 
@@ -109,6 +137,19 @@ class _SessionMeta(NamedTuple):
     model: str
     topology: Topology
     group: str
+
+
+def _session_bytes(s: Session) -> int:
+    """Roughly what a session weighs on the wire (its stored fields as text)."""
+    return sum(len(str(v).encode()) for v in encode_session(s).values()) + MESSAGE_OVERHEAD_BYTES
+
+
+def with_session_defaults(m: Message, user_id: str, channel: str) -> Message:
+    """A message's user and channel default to its session's (stored empty, so the default follows the
+    session); readers get them filled, as the proto promises."""
+    m.user_id = m.user_id or user_id
+    m.channel = m.channel or channel
+    return m
 
 
 _DEFAULT_VISIBILITY = {
@@ -165,6 +206,8 @@ class SessionStore:
         for name in ("channel", "group", "model"):
             check_short(getattr(s, name), name, self.limits)
         check_metadata(s.metadata, "metadata", self.limits)
+        check_list(s.participants, "participants", self.limits)
+        check_list(s.tags, "tags", self.limits)
         if s.ttl_seconds < 0:
             raise InvalidArgument("ttl_seconds must not be negative")
         s = replace(
@@ -236,9 +279,10 @@ class SessionStore:
                 raise InvalidArgument("page_token is malformed; start again without it") from exc
             hi = min(hi, after[0])
         out: list[Session] = []
-        scanned = 0
+        scanned = page_bytes = 0
+        full = False  # the page reached its byte bound
         last: tuple[int, str] | None = after
-        while len(out) < size and scanned < _SCAN_BUDGET:
+        while len(out) < size and scanned < _SCAN_BUDGET and not full:
             chunk = max(size * 2, 64)
             rows = cast(
                 list[tuple[bytes, float]],
@@ -251,14 +295,19 @@ class SessionStore:
                 break
             docs = await self.get_many([m.decode() for m, _ in rows])
             for (member, score), doc in zip(rows, docs, strict=True):
+                if doc is not None and self._session_matches(doc, f):
+                    cost = _session_bytes(doc)
+                    if out and page_bytes + cost > MAX_PAGE_BYTES:
+                        full = True
+                        break
+                    out.append(doc)
+                    page_bytes += cost
                 scanned += 1
                 last = (int(score), member.decode())
-                if doc is not None and self._session_matches(doc, f):
-                    out.append(doc)
-                    if len(out) == size:
-                        break
+                if len(out) == size:
+                    break
             hi = last[0] if last is not None else hi
-            if len(rows) < chunk and len(out) < size:
+            if len(rows) < chunk and len(out) < size and not full:
                 last = None  # exhausted
                 break
         next_token = encode_token(q, [last[0], last[1]]) if last is not None and len(out) > 0 else ""
@@ -286,6 +335,9 @@ class SessionStore:
         status = fields.pop("status", None)
         if "metadata" in fields:
             check_metadata(fields["metadata"], "session.metadata", self.limits)
+        for name in ("participants", "tags"):
+            if name in fields:
+                check_list(fields[name], f"session.{name}", self.limits)
         if fields.get("ttl_seconds", 0) < 0:
             raise InvalidArgument("session.ttl_seconds must not be negative")
         for name in ("group", "model"):
@@ -381,7 +433,7 @@ class SessionStore:
                         m.visibility = VisibilityKind.SESSION  # a selective session without a group
                     m.visibility_group = m.visibility_group or default_group
             writer.check_write(int(m.visibility), m.source_agent_id, m.visibility_group, f"messages[{i}]")
-        check_batch(messages, self.limits)
+        check_batch(messages, self.limits, now)
         ttl_s = meta.ttl_seconds
         model = model or meta.model
         texts = [m.content for m in messages]
@@ -536,6 +588,7 @@ class SessionStore:
     async def list_messages(
         self, session_id: str, f: MessageFilter, size: int, token: str
     ) -> tuple[list[Message], str]:
+        """One page, bounded by ``size`` items and by MAX_PAGE_BYTES (at least one message per page)."""
         check_id(session_id, "session_id")
         size = page_size(size)
         q = query_fingerprint(
@@ -546,17 +599,21 @@ class SessionStore:
             f.before_ms,
             sorted(int(r) for r in f.roles),
             sorted(f.source_agent_ids),
+            sorted(f.participant_names),
+            sorted(f.user_ids),
         )
         cursor = decode_token(token, q)
-        last: int | None = None
-        if cursor is not None:
-            if not cursor or not isinstance(cursor[0], int):
-                raise InvalidArgument("page_token is malformed; start again without it")
-            last = cursor[0]
+        last: int | None = int_cursor(cursor, 1)[0] if cursor is not None else None
+        # Read, not cached: after an erasure the id may belong to another user's new session.
+        raw_user, raw_channel = cast(
+            list[bytes | None],
+            await self.redis.hmget(self.keys.session(session_id).doc, ["user_id", "channel"]),
+        )
+        user_id, channel = (raw_user or b"").decode(), (raw_channel or b"").decode()
         out: list[Message] = []
-        scanned = 0
+        page_bytes = scanned = 0
         more = False
-        while True:
+        while not more:
             want = size + 1 if not f.active else max(size * 2, 64)
             if f.newest_first:
                 lo, hi = "-inf", (f"({last}" if last is not None else "+inf")
@@ -567,18 +624,18 @@ class SessionStore:
                 if len(out) == size:
                     more = True
                     break
+                if f.matches(with_session_defaults(m, user_id, channel)):
+                    cost = message_bytes(m) + MESSAGE_OVERHEAD_BYTES
+                    if out and page_bytes + cost > MAX_PAGE_BYTES:
+                        more = True
+                        break
+                    out.append(m)
+                    page_bytes += cost
                 scanned += 1
                 last = m.seq
-                if f.matches(m):
-                    out.append(m)
             if more or len(rows) < want:
                 break
-            if len(out) == size:
-                more = True
-                break
-            if scanned >= _SCAN_BUDGET:
-                more = True  # a short page; the token resumes the scan
-                break
+            more = len(out) == size or scanned >= _SCAN_BUDGET  # a short page; the token resumes the scan
         return out, (encode_token(q, [last]) if more and last is not None else "")
 
     # ----------------------------------------------------------------- per-user export and erasure
