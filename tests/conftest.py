@@ -17,6 +17,7 @@ import pytest
 import redis
 
 import memlane
+from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
@@ -62,6 +63,24 @@ def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(0.05)
     return value
+
+
+def session_events(
+    target: str, session_id: str, until: Callable[[list[spb.SessionEvent]], bool], timeout: float = 30.0
+) -> list[spb.SessionEvent]:
+    """The session's retained events, read through the real WatchSessionEvents stream from the oldest,
+    until ``until(events so far)`` holds; fails with what it saw when that takes over ``timeout`` s."""
+    out: list[spb.SessionEvent] = []
+    with memlane.Client(target) as c:
+        try:
+            for r in c.watch_session_events(after_event_id="0", timeout=timeout):
+                if r.event.session_id == session_id:
+                    out.append(r.event)
+                    if until(out):
+                        return out
+        except memlane.DeadlineExceededError:
+            pass
+    raise AssertionError(f"events of {session_id!r} within {timeout} s: {[e.type for e in out]}")
 
 
 @pytest.fixture(scope="module")

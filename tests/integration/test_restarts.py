@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 import memlane
 from memlane import Message, Role
 from memlane_server.infra.embedded_redis import server_binary
+from tests.conftest import ServerFactory, wait_for
 
 
 def _ids(client: memlane.Client, sid: str) -> list[str]:
@@ -21,7 +21,7 @@ def _ids(client: memlane.Client, sid: str) -> list[str]:
     return [m.message_id for m in pages]
 
 
-def test_sidecar_restart_keeps_sessions(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_sidecar_restart_keeps_sessions(start_server: ServerFactory, user_id: str) -> None:
     first = start_server(key_prefix=f"rs{user_id}")
     with memlane.Client(first.target) as c:
         sid = c.create_session(user_id=user_id).session.session_id
@@ -36,7 +36,9 @@ def test_sidecar_restart_keeps_sessions(start_server, user_id: str) -> None:  # 
         assert [m.content for m in c.list_messages(session_id=sid).messages] == [f"m{i}" for i in range(10)]
 
 
-def test_embedded_redis_persists_across_restarts(start_server, tmp_path: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_embedded_redis_persists_across_restarts(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
     data = tmp_path / "data"
     first = start_server(redis_url="", data_dir=str(data), key_prefix="emb")
     assert first.sidecar.settings.redis_url == ""
@@ -78,11 +80,7 @@ class _Redis:
             ],
             stdout=subprocess.DEVNULL,
         )
-        for _ in range(200):
-            if self.sock.exists():
-                return
-            time.sleep(0.01)
-        raise RuntimeError("redis did not start")
+        wait_for(self.sock.exists, timeout=30)
 
     def crash(self) -> None:
         assert self.proc is not None
@@ -92,8 +90,8 @@ class _Redis:
 
 
 def test_redis_crash_mid_traffic_loses_no_acknowledged_write(
-    start_server, tmp_path: Path, user_id: str
-) -> None:  # type: ignore[no-untyped-def]
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
     redis = _Redis(tmp_path)
     redis.start()
     try:
@@ -103,11 +101,13 @@ def test_redis_crash_mid_traffic_loses_no_acknowledged_write(
         with memlane.Client(server.target, timeout=5) as c:
             sid = c.create_session(user_id=user_id).session.session_id
             stop = threading.Event()
+            started: list[str] = []  # every call, appended as it begins
 
             def writer() -> None:
                 i = 0
                 while not stop.is_set():
                     mid = f"w{i:05d}"
+                    started.append(mid)
                     try:
                         c.append_messages(
                             session_id=sid,
@@ -120,16 +120,22 @@ def test_redis_crash_mid_traffic_loses_no_acknowledged_write(
 
             t = threading.Thread(target=writer)
             t.start()
-            time.sleep(0.3)
-            redis.crash()
-            time.sleep(0.4)  # calls in this window ride on retries (server- and client-side) or fail cleanly
-            redis.start()
-            time.sleep(0.5)
-            stop.set()
-            t.join(30)
+            try:
+                wait_for(lambda: len(acked) >= 20, timeout=60)  # traffic flows before the crash
+                redis.crash()
+                # A call that begins after the crash runs while Redis is down: it rides on retries
+                # (server- and client-side) or fails cleanly.
+                at_crash = len(started)
+                wait_for(lambda: len(started) >= at_crash + 2, timeout=60)
+                redis.start()
+                after_restart = len(acked)
+                wait_for(lambda: len(acked) >= after_restart + 20, timeout=60)  # and traffic resumes
+            finally:
+                stop.set()
+                t.join(60)
+            assert not t.is_alive()
             stored = _ids(c, sid)
         print(f"acked={len(acked)} failed={len(failed)} stored={len(stored)}")
-        assert len(acked) > 20
         assert set(acked) <= set(stored), "an acknowledged write was lost"
         assert len(stored) == len(set(stored)), "a retried write was duplicated"
         assert all(name == "UnavailableError" for _, name in failed), failed

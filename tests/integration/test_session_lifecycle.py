@@ -4,10 +4,8 @@ close, lifecycle events, channel policies, PromoteSession."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -15,20 +13,10 @@ import redis
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
+from tests.conftest import ServerFactory, session_events, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 EV = spb.SessionEventType
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 10.0, every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(every)
 
 
 def turns(n: int) -> list[Message]:
@@ -48,19 +36,18 @@ def write_policies(path: Path, text: str) -> str:
     return str(path)
 
 
-def test_expiry_through_the_keyspace_event(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_expiry_through_the_keyspace_event(start_server: ServerFactory, user_id: str) -> None:
     # A sweep interval longer than the test: only the expiry event can end the session in time.
     srv = start_server(ltm_enabled=False, lifecycle_sweep_interval_seconds=600)
     with memlane.Client(srv.target, timeout=10) as c:
         wait_for(srv.sidecar.lifecycle.listening.is_set)
         sid = c.create_session(user_id=user_id, ttl_seconds=1).session.session_id
         c.append_messages(session_id=sid, messages=turns(4))
-        t0 = time.monotonic()
-        done = wait_for(lambda: archived(c, sid), timeout=5)
-        assert time.monotonic() - t0 < 3.0
+        # Generous, yet far below the 600 s sweep interval: only the event can have ended it.
+        done = wait_for(lambda: archived(c, sid), timeout=60)
         assert done.status == SessionStatus.SESSION_STATUS_EXPIRED
         assert done.expired_at_unix_ms >= done.last_activity_at_unix_ms + 1000
-    types = [e.type for e in _history(srv, sid)]
+    types = [e.type for e in session_events(srv.target, sid, lambda ev: len(ev) == 3)]
     assert types == [
         EV.SESSION_EVENT_TYPE_EXPIRED,
         EV.SESSION_EVENT_TYPE_PROMOTED,
@@ -68,20 +55,9 @@ def test_expiry_through_the_keyspace_event(start_server, user_id: str) -> None: 
     ]
 
 
-def _history(srv: Any, sid: str) -> list[spb.SessionEvent]:
-    """Every retained event of one session, read through the real WatchSessionEvents stream."""
-    out: list[spb.SessionEvent] = []
-    with memlane.Client(srv.target) as c:
-        try:
-            for r in c.watch_session_events(after_event_id="0", timeout=1.0):
-                if r.event.session_id == sid:
-                    out.append(r.event)
-        except memlane.DeadlineExceededError:
-            pass  # the stream is open-ended; its deadline ends the read
-    return out
-
-
-def test_expiry_while_no_sidecar_was_running(start_server, redis_url: str, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_expiry_while_no_sidecar_was_running(
+    start_server: ServerFactory, redis_url: str, user_id: str
+) -> None:
     prefix = f"nosc{user_id}"
     first = start_server(ltm_enabled=False, key_prefix=prefix)
     with memlane.Client(first.target) as c:
@@ -89,17 +65,19 @@ def test_expiry_while_no_sidecar_was_running(start_server, redis_url: str, user_
         c.append_messages(session_id=sid, messages=turns(2))
     first.stop()
     r = redis.Redis.from_url(redis_url)
-    wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=5)  # expired, nobody listening
-    time.sleep(0.2)
-    assert int(r.hget(f"{prefix}:{{{sid}}}:doc", "status")) == SessionStatus.SESSION_STATUS_ACTIVE
+    wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=30)  # expired, nobody listening
+    # No sidecar of this prefix runs, so nothing can have ended it: the doc still says ACTIVE...
+    status = r.hget(f"{prefix}:{{{sid}}}:doc", "status")
+    assert status is not None and int(status) == SessionStatus.SESSION_STATUS_ACTIVE
     second = start_server(ltm_enabled=False, key_prefix=prefix, keyspace_events_configure=False)
     with memlane.Client(second.target) as c:
-        done = wait_for(lambda: archived(c, sid), timeout=5)
+        # ...until one starts: it finds the expiry it missed and ends the session.
+        done = wait_for(lambda: archived(c, sid), timeout=60)
         assert done.status == SessionStatus.SESSION_STATUS_EXPIRED
     r.close()
 
 
-def test_idle_marking_and_waking(start_server, tmp_path: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_idle_marking_and_waking(start_server: ServerFactory, tmp_path: Path, user_id: str) -> None:
     policies = write_policies(
         tmp_path / "p.yaml", "channels:\n  slack: {kind: messaging, idle_after: 1s, expire_after: 1h}\n"
     )
@@ -113,33 +91,36 @@ def test_idle_marking_and_waking(start_server, tmp_path: Path, user_id: str) -> 
             lambda: (
                 (s := c.get_session(session_id=sid).session).status == SessionStatus.SESSION_STATUS_IDLE and s
             ),
-            timeout=4,
+            timeout=30,
         )
         assert idle.idle_at_unix_ms >= idle.last_activity_at_unix_ms + 1000
         c.append_messages(session_id=sid, messages=turns(1))
         assert c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_ACTIVE
-        wait_for(lambda: c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_IDLE, 4)
-    types = [e.type for e in _history(srv, sid)]
+        wait_for(
+            lambda: c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_IDLE, 30
+        )
+    types = [e.type for e in session_events(srv.target, sid, lambda ev: len(ev) == 2)]
     assert types == [EV.SESSION_EVENT_TYPE_IDLE, EV.SESSION_EVENT_TYPE_IDLE]
 
 
-def test_close_and_watch_with_filters(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_close_and_watch_with_filters(start_server: ServerFactory, user_id: str) -> None:
     srv = start_server(ltm_enabled=False)
     with memlane.Client(srv.target, timeout=10) as c:
         a = c.create_session(user_id=user_id, channel="web").session.session_id
         b = c.create_session(user_id=user_id, channel="email").session.session_id
         # From the oldest retained event ("0"): the stream opens lazily, at the first read below.
-        stream = c.watch_session_events(user_id=user_id, channel="web", after_event_id="0", timeout=8.0)
+        stream = c.watch_session_events(user_id=user_id, channel="web", after_event_id="0", timeout=30.0)
         c.append_messages(session_id=a, messages=turns(3))
         c.close_session(session_id=b)
         closed = c.close_session(session_id=a).session
         assert closed.status == SessionStatus.SESSION_STATUS_CLOSED
         assert c.close_session(session_id=a).session.closed_at_unix_ms == closed.closed_at_unix_ms
-        seen = []
+        seen: list[tuple[str, int]] = []
         for r in stream:
             seen.append((r.event.session_id, r.event.type))
             if r.event.type == EV.SESSION_EVENT_TYPE_ARCHIVED:
                 break
+        assert isinstance(stream, Generator)  # the blocking client's streams are generators
         stream.close()
         assert seen == [
             (a, EV.SESSION_EVENT_TYPE_CLOSED),
@@ -150,8 +131,8 @@ def test_close_and_watch_with_filters(start_server, user_id: str) -> None:  # ty
 
 
 def test_channel_policies_are_applied_and_recorded(
-    start_server, redis_url: str, tmp_path: Path, user_id: str
-) -> None:  # type: ignore[no-untyped-def]
+    start_server: ServerFactory, redis_url: str, tmp_path: Path, user_id: str
+) -> None:
     policies = write_policies(
         tmp_path / "p.toml",
         """
@@ -196,7 +177,7 @@ promote = false
         r.close()
 
 
-def test_promote_session_rpc(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_promote_session_rpc(start_server: ServerFactory, user_id: str) -> None:
     srv = start_server(ltm_enabled=False)
     with memlane.Client(srv.target, timeout=20) as c:
         sid = c.create_session(user_id=user_id).session.session_id

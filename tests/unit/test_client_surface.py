@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -34,15 +36,37 @@ def _rpcs() -> list[tuple[str, bool]]:
     return out
 
 
+# Nothing listens on port 1: every call fails fast with UNAVAILABLE, which proves the method reached
+# the transport with the right shape (unary: one response; streaming: an iterator of them).
+DEAD = "127.0.0.1:1"
+
+
 @pytest.mark.parametrize(("name", "streaming"), _rpcs())
 def test_every_rpc_has_a_method_on_both_clients(name: str, streaming: bool) -> None:
-    sync = memlane.Client("127.0.0.1:1")
-    try:
-        assert callable(getattr(sync, name))
-    finally:
-        sync.close()
     kind = type(memlane.Client.__dict__.get(name) or getattr(memlane.Client, name)).__name__
     assert kind == ("_Stream" if streaming else "_Unary")
+    assert type(getattr(memlane.AsyncClient, name)).__name__ == kind
+    with (
+        memlane.Client(DEAD, retry=memlane.NO_RETRY, timeout=5) as sync,
+        pytest.raises(memlane.UnavailableError),
+    ):
+        result = getattr(sync, name)()
+        if streaming:
+            assert isinstance(result, Iterator)
+            next(result)
+    asyncio.run(_check_async(name, streaming))
+
+
+async def _check_async(name: str, streaming: bool) -> None:
+    async with memlane.AsyncClient(DEAD, retry=memlane.NO_RETRY, timeout=5) as aio:
+        result = getattr(aio, name)()
+        with pytest.raises(memlane.UnavailableError):
+            if streaming:
+                assert isinstance(result, AsyncIterator)
+                await anext(result)
+            else:
+                assert inspect.isawaitable(result)
+                await result
 
 
 def test_every_error_class_is_a_memlane_error() -> None:
