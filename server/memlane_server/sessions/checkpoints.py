@@ -12,7 +12,8 @@ Cost: a put is one EVALSHA; a get (checkpoint, its values and pending writes) is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -314,6 +315,40 @@ class CheckpointStore:
             runs = cast(list[bytes], await self._redis.hvals(self._keys.checkpoints(sid).runs))
             for run in set(runs):
                 await self._redis.srem(self._keys.checkpoint_run(run.decode()), sid)
+
+
+async def export_checkpoints(
+    redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]
+) -> AsyncIterator[dict[str, Any]]:
+    """ExportUserData: every checkpoint of the sessions, values and writes as base64 of their bytes."""
+    store = CheckpointStore(redis, keys)
+    for sid in session_ids:
+        for cp in await store.dump(sid):
+            yield {
+                "session_id": cp.session_id,
+                "namespace": cp.namespace,
+                "checkpoint_id": cp.checkpoint_id,
+                "parent_checkpoint_id": cp.parent_checkpoint_id,
+                "metadata": _metadata(cp.metadata_json, "metadata"),
+                "checkpoint": _export_typed(cp.checkpoint),
+                "channel_values": [
+                    {"channel": ch, "version": ver, **_export_typed(v)} for ch, ver, v in cp.channel_values
+                ],
+                "pending_writes": [
+                    {"task_id": w.task_id, "index": w.index, "channel": w.channel, **_export_typed(w.value)}
+                    for w in cp.writes
+                ],
+                "created_at_ms": cp.created_at_ms,
+            }
+
+
+async def forget_checkpoint_runs(redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]) -> None:
+    """ForgetUser, before the session keys go: drops the sessions from the cross-session run index."""
+    await CheckpointStore(redis, keys).forget_runs_of(session_ids)
+
+
+def _export_typed(t: Typed) -> dict[str, str]:
+    return {"type": t.type, "data_base64": base64.b64encode(t.data).decode()}
 
 
 def _member(namespace: str, checkpoint_id: str) -> str:
