@@ -152,9 +152,12 @@ class MemlaneSaver(BaseCheckpointSaver[str]):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self.client.put_checkpoint_writes(
-            _codec.writes_request(self.serde, config, writes, task_id, task_path)
-        )
+        req = _codec.writes_request(self.serde, config, writes, task_id, task_path)
+        try:
+            self.client.put_checkpoint_writes(req)
+        except NotFoundError:  # writes may reach a new thread before its first checkpoint
+            self.client.create_session(self._session_request(config, req.session_id))
+            self.client.put_checkpoint_writes(req)
 
     def delete_thread(self, thread_id: str) -> None:
         self.client.delete_checkpoints(session_id=str(thread_id))
@@ -241,9 +244,13 @@ class MemlaneSaver(BaseCheckpointSaver[str]):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        await self.aclient.put_checkpoint_writes(
-            _codec.writes_request(self.serde, config, writes, task_id, task_path)
-        )
+        req = _codec.writes_request(self.serde, config, writes, task_id, task_path)
+        c = self.aclient
+        try:
+            await c.put_checkpoint_writes(req)
+        except NotFoundError:  # writes may reach a new thread before its first checkpoint
+            await c.create_session(self._session_request(config, req.session_id))
+            await c.put_checkpoint_writes(req)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.aclient.delete_checkpoints(session_id=str(thread_id))
