@@ -24,6 +24,8 @@ from ._ids import new_id
 from ._retry import RetryPolicy
 from .v1 import admin_pb2 as apb
 from .v1 import admin_pb2_grpc as apb_grpc
+from .v1 import checkpoint_pb2 as kpb
+from .v1 import checkpoint_pb2_grpc as kpb_grpc
 from .v1 import context_pb2 as cpb
 from .v1 import context_pb2_grpc as cpb_grpc
 from .v1 import memory_pb2 as mpb
@@ -45,6 +47,7 @@ _STUBS: dict[str, Callable[[Any], Any]] = {
     "context": cpb_grpc.ContextServiceStub,
     "memory": mpb_grpc.MemoryServiceStub,
     "admin": apb_grpc.AdminServiceStub,
+    "checkpoints": kpb_grpc.CheckpointServiceStub,
 }
 
 
@@ -69,6 +72,8 @@ def _prepare(request: ProtoMessage) -> None:
         request.session_id = new_id()
     elif isinstance(request, mpb.RecordFeedbackRequest) and not request.feedback_id:
         request.feedback_id = new_id()  # the server counts one piece of feedback once
+    elif isinstance(request, spb.RemoveMessagesRequest) and not request.request_id:
+        request.request_id = new_id()
 
 
 def _metadata(token: str | None, agent_id: str | None) -> tuple[tuple[str, str], ...]:
@@ -166,6 +171,9 @@ class _Rpcs:
         "sessions", "AppendMessages", spb.AppendMessagesRequest, spb.AppendMessagesResponse
     )
     list_messages = _Unary("sessions", "ListMessages", spb.ListMessagesRequest, spb.ListMessagesResponse)
+    remove_messages = _Unary(
+        "sessions", "RemoveMessages", spb.RemoveMessagesRequest, spb.RemoveMessagesResponse
+    )
     promote_session = _Unary(
         "sessions", "PromoteSession", spb.PromoteSessionRequest, spb.PromoteSessionResponse
     )
@@ -207,6 +215,34 @@ class _Rpcs:
     )
     retry_parked_jobs = _Unary(
         "admin", "RetryParkedJobs", apb.RetryParkedJobsRequest, apb.RetryParkedJobsResponse
+    )
+    # CheckpointService
+    put_checkpoint = _Unary(
+        "checkpoints", "PutCheckpoint", kpb.PutCheckpointRequest, kpb.PutCheckpointResponse
+    )
+    put_checkpoint_writes = _Unary(
+        "checkpoints", "PutCheckpointWrites", kpb.PutCheckpointWritesRequest, kpb.PutCheckpointWritesResponse
+    )
+    get_checkpoint = _Unary(
+        "checkpoints", "GetCheckpoint", kpb.GetCheckpointRequest, kpb.GetCheckpointResponse
+    )
+    list_checkpoints = _Unary(
+        "checkpoints", "ListCheckpoints", kpb.ListCheckpointsRequest, kpb.ListCheckpointsResponse
+    )
+    delete_checkpoints = _Unary(
+        "checkpoints", "DeleteCheckpoints", kpb.DeleteCheckpointsRequest, kpb.DeleteCheckpointsResponse
+    )
+    copy_checkpoints = _Unary(
+        "checkpoints", "CopyCheckpoints", kpb.CopyCheckpointsRequest, kpb.CopyCheckpointsResponse
+    )
+    prune_checkpoints = _Unary(
+        "checkpoints", "PruneCheckpoints", kpb.PruneCheckpointsRequest, kpb.PruneCheckpointsResponse
+    )
+    delete_checkpoint_runs = _Unary(
+        "checkpoints",
+        "DeleteCheckpointRuns",
+        kpb.DeleteCheckpointRunsRequest,
+        kpb.DeleteCheckpointRunsResponse,
     )
 
 

@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry
 from memlane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
     context_pb2,
     context_pb2_grpc,
     memory_pb2,
@@ -28,6 +30,7 @@ from memlane.v1 import (
 from .access.authenticate import Authenticator
 from .access.policy import PolicyFile
 from .api.admin import AdminServicer
+from .api.checkpoints import CheckpointServicer
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
 from .api.memory import MemoryServicer
@@ -62,6 +65,7 @@ from .pipelines import (
     WorkerConfig,
 )
 from .pipelines.user_data import UserData
+from .sessions.checkpoints import CheckpointStore
 from .sessions.end_queue import SessionEndQueue
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
@@ -70,6 +74,7 @@ from .sessions.limits import Limits
 from .sessions.model import Topology
 from .sessions.once import OnceMarks
 from .sessions.policies import PolicyBook
+from .sessions.removal import MessageRemover
 from .sessions.store import SessionStore
 from .summarizers import (
     ExtractiveSummarizer,
@@ -153,6 +158,7 @@ class Sidecar:
             default_topology=Topology[s.default_topology.upper()],
             executor=self._executor,
         )
+        self.checkpoints = CheckpointStore(self.redis, self.keys)
 
         if s.ltm_enabled:
             await self._build_ltm()
@@ -172,9 +178,16 @@ class Sidecar:
         )
         session_service_pb2_grpc.add_SessionServiceServicer_to_server(
             SessionServicer(
-                self.sessions, lifecycle=self.lifecycle, pipeline=self.pipeline, resumer=self.resumer
+                self.sessions,
+                lifecycle=self.lifecycle,
+                pipeline=self.pipeline,
+                resumer=self.resumer,
+                remover=MessageRemover(self.redis, self.keys, self.sessions),
             ),
             server,
+        )
+        checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(
+            CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle), server
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
@@ -193,6 +206,7 @@ class Sidecar:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+            checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
             context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
             admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,

@@ -548,6 +548,77 @@ class ListMessagesResponse(_message.Message):
 Global___ListMessagesResponse: _TypeAlias = ListMessagesResponse  # noqa: Y015
 
 @_typing.final
+class RemoveMessagesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    request_id: _builtins.str
+    """Client-chosen id of this removal (filled in by the client when empty): a retry removes nothing more."""
+    last: _builtins.int
+    """The last N messages (at most 1000)."""
+    all: _builtins.bool
+    """Every message of the session."""
+    @_builtins.property
+    def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Exactly one of the next three.
+        These messages.
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        message_ids: _abc.Iterable[_builtins.str] | None = ...,
+        last: _builtins.int = ...,
+        all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "last", b"last", "message_ids", b"message_ids", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveMessagesRequest: _TypeAlias = RemoveMessagesRequest  # noqa: Y015
+
+@_typing.final
+class RemoveMessagesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    REMOVED_COUNT_FIELD_NUMBER: _builtins.int
+    TOKEN_TOTAL_FIELD_NUMBER: _builtins.int
+    MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
+    removed_count: _builtins.int
+    token_total: _builtins.int
+    """The session's totals after the removal."""
+    message_count: _builtins.int
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedCompositeFieldContainer[_session_pb2.Message]:
+        """The messages removed, oldest first (for `all`: empty; see removed_count)."""
+
+    def __init__(
+        self,
+        *,
+        removed: _abc.Iterable[_session_pb2.Message] | None = ...,
+        removed_count: _builtins.int = ...,
+        token_total: _builtins.int = ...,
+        message_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_count", b"message_count", "removed", b"removed", "removed_count", b"removed_count", "token_total", b"token_total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveMessagesResponse: _TypeAlias = RemoveMessagesResponse  # noqa: Y015
+
+@_typing.final
 class SessionEvent(_message.Message):
     """One lifecycle event."""
 

@@ -70,6 +70,11 @@ class SessionServiceStub:
                 request_serializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesResponse.FromString,
                 _registered_method=True)
+        self.RemoveMessages = channel.unary_unary(
+                '/memlane.v1.SessionService/RemoveMessages',
+                request_serializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesResponse.FromString,
+                _registered_method=True)
         self.PromoteSession = channel.unary_unary(
                 '/memlane.v1.SessionService/PromoteSession',
                 request_serializer=memlane_dot_v1_dot_session__service__pb2.PromoteSessionRequest.SerializeToString,
@@ -147,6 +152,18 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveMessages(self, request, context):
+        """Removes messages: by id, the last N (returned, for "pop"), or all of them ("clear": the session
+        stays). `seq` never goes back; token totals and counts drop; a summary that covered a removed
+        message is reset (clear also drops the turn traces). Retrying with the same `request_id` returns
+        the first answer and removes nothing more. Ids that are not stored are ignored.
+        Errors: INVALID_ARGUMENT (not exactly one of message_ids, last, all; bad id), NOT_FOUND (session),
+        PERMISSION_DENIED (a message the caller may not write, or an auditor).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PromoteSession(self, request, context):
         """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
         archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
@@ -206,6 +223,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ListMessages,
                     request_deserializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_session__service__pb2.ListMessagesResponse.SerializeToString,
+            ),
+            'RemoveMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMessages,
+                    request_deserializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesResponse.SerializeToString,
             ),
             'PromoteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.PromoteSession,
@@ -408,6 +430,33 @@ class SessionService:
             '/memlane.v1.SessionService/ListMessages',
             memlane_dot_v1_dot_session__service__pb2.ListMessagesRequest.SerializeToString,
             memlane_dot_v1_dot_session__service__pb2.ListMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.SessionService/RemoveMessages',
+            memlane_dot_v1_dot_session__service__pb2.RemoveMessagesRequest.SerializeToString,
+            memlane_dot_v1_dot_session__service__pb2.RemoveMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

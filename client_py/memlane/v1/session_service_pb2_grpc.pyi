@@ -65,6 +65,14 @@ class SessionServiceStub:
     """Lists a session's messages, oldest or newest first, with filters; paginated.
     Errors: INVALID_ARGUMENT (bad page token or filter), NOT_FOUND.
     """
+    RemoveMessages: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.RemoveMessagesRequest, _session_service_pb2.RemoveMessagesResponse]
+    """Removes messages: by id, the last N (returned, for "pop"), or all of them ("clear": the session
+    stays). `seq` never goes back; token totals and counts drop; a summary that covered a removed
+    message is reset (clear also drops the turn traces). Retrying with the same `request_id` returns
+    the first answer and removes nothing more. Ids that are not stored are ignored.
+    Errors: INVALID_ARGUMENT (not exactly one of message_ids, last, all; bad id), NOT_FOUND (session),
+    PERMISSION_DENIED (a message the caller may not write, or an auditor).
+    """
     PromoteSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.PromoteSessionRequest, _session_service_pb2.PromoteSessionResponse]
     """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
     archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
@@ -116,6 +124,14 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListMessages: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ListMessagesRequest, _session_service_pb2.ListMessagesResponse]  # type: ignore[assignment]
     """Lists a session's messages, oldest or newest first, with filters; paginated.
     Errors: INVALID_ARGUMENT (bad page token or filter), NOT_FOUND.
+    """
+    RemoveMessages: _aio.UnaryUnaryMultiCallable[_session_service_pb2.RemoveMessagesRequest, _session_service_pb2.RemoveMessagesResponse]  # type: ignore[assignment]
+    """Removes messages: by id, the last N (returned, for "pop"), or all of them ("clear": the session
+    stays). `seq` never goes back; token totals and counts drop; a summary that covered a removed
+    message is reset (clear also drops the turn traces). Retrying with the same `request_id` returns
+    the first answer and removes nothing more. Ids that are not stored are ignored.
+    Errors: INVALID_ARGUMENT (not exactly one of message_ids, last, all; bad id), NOT_FOUND (session),
+    PERMISSION_DENIED (a message the caller may not write, or an auditor).
     """
     PromoteSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.PromoteSessionRequest, _session_service_pb2.PromoteSessionResponse]  # type: ignore[assignment]
     """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
@@ -207,6 +223,20 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_service_pb2.ListMessagesResponse, _abc.Awaitable[_session_service_pb2.ListMessagesResponse]]:
         """Lists a session's messages, oldest or newest first, with filters; paginated.
         Errors: INVALID_ARGUMENT (bad page token or filter), NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def RemoveMessages(
+        self,
+        request: _session_service_pb2.RemoveMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.RemoveMessagesResponse, _abc.Awaitable[_session_service_pb2.RemoveMessagesResponse]]:
+        """Removes messages: by id, the last N (returned, for "pop"), or all of them ("clear": the session
+        stays). `seq` never goes back; token totals and counts drop; a summary that covered a removed
+        message is reset (clear also drops the turn traces). Retrying with the same `request_id` returns
+        the first answer and removes nothing more. Ids that are not stored are ignored.
+        Errors: INVALID_ARGUMENT (not exactly one of message_ids, last, all; bad id), NOT_FOUND (session),
+        PERMISSION_DENIED (a message the caller may not write, or an auditor).
         """
 
     @_abc_1.abstractmethod

@@ -16,6 +16,7 @@ from ..pipelines import Resumer, SessionEndPipeline
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import PromotionState, Role, Session, SessionStatus, Topology
+from ..sessions.removal import MessageRemover
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
 
@@ -52,8 +53,10 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         lifecycle: Lifecycle,
         pipeline: SessionEndPipeline,
         resumer: Resumer,
+        remover: MessageRemover,
     ) -> None:
         self._store = store
+        self._remover = remover
         self._lifecycle = lifecycle
         self._pipeline = pipeline
         self._resumer = resumer
@@ -179,6 +182,25 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             request.session_id, f, request.page_size, request.page_token
         )
         return spb.ListMessagesResponse(messages=[message_to_pb(m) for m in msgs], next_page_token=token)
+
+    async def RemoveMessages(
+        self, request: spb.RemoveMessagesRequest, context: _Ctx
+    ) -> spb.RemoveMessagesResponse:
+        await self._resumer.ensure_hot(request.session_id)
+        out = await self._remover.remove(
+            request.session_id,
+            request.request_id,
+            message_ids=list(request.message_ids),
+            last=request.last,
+            everything=request.all,
+            caller=current_caller(),
+        )
+        return spb.RemoveMessagesResponse(
+            removed=[message_to_pb(m) for m in out.removed],
+            removed_count=out.removed_count,
+            token_total=out.token_total,
+            message_count=out.message_count,
+        )
 
     async def PromoteSession(
         self, request: spb.PromoteSessionRequest, context: _Ctx

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
+from ..sessions.checkpoints import export_checkpoints, forget_checkpoint_runs
 from ..sessions.codec import encode_session
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
@@ -75,6 +76,8 @@ class UserData:
                     yield "trace", asdict(t)
                 if not token:
                     break
+        async for checkpoint in export_checkpoints(self._sessions.redis, self._sessions.keys, sids):
+            yield "checkpoint", checkpoint
         if self._memory is not None:
             for item in await self._memory.export_user(user_id):
                 record = asdict(item)
@@ -95,6 +98,7 @@ class UserData:
             counts.update(await self._archive.delete_files(files))
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(user_id)
+        await forget_checkpoint_runs(self._sessions.redis, self._sessions.keys, sids)
         counts.update(await self._sessions.erase_user(user_id))
         for forget in self._caches:
             forget(user_id, set(sids))

@@ -26,6 +26,24 @@ class SessionKeys:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointKeys:
+    """Framework state of one session (sessions/checkpoints.py). Members and fields are
+    ``<namespace>\\0<checkpoint_id>`` (writes: ``...\\0<task_id>\\0<index>``), so a lexical range is one
+    namespace, or one checkpoint's writes."""
+
+    index: str  # ZSET, all scores 0: checkpoint members, ordered lexically (ids sort by time)
+    data: str  # HASH: member -> parent, time, type, metadata JSON, checkpoint bytes
+    versions: str  # HASH: member -> channel\0version\0... (which blobs the checkpoint reads)
+    blobs: str  # HASH: namespace\0channel\0version -> type\0bytes
+    runs: str  # HASH: member -> run id (for DeleteCheckpointRuns)
+    write_index: str  # ZSET, all scores 0: write members
+    writes: str  # HASH: write member -> task, index, channel, path, type, bytes
+
+    def all(self) -> tuple[str, ...]:
+        return (self.index, self.data, self.versions, self.blobs, self.runs, self.write_index, self.writes)
+
+
+@dataclass(frozen=True, slots=True)
 class KeySpace:
     """Builds keys under one prefix (``ml`` in production; tests use their own)."""
 
@@ -41,6 +59,26 @@ class KeySpace:
             traces=f"{base}:traces",
             trace_data=f"{base}:tracedata",
         )
+
+    def checkpoints(self, session_id: str) -> CheckpointKeys:
+        base = f"{self.prefix}:{{{session_id}}}:ck"
+        return CheckpointKeys(
+            index=f"{base}:idx",
+            data=f"{base}:data",
+            versions=f"{base}:vers",
+            blobs=f"{base}:blobs",
+            runs=f"{base}:runs",
+            write_index=f"{base}:widx",
+            writes=f"{base}:w",
+        )
+
+    def checkpoint_run(self, run_id: str) -> str:
+        """SET: the sessions holding checkpoints of one run (its own hash tag; written separately)."""
+        return f"{self.prefix}:ckrun:{{{run_id}}}"
+
+    def removals(self, session_id: str) -> str:
+        """HASH: request id -> answer of a RemoveMessages call, so a retry removes nothing more."""
+        return f"{self.prefix}:{{{session_id}}}:removals"
 
     def session_id_from_alive_key(self, key: str) -> str | None:
         """Inverse of ``session(...).alive``: the session whose activity key just expired."""
@@ -119,6 +157,8 @@ class KeySpace:
         """Every per-session key, for erasure: the document, messages, traces and pipeline state."""
         return (
             *self.session(session_id).all(),
+            *self.checkpoints(session_id).all(),
+            self.removals(session_id),
             self.pipeline(session_id),
             self.promoted(session_id),
             self.lease(session_id),

@@ -121,3 +121,211 @@ end
 redis.call('HSET', KEYS[1], 'promotion_state', ARGV[1])
 return cur
 """
+
+# --- message removal (sessions/removal.py)
+
+# KEYS: doc, msgs, order, removals, traces, trace_data.  ARGV: request_id, mode ('ids' | 'all'),
+# answer TTL (ms), then (message_id, token_count) pairs for 'ids'.
+# Returns {count, token_total, message_count, {seq_1, id_1, payload_1, ...}}. A request id seen before
+# returns its first answer (the removed messages kept for the answer TTL) and changes nothing.
+# `last_seq` is never touched, so seqs stay monotonic; a summary covering a removed seq is reset.
+REMOVE = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
+local rid = ARGV[1]
+local head = redis.call('HGET', KEYS[4], rid)
+if head then
+  local totals = redis.call('HMGET', KEYS[1], 'token_total', 'message_count')
+  if string.sub(head, 1, 1) == 'A' then
+    return {tonumber(string.sub(head, 2)), tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), {}}
+  end
+  local n = tonumber(head)
+  local fields = {}
+  for i = 1, n do fields[i] = rid .. '\0' .. i end
+  local rows = {}
+  if n > 0 then rows = redis.call('HMGET', KEYS[4], unpack(fields)) end
+  local flat = {}
+  for _, r in ipairs(rows) do
+    if r then
+      local a = string.find(r, '\0', 1, true)
+      local b = string.find(r, '\0', a + 1, true)
+      flat[#flat + 1] = string.sub(r, 1, a - 1)
+      flat[#flat + 1] = string.sub(r, a + 1, b - 1)
+      flat[#flat + 1] = string.sub(r, b + 1)
+    end
+  end
+  return {n, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
+end
+local flat, count, tokens, lowest = {}, 0, 0, nil
+if ARGV[2] == 'all' then
+  count = redis.call('ZCARD', KEYS[3])
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6])
+  redis.call('HSET', KEYS[1], 'token_total', 0, 'message_count', 0)
+  lowest = 0
+else
+  for i = 4, #ARGV, 2 do
+    local id = ARGV[i]
+    local payload = redis.call('HGET', KEYS[2], id)
+    if payload then
+      local seq = tonumber(redis.call('ZSCORE', KEYS[3], id) or '0')
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('ZREM', KEYS[3], id)
+      count = count + 1
+      tokens = tokens + tonumber(ARGV[i + 1])
+      flat[#flat + 1] = seq
+      flat[#flat + 1] = id
+      flat[#flat + 1] = payload
+      redis.call('HSET', KEYS[4], rid .. '\0' .. count, seq .. '\0' .. id .. '\0' .. payload)
+      if lowest == nil or seq < lowest then lowest = seq end
+    end
+  end
+  if count > 0 then
+    redis.call('HINCRBY', KEYS[1], 'token_total', -tokens)
+    redis.call('HINCRBY', KEYS[1], 'message_count', -count)
+  end
+end
+if lowest ~= nil and lowest <= tonumber(redis.call('HGET', KEYS[1], 'summary_through_seq') or '0') then
+  redis.call('HSET', KEYS[1], 'summary_text', '', 'summary_through_id', '', 'summary_through_seq', 0,
+    'summary_tokens', 0)
+end
+if ARGV[2] == 'all' then
+  redis.call('HSET', KEYS[4], rid, 'A' .. count)
+else
+  redis.call('HSET', KEYS[4], rid, count)
+end
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
+local totals = redis.call('HMGET', KEYS[1], 'token_total', 'message_count')
+return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
+"""
+
+# --- framework checkpoints (sessions/checkpoints.py); members are namespace\0checkpoint_id
+
+# KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, then blob
+# field/value pairs.  NOTFOUND / CLOSED like an append.
+CK_PUT = r"""
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return redis.error_reply('NOTFOUND') end
+if status == '3' then return redis.error_reply('CLOSED') end
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[6], ARGV[1], ARGV[4]) end
+if #ARGV > 4 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
+return 1
+"""
+
+# KEYS: doc, write_index, writes.  ARGV: (member, payload, replace) triples.  Returns how many it stored:
+# a member already stored is kept unless `replace` is '1' (special writes: errors, interrupts).
+CK_PUT_WRITES = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
+local stored = 0
+for i = 1, #ARGV, 3 do
+  if ARGV[i + 2] == '1' or redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+    redis.call('ZADD', KEYS[2], 0, ARGV[i])
+    stored = stored + 1
+  end
+end
+return stored
+"""
+
+# Splits "a\0b\0c" into {"a", "b", "c"}; the blob field of channel c at version v in namespace ns is
+# ns\0c\0v.  Shared by the reading and the dropping script.
+_CK_LIB = r"""
+local function split0(s)
+  local parts, start = {}, 1
+  while start <= #s do
+    local e = string.find(s, '\0', start, true)
+    if not e then parts[#parts + 1] = string.sub(s, start); break end
+    parts[#parts + 1] = string.sub(s, start, e - 1)
+    start = e + 1
+  end
+  return parts
+end
+local function ns_of(member)
+  return string.sub(member, 1, string.find(member, '\0', 1, true))
+end
+"""
+
+# KEYS: index, data, versions, blobs, write_index, writes.  ARGV: lex min, lex max, count, reverse.
+# Returns {{member, record, {channel, version, blob, ...}, {write payload, ...}}, ...}.
+CK_READ = (
+    _CK_LIB
+    + r"""
+local members
+if ARGV[4] == '1' then
+  members = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[2], ARGV[1], 'LIMIT', 0, ARGV[3])
+else
+  members = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+end
+local out = {}
+for _, m in ipairs(members) do
+  local rec = redis.call('HGET', KEYS[2], m)
+  if rec then
+    local ns = ns_of(m)
+    local parts = split0(redis.call('HGET', KEYS[3], m) or '')
+    local blobs = {}
+    for i = 1, #parts - 1, 2 do
+      local b = redis.call('HGET', KEYS[4], ns .. parts[i] .. '\0' .. parts[i + 1])
+      if b then
+        blobs[#blobs + 1] = parts[i]
+        blobs[#blobs + 1] = parts[i + 1]
+        blobs[#blobs + 1] = b
+      end
+    end
+    local wm = redis.call('ZRANGEBYLEX', KEYS[5], '[' .. m .. '\0', '(' .. m .. '\0\255')
+    local writes = {}
+    for _, w in ipairs(wm) do
+      local p = redis.call('HGET', KEYS[6], w)
+      if p then writes[#writes + 1] = p end
+    end
+    out[#out + 1] = {m, rec, blobs, writes}
+  end
+end
+return out
+"""
+)
+
+# KEYS: index, data, versions, blobs, runs, write_index, writes.  ARGV: mode ('latest': keep the newest
+# checkpoint of each namespace; 'runs': drop those whose run id is in ARGV[2..]).  Drops the
+# checkpoints, their writes, and every blob no remaining checkpoint reads.  Returns how many it dropped.
+CK_DROP = (
+    _CK_LIB
+    + r"""
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+local doomed = {}
+if ARGV[1] == 'latest' then
+  for i, m in ipairs(members) do
+    local nxt = members[i + 1]
+    if nxt and ns_of(nxt) == ns_of(m) then doomed[#doomed + 1] = m end
+  end
+else
+  local wanted = {}
+  for i = 2, #ARGV do wanted[ARGV[i]] = true end
+  for _, m in ipairs(members) do
+    local r = redis.call('HGET', KEYS[5], m)
+    if r and wanted[r] then doomed[#doomed + 1] = m end
+  end
+end
+if #doomed == 0 then return 0 end
+for _, m in ipairs(doomed) do
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('HDEL', KEYS[2], m)
+  redis.call('HDEL', KEYS[3], m)
+  redis.call('HDEL', KEYS[5], m)
+  for _, w in ipairs(redis.call('ZRANGEBYLEX', KEYS[6], '[' .. m .. '\0', '(' .. m .. '\0\255')) do
+    redis.call('ZREM', KEYS[6], w)
+    redis.call('HDEL', KEYS[7], w)
+  end
+end
+local keep = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local ns = ns_of(m)
+  local parts = split0(redis.call('HGET', KEYS[3], m) or '')
+  for i = 1, #parts - 1, 2 do keep[ns .. parts[i] .. '\0' .. parts[i + 1]] = true end
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  if not keep[f] then redis.call('HDEL', KEYS[4], f) end
+end
+return #doomed
+"""
+)

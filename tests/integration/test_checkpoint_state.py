@@ -1,0 +1,109 @@
+"""CheckpointService beyond the conformance suite: hostile names, the write rule, the run index, and
+export / erasure of a user's framework state."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import redis
+
+import memlane
+from memlane.v1 import checkpoint_pb2 as kpb
+from memlane_server.background import SidecarThread
+
+
+def _put(c: memlane.Client, sid: str, cid: str, **fields: object) -> None:
+    c.put_checkpoint(
+        session_id=sid,
+        checkpoint_id=cid,
+        checkpoint=kpb.TypedValue(type="json", data=b"{}"),
+        channel_versions={"a": "1"},
+        new_values=[kpb.ChannelValue(channel="a", version="1", value=kpb.TypedValue(type="json", data=b"1"))],
+        **fields,
+    )
+
+
+def test_hostile_names_are_refused_and_stored_names_are_exact(client: memlane.Client, user_id: str) -> None:
+    sid = client.create_session(user_id=user_id).session.session_id
+    for bad in ({"namespace": "a\x00b"}, {"metadata_json": "[1]"}, {"metadata_json": "{not json"}):
+        with pytest.raises(memlane.InvalidArgumentError):
+            _put(client, sid, "c1", **bad)
+    # Lua-, key- and SQL-looking names are just names.
+    odd = "ns') OR 1=1 --]]\\{x}*?"
+    _put(client, sid, "c1", namespace=odd, metadata_json=json.dumps({"run_id": "r", "k": odd}))
+    got = client.get_checkpoint(session_id=sid, namespace=odd)
+    assert (
+        got.found
+        and got.checkpoint.checkpoint_id == "c1"
+        and json.loads(got.checkpoint.metadata_json)["k"] == odd
+    )
+    assert not client.get_checkpoint(session_id=sid, namespace="ns").found
+    with pytest.raises(memlane.NotFoundError):
+        _put(client, f"nope-{uuid.uuid4().hex}", "c1")
+    with pytest.raises(memlane.InvalidArgumentError, match="strategy"):
+        client.prune_checkpoints(session_ids=[sid])
+
+
+def test_export_and_erasure_take_the_checkpoints(
+    start_server,
+    redis_url: str,
+    user_id: str,  # type: ignore[no-untyped-def]
+) -> None:
+    sidecar: SidecarThread = start_server()
+    prefix = sidecar.settings.key_prefix
+    marker = f"quokka{uuid.uuid4().hex[:10]}"
+    run = f"run-{uuid.uuid4().hex}"
+    with memlane.Client(sidecar.target, timeout=60) as c:
+        sid = c.create_session(user_id=user_id).session.session_id
+        _put(c, sid, "c1", metadata_json=json.dumps({"run_id": run, "note": marker}))
+        c.put_checkpoint_writes(
+            session_id=sid,
+            checkpoint_id="c1",
+            writes=[
+                kpb.PendingWrite(
+                    task_id="t", index=0, channel="ch", value=kpb.TypedValue(type="json", data=b"2")
+                )
+            ],
+        )
+        r = redis.Redis.from_url(redis_url)
+        assert r.smembers(f"{prefix}:ckrun:{{{run}}}") == {sid.encode()}
+        records = [json.loads(x.data) for x in c.export_user_data(user_id=user_id) if x.kind == "checkpoint"]
+        assert len(records) == 1 and records[0]["metadata"]["note"] == marker
+        assert records[0]["pending_writes"][0]["channel"] == "ch"
+        stored = r.hget(f"{prefix}:{{{sid}}}:ck:data", "\x00c1") or b""
+        assert marker.encode() in stored  # positive control for the erasure below
+
+        c.forget_user(user_id=user_id)
+        assert list(r.scan_iter(f"{prefix}:{{{sid}}}:*")) == []
+        assert r.smembers(f"{prefix}:ckrun:{{{run}}}") == set()
+        assert not c.get_checkpoint(session_id=sid).found
+        r.close()
+
+
+def test_auditors_read_checkpoints_but_never_write_them(start_server, tmp_path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+    import yaml  # noqa: PLC0415
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [{"token": "bot", "agent": "bot"}, {"token": "aud", "agent": "auditor"}],
+                "agents": {"auditor": {"roles": ["auditor"]}},
+            }
+        )
+    )
+    sidecar: SidecarThread = start_server(auth_required=True, access_policy_file=str(policy))
+    with (
+        memlane.Client(sidecar.target, token="bot", timeout=10) as bot,
+        memlane.Client(sidecar.target, token="aud", timeout=10) as auditor,
+    ):
+        sid = bot.create_session(user_id=user_id).session.session_id
+        _put(bot, sid, "c1")
+        assert auditor.get_checkpoint(session_id=sid).found
+        with pytest.raises(memlane.PermissionDeniedError):
+            _put(auditor, sid, "c2")
+        with pytest.raises(memlane.PermissionDeniedError):
+            auditor.delete_checkpoints(session_id=sid)
+        assert bot.get_checkpoint(session_id=sid).checkpoint.checkpoint_id == "c1"

@@ -1,0 +1,119 @@
+"""RemoveMessages through the real server: by id, pop (last N), clear; idempotent retries, monotonic
+seqs, consistent totals and summary, and the write rule of access control."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+import memlane
+from memlane import Message, Role
+from memlane_server.background import SidecarThread
+
+
+def _session(client: memlane.Client, user_id: str, n: int) -> tuple[str, list[str]]:
+    sid = client.create_session(user_id=user_id).session.session_id
+    out = client.append_messages(
+        session_id=sid,
+        messages=[Message(role=Role.ROLE_USER, content=f"message number {i}") for i in range(n)],
+    )
+    return sid, [r.message_id for r in out.results]
+
+
+def _ids(client: memlane.Client, sid: str) -> list[str]:
+    return [m.message_id for m in client.list_messages(session_id=sid, page_size=1000).messages]
+
+
+def test_pop_returns_the_last_messages_once_even_when_retried(client: memlane.Client, user_id: str) -> None:
+    sid, ids = _session(client, user_id, 5)
+    before = client.get_session(session_id=sid).session
+    first = client.remove_messages(session_id=sid, request_id="pop-1", last=2)
+    assert [m.message_id for m in first.removed] == ids[3:]
+    assert [m.content for m in first.removed] == ["message number 3", "message number 4"]
+    assert first.removed_count == 2 and first.message_count == 3
+    removed_tokens = sum(m.token_count for m in first.removed)
+    assert first.token_total == before.token_total - removed_tokens > 0
+    # The same request again removes nothing more and answers the same.
+    again = client.remove_messages(session_id=sid, request_id="pop-1", last=2)
+    assert [m.message_id for m in again.removed] == ids[3:]
+    assert _ids(client, sid) == ids[:3]
+    # A new request id is a new pop.
+    assert [m.message_id for m in client.remove_messages(session_id=sid, last=1).removed] == ids[2:3]
+    assert _ids(client, sid) == ids[:2]
+
+
+def test_remove_by_id_keeps_seq_monotonic(client: memlane.Client, user_id: str) -> None:
+    sid, ids = _session(client, user_id, 3)
+    out = client.remove_messages(session_id=sid, message_ids=[ids[1], "never-stored"])
+    assert out.removed_count == 1 and [m.message_id for m in out.removed] == [ids[1]]
+    nxt = client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="after")])
+    assert nxt.results[0].seq == 4  # never reuses a removed seq
+    assert _ids(client, sid) == [ids[0], ids[2], nxt.results[0].message_id]
+
+
+def test_clear_keeps_the_session_and_resets_totals(client: memlane.Client, user_id: str) -> None:
+    sid, _ = _session(client, user_id, 4)
+    out = client.remove_messages(session_id=sid, all=True)
+    assert out.removed_count == 4 and out.token_total == 0 and out.message_count == 0
+    s = client.get_session(session_id=sid).session
+    assert s.message_count == 0 and s.token_total == 0 and s.summary.through_seq == 0
+    assert _ids(client, sid) == []
+    nxt = client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="fresh")])
+    assert nxt.results[0].seq == 5
+    assert client.get_session(session_id=sid).session.message_count == 1
+
+
+def test_bad_removals_are_refused_precisely(client: memlane.Client, user_id: str) -> None:
+    sid, ids = _session(client, user_id, 1)
+    with pytest.raises(memlane.InvalidArgumentError, match="exactly one"):
+        client.remove_messages(session_id=sid, last=1, all=True)
+    with pytest.raises(memlane.InvalidArgumentError, match="exactly one"):
+        client.remove_messages(session_id=sid)
+    with pytest.raises(memlane.InvalidArgumentError, match="last"):
+        client.remove_messages(session_id=sid, last=5000)
+    with pytest.raises(memlane.InvalidArgumentError, match=r"message_ids\[0\]"):
+        client.remove_messages(session_id=sid, message_ids=["bad id') OR 1=1 --"])
+    with pytest.raises(memlane.NotFoundError):
+        client.remove_messages(session_id=f"missing-{uuid.uuid4().hex}", last=1)
+    assert _ids(client, sid) == ids  # nothing was removed by the refused calls
+
+
+TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in ("alpha", "beta", "auditor")}
+
+
+@pytest.fixture(scope="module")
+def secured(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+    path: Path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"sha256": hashlib.sha256(t.encode()).hexdigest(), "agent": a} for a, t in TOKENS.items()
+                ],
+                "agents": {"auditor": {"roles": ["auditor"]}},
+            }
+        )
+    )
+    return start_server(auth_required=True, access_policy_file=str(path))
+
+
+def test_only_a_message_s_writer_removes_it(secured: SidecarThread, user_id: str) -> None:
+    with (
+        memlane.Client(secured.target, token=TOKENS["alpha"], timeout=10) as alpha,
+        memlane.Client(secured.target, token=TOKENS["beta"], timeout=10) as beta,
+        memlane.Client(secured.target, token=TOKENS["auditor"], timeout=10) as auditor,
+    ):
+        sid, ids = _session(alpha, user_id, 2)
+        with pytest.raises(memlane.PermissionDeniedError):
+            beta.remove_messages(session_id=sid, last=1)
+        with pytest.raises(memlane.PermissionDeniedError):
+            auditor.remove_messages(session_id=sid, message_ids=[ids[0]])
+        with pytest.raises(memlane.PermissionDeniedError):
+            beta.remove_messages(session_id=sid, all=True)
+        assert _ids(alpha, sid) == ids  # positive control below: the writer may
+        assert alpha.remove_messages(session_id=sid, last=1).removed_count == 1
+        assert _ids(alpha, sid) == ids[:1]
