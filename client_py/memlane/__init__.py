@@ -6,6 +6,8 @@ with Client("127.0.0.1:50051") as c:
     c.append_messages(session_id=s.session_id, messages=[Message(role=Role.ROLE_USER, content="hi")])
 """
 
+from importlib import metadata as _metadata
+
 from ._client import DEFAULT_TARGET, AsyncClient, Client, iter_pages
 from ._errors import (
     AbortedError,
@@ -40,6 +42,11 @@ from .v1.session_pb2 import (
     VisibilityKind,
 )
 from .v1.session_service_pb2 import MessageOrder
+
+try:
+    __version__ = _metadata.version("memlane")
+except _metadata.PackageNotFoundError:  # run from a source tree without an install
+    __version__ = "0+unknown"
 
 __all__ = [
     "DEFAULT_TARGET",

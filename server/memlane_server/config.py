@@ -34,6 +34,7 @@ class Settings:
     max_receive_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "INFO"
     log_format: str = "json"  # json | text
+    metrics_sample_interval_seconds: float = 15.0  # sessions by status, backlog, LTM items; 0 disables
     # --- storage
     data_dir: str = "./memlane-data"
     redis_url: str = ""  # empty: start an embedded Redis on a Unix socket under data_dir
