@@ -1,11 +1,19 @@
 """memlane: the Python client of the memlane memory sidecar.
 
-from memlane import Client, Message, Role
-with Client("127.0.0.1:50051") as c:
-    s = c.create_session(user_id="u1").session
-    c.append_messages(session_id=s.session_id, messages=[Message(role=Role.ROLE_USER, content="hi")])
+The common path (sessions created on first use, context as OpenAI chat messages):
+
+    from memlane import Memlane
+    with Memlane("127.0.0.1:50051", agent_id="bot") as m:
+        m.add("u1", "chat-1", [{"role": "user", "content": "hi"}])
+        messages = m.context("chat-1", "hi")
+
+Every RPC: ``Client`` / ``AsyncClient`` (``Memlane(...).client``), with the message and enum types
+exported here.
 """
 
+from importlib import metadata as _metadata
+
+from ._chat import ChatMessage
 from ._client import DEFAULT_TARGET, AsyncClient, Client, iter_pages
 from ._errors import (
     AbortedError,
@@ -27,7 +35,32 @@ from ._errors import (
     UnknownError,
 )
 from ._ids import new_id
+from ._memlane import AsyncMemlane, Memlane
 from ._retry import NO_RETRY, RetryPolicy
+from .v1.admin_pb2 import ExportFormat
+from .v1.context_pb2 import (
+    AssembleStats,
+    ContextBlock,
+    ContextMessage,
+    ContextSection,
+    ContextStrategy,
+    HistoryFallback,
+    MemoryRef,
+    Provenance,
+    TurnTrace,
+)
+from .v1.memory_pb2 import (
+    Caller,
+    FeedbackVerdict,
+    IngestOutcome,
+    Memory,
+    MemoryFilter,
+    MemoryKind,
+    MemoryScope,
+    ScoredMemory,
+    ScoreParts,
+    SearchMode,
+)
 from .v1.session_pb2 import (
     Message,
     NativeMessage,
@@ -39,22 +72,46 @@ from .v1.session_pb2 import (
     Topology,
     VisibilityKind,
 )
-from .v1.session_service_pb2 import MessageOrder
+from .v1.session_service_pb2 import AppendResult, MessageOrder
+
+try:
+    __version__ = _metadata.version("memlane")
+except _metadata.PackageNotFoundError:  # run from a source tree without an install
+    __version__ = "0+unknown"
 
 __all__ = [
     "DEFAULT_TARGET",
     "NO_RETRY",
     "AbortedError",
     "AlreadyExistsError",
+    "AppendResult",
+    "AssembleStats",
     "AsyncClient",
+    "AsyncMemlane",
+    "Caller",
     "CancelledError",
+    "ChatMessage",
     "Client",
+    "ContextBlock",
+    "ContextMessage",
+    "ContextSection",
+    "ContextStrategy",
     "DataLossError",
     "DeadlineExceededError",
+    "ExportFormat",
     "FailedPreconditionError",
+    "FeedbackVerdict",
+    "HistoryFallback",
+    "IngestOutcome",
     "InternalError",
     "InvalidArgumentError",
+    "Memlane",
     "MemlaneError",
+    "Memory",
+    "MemoryFilter",
+    "MemoryKind",
+    "MemoryRef",
+    "MemoryScope",
     "Message",
     "MessageOrder",
     "NativeMessage",
@@ -62,13 +119,18 @@ __all__ = [
     "OutOfRangeError",
     "PermissionDeniedError",
     "PromotionState",
+    "Provenance",
     "ResourceExhaustedError",
     "RetryPolicy",
     "Role",
+    "ScoreParts",
+    "ScoredMemory",
+    "SearchMode",
     "Session",
     "SessionStatus",
     "Summary",
     "Topology",
+    "TurnTrace",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",

@@ -12,7 +12,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import CollectorRegistry
 
 from memlane.v1 import (
     admin_pb2,
@@ -53,14 +52,14 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
 from .observability.admin_http import AdminHttpServer
+from .observability.domain import DomainMetrics, Sampler
 from .observability.metrics import RpcMetrics
+from .observability.process import new_registry
 from .pipelines import (
     LtmPromoter,
-    ParquetArchive,
     PipelineConfig,
     QueueMetrics,
     Resumer,
-    SessionEndPipeline,
     SessionEndWorker,
     WorkerConfig,
 )
@@ -83,6 +82,15 @@ from .summarizers import (
     OpenAISummarizer,
     SummarizationMetrics,
     Summarizer,
+)
+from .telemetry import (
+    MeteredArchive,
+    MeteredPipeline,
+    MeteredPromoter,
+    MeteredStepSummarizer,
+    probes,
+    record_assembly,
+    register_caches,
 )
 from .tokens import TokenCounter
 
@@ -123,7 +131,11 @@ class Sidecar:
         self._extractor_http: OpenAIExtractor | None = None
         self._openai: OpenAISummarizer | None = None
         self.context: ContextAssembler | None = None
-        self.registry = CollectorRegistry()
+        self.registry = new_registry(
+            settings_summary={"summarizer": settings.summarizer, "extractor": settings.extractor}
+        )
+        self.metrics = DomainMetrics(self.registry)
+        self._sampler: Sampler | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
         self._embedded: EmbeddedRedis | None = None
@@ -189,7 +201,9 @@ class Sidecar:
         checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(
             CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle), server
         )
-        context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
+        context_pb2_grpc.add_ContextServiceServicer_to_server(
+            ContextServicer(self.context, on_stats=lambda st: record_assembly(self.metrics, st)), server
+        )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 UserData(
@@ -228,6 +242,19 @@ class Sidecar:
         await self.lifecycle.start()
         if s.pipeline_enabled:
             await self.end_worker.start()
+        self._sampler = Sampler(
+            self.metrics,
+            probes(
+                self.metrics,
+                redis=self.redis,
+                keys=self.keys,
+                sessions=self.sessions,
+                queue=self._end_queue,
+                ltm=self.ltm,
+            ),
+            s.metrics_sample_interval_seconds,
+        )
+        self._sampler.start()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
 
     def _build_lifecycle(
@@ -237,7 +264,7 @@ class Sidecar:
         claim_ms = int(s.pipeline_claim_timeout_seconds * 1000)
         self.policies = PolicyBook.load(s.channel_policies_file, default_expire_after=s.session_ttl_seconds)
         self.session_events = EventLog(self.redis, self.keys, max_len=s.events_max_len)
-        queue = SessionEndQueue(self.redis, self.keys)
+        queue = self._end_queue = SessionEndQueue(self.redis, self.keys)
         self.lifecycle = Lifecycle(
             self.redis,
             self.sessions,
@@ -252,12 +279,16 @@ class Sidecar:
         # Session end has no agent to summarize for it: the "client" provider falls back to extractive.
         # With the client provider the agent summarizes live turns; at session end nobody is there to
         # ask, so the tail is summarized extractively.
-        end_summarizer = summarizer or ExtractiveSummarizer(tokens, s.default_model, self._executor)
-        promoter = (
-            LtmPromoter(self.ltm, extractor) if self.ltm is not None and extractor is not None else None
+        end_summarizer = MeteredStepSummarizer(
+            summarizer or ExtractiveSummarizer(tokens, s.default_model, self._executor), self.metrics
         )
-        self.archive = ParquetArchive(s.archive_uri or str(Path(s.data_dir) / "archive"))
-        self.pipeline = SessionEndPipeline(
+        promoter = (
+            MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics)
+            if self.ltm is not None and extractor is not None
+            else None
+        )
+        self.archive = MeteredArchive(s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics)
+        self.pipeline = MeteredPipeline(
             self.redis,
             self.sessions,
             self.keys,
@@ -270,6 +301,7 @@ class Sidecar:
                 summary_tokens=s.pipeline_summary_tokens,
                 lease_ms=claim_ms,
             ),
+            metrics=self.metrics,
         )
         self.resumer = Resumer(self.redis, self.sessions, self.keys, self.lifecycle, self.pipeline)
         self.end_worker = SessionEndWorker(
@@ -324,6 +356,7 @@ class Sidecar:
             vector_index_min_rows=s.ltm_vector_index_min_rows,
         )
         self._ltm_maintenance.start()
+        register_caches(self.registry, self._embedder)
         if self._memory is None:
             self._memory = LtmMemorySource(
                 self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes, versions=versions
@@ -436,6 +469,8 @@ class Sidecar:
         """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls, then
         close pools and the embedded Redis."""
         await self._health.enter_graceful_shutdown()
+        if self._sampler is not None:
+            await self._sampler.stop()
         if hasattr(self, "policy"):
             await self.policy.stop()
         if self._server is not None:

@@ -10,15 +10,27 @@ import os
 import sys
 from collections.abc import Sequence
 
+import memlane
+
 from .config import ConfigError, add_flags, build_settings, flags_from
+from .inspect_cli import COMMANDS as INSPECT_COMMANDS
+from .inspect_cli import add_parsers as add_inspect_parsers
+from .inspect_cli import run as run_inspect_command
 from .ops import add_parsers as add_operator_parsers
 from .ops import run as run_operator_command
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memlane", description="memlane memory sidecar")
+    parser.add_argument("--version", action="version", version=f"memlane {memlane.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the sidecar")
+    serve = sub.add_parser(
+        "serve",
+        help="run the sidecar",
+        usage="memlane serve [--config FILE] [--SETTING VALUE ...]",
+        description="Run the memlane sidecar. Every setting is a flag, a MEMLANE_* variable and a config-file"
+        " key; precedence: defaults < --config file < environment < flags.",
+    )
     add_flags(serve)
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
@@ -31,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     locomo.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
     locomo.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
     add_operator_parsers(sub)
+    add_inspect_parsers(sub)
     return parser
 
 
@@ -51,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("memories", "jobs", "forget-user", "export-user"):
         return run_operator_command(args)
+    if args.command in INSPECT_COMMANDS:
+        return run_inspect_command(args)
     if args.command == "bench":
         from .bench.suite import run
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .settings_help import HELP
+
 ENV_PREFIX = "MEMLANE_"
 
 
@@ -33,7 +35,8 @@ class Settings:
     shutdown_grace_seconds: float = 5.0
     max_receive_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "INFO"
-    log_format: str = "json"  # json | text
+    log_format: str = "auto"  # auto (text on a terminal, JSON otherwise) | json | text
+    metrics_sample_interval_seconds: float = 15.0  # sessions by status, backlog, LTM items; 0 disables
     # --- storage
     data_dir: str = "./memlane-data"
     redis_url: str = ""  # empty: start an embedded Redis on a Unix socket under data_dir
@@ -116,7 +119,7 @@ class Settings:
 
 # Settings that take one of a few words; anything else is refused at start, naming the choices.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "log_format": ("json", "text"),
+    "log_format": ("auto", "json", "text"),
     "default_topology": ("shared", "distributed", "selective"),
     "context_strategy": ("full_buffer", "sliding_window", "rolling_summary", "hybrid"),
     "context_fallback": ("gap_summary", "drop_oldest"),
@@ -213,15 +216,21 @@ def build_settings(
     return settings
 
 
+_METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT"}
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per setting (``--redis-url``), all defaulting to None so lower layers show through."""
     parser.add_argument("--config", help=f"YAML or TOML settings file (${ENV_PREFIX}CONFIG)")
     for f in fields(Settings):
+        allowed = CHOICES.get(f.name) or (("true", "false") if f.type in (bool, "bool") else None)
         parser.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
             default=None,
-            help=f"(${ENV_PREFIX}{f.name.upper()}; default {f.default!r})",
+            choices=CHOICES.get(f.name),
+            metavar="{" + ",".join(allowed) + "}" if allowed else _METAVARS.get(str(f.type), "TEXT"),
+            help=f"{HELP.get(f.name, '')} (${ENV_PREFIX}{f.name.upper()}; default {f.default!r})".lstrip(),
         )
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
@@ -86,11 +87,27 @@ def _jobs(c: memlane.Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(
+    parts: Iterable[admin_pb2.ExportUserDataResponse],
+) -> Iterator[admin_pb2.ExportUserDataResponse]:
+    """Bytes received, as a bar on stderr when it is a terminal (tqdm comes with the server extras; a
+    client-only install exports without a bar)."""
+    try:
+        from tqdm import tqdm  # noqa: PLC0415 - optional: this module must import on a client-only install
+    except ImportError:
+        yield from parts
+        return
+    with tqdm(desc="export", unit="B", unit_scale=True, disable=None) as bar:
+        for part in parts:
+            bar.update(len(part.data))
+            yield part
+
+
 def _export(c: memlane.Client, args: argparse.Namespace) -> int:
     if args.format == "jsonl":
         out = open(args.out, "wb") if args.out else sys.stdout.buffer  # noqa: SIM115 - stdout or a file
         try:
-            for part in c.export_user_data(user_id=args.user):
+            for part in _progress(c.export_user_data(user_id=args.user)):
                 out.write(part.data)
         finally:
             if args.out:
@@ -98,7 +115,7 @@ def _export(c: memlane.Client, args: argparse.Namespace) -> int:
         return 0
     folder = Path(args.out or f"export-{args.user}")
     folder.mkdir(parents=True, exist_ok=True)
-    for part in c.export_user_data(user_id=args.user, format=admin_pb2.EXPORT_FORMAT_PARQUET):
+    for part in _progress(c.export_user_data(user_id=args.user, format=admin_pb2.EXPORT_FORMAT_PARQUET)):
         with open(folder / f"{part.kind}.parquet", "ab" if part.part else "wb") as f:
             f.write(part.data)
     print(folder)

@@ -47,7 +47,11 @@ CHART_MANAGED = {
 SETTINGS = {f.name: f for f in dataclasses.fields(Settings)}
 VALID_ENV = {f"MEMLANE_{name.upper()}" for name in SETTINGS}
 # Custom resources kubernetes-validate has no schema for; checked by hand below.
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 SCHEMA_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
 

@@ -5,9 +5,11 @@ the session-end pipeline, SearchMemories, both baselines, the printed table and 
 from __future__ import annotations
 
 import io
+import uuid
 from pathlib import Path
 
 import orjson
+import redis
 
 from memlane_server.eval import run
 from memlane_server.eval.dataset import clean_evidence, load
@@ -98,7 +100,11 @@ def test_harness_end_to_end(tmp_path: Path, redis_url: str) -> None:
     )
 
     out = io.StringIO()
-    report = run(data, json_out=tmp_path / "report.json", redis_url=redis_url, out=out)
+    prefix = f"evaltest{uuid.uuid4().hex[:8]}"
+    report = run(data, json_out=tmp_path / "report.json", redis_url=redis_url, out=out, key_prefix=prefix)
+    # The run used this Redis (sessions were replayed and promoted) and left none of its keys behind.
+    assert report.turns == 6
+    assert list(redis.Redis.from_url(redis_url).scan_iter(match=f"{prefix}:*")) == []
 
     assert [s.name for s in report.systems] == ["memlane", "bm25", "vector"]
     memlane = report.systems[0]

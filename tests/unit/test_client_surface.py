@@ -19,6 +19,11 @@ EXPECTED = {
     "OutOfRangeError", "PermissionDeniedError", "PromotionState", "ResourceExhaustedError", "RetryPolicy",
     "Role", "Session", "SessionStatus", "Summary", "Topology", "UnauthenticatedError", "UnavailableError",
     "UnimplementedError", "UnknownError", "VisibilityKind", "iter_pages", "new_id",
+    # the high-level layer and the types a developer meets first
+    "AppendResult", "AssembleStats", "AsyncMemlane", "Caller", "ChatMessage", "ContextBlock",
+    "ContextMessage", "ContextSection", "ContextStrategy", "ExportFormat", "FeedbackVerdict",
+    "HistoryFallback", "IngestOutcome", "Memlane", "Memory", "MemoryFilter", "MemoryKind", "MemoryRef",
+    "MemoryScope", "Provenance", "ScoreParts", "ScoredMemory", "SearchMode", "TurnTrace",
 }  # fmt: skip
 
 
@@ -74,3 +79,22 @@ def test_every_error_class_is_a_memlane_error() -> None:
         obj = getattr(memlane, name)
         if inspect.isclass(obj) and name.endswith("Error"):
             assert issubclass(obj, memlane.MemlaneError)
+
+
+HIGH_LEVEL = {"add", "context", "search", "remember", "forget_user", "close"}
+
+
+def test_high_level_clients_share_one_surface() -> None:
+    def public(cls: type) -> set[str]:
+        return {n for n in vars(cls) if not n.startswith("_")}
+
+    assert public(memlane.Memlane) == public(memlane.AsyncMemlane) == HIGH_LEVEL
+    for name in HIGH_LEVEL - {"close"}:
+        sync = inspect.signature(getattr(memlane.Memlane, name))
+        aio = inspect.signature(getattr(memlane.AsyncMemlane, name))
+        assert sync.parameters == aio.parameters, name
+        assert inspect.iscoroutinefunction(getattr(memlane.AsyncMemlane, name))
+
+
+def test_version_is_exposed() -> None:
+    assert memlane.__version__ and memlane.__version__[0].isdigit()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypeAlias
 
 import grpc
@@ -161,8 +161,11 @@ def trace_to_pb(t: TurnTrace) -> cpb.TurnTrace:
 
 
 class ContextServicer(cpb_grpc.ContextServiceServicer):
-    def __init__(self, assembler: ContextAssembler) -> None:
+    def __init__(
+        self, assembler: ContextAssembler, on_stats: Callable[[AssembleStats], None] | None = None
+    ) -> None:
         self._assembler = assembler
+        self._on_stats = on_stats  # metrics of each finished assembly (truncations, summary lag)
 
     async def AssembleContext(
         self, request: cpb.AssembleContextRequest, context: _Ctx
@@ -171,6 +174,8 @@ class ContextServicer(cpb_grpc.ContextServiceServicer):
             out = cpb.AssembleContextResponse(blocks=[block_to_pb(b) for b in flush.blocks])
             if flush.stats is not None:
                 out.stats.CopyFrom(stats_to_pb(flush.stats))
+                if self._on_stats is not None:
+                    self._on_stats(flush.stats)
             yield out
 
     async def SubmitSummary(

@@ -16,11 +16,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from tqdm import tqdm
 
 import memlane
 from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
+from ..scratch import drop_keys
 from .ltm_data import populate
 from .runner import Latency, Process, aio_echo_call, echo_call, measure, start_echo, throughput
 
@@ -86,6 +88,7 @@ class Sidecar:
     def __init__(self, data_dir: str, redis_url: str, *flags: str) -> None:
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
+        self.redis_url, self.key_prefix = redis_url, f"bench{self.port}"
         self.proc = Process(
             [
                 sys.executable,
@@ -101,7 +104,7 @@ class Sidecar:
                 "--redis-url",
                 redis_url,
                 "--key-prefix",
-                f"bench{self.port}",
+                self.key_prefix,
                 "--log-level",
                 "WARNING",
                 *flags,
@@ -124,6 +127,8 @@ class Sidecar:
 
     def __exit__(self, *exc: object) -> None:
         self.proc.stop()
+        if self.redis_url:  # a user's Redis: leave it as we found it (an embedded one goes with tmp)
+            drop_keys(self.redis_url, self.key_prefix)
 
 
 @contextmanager
@@ -146,10 +151,14 @@ def run(quick: bool, redis_url: str, json_out: str | None) -> Report:
         machine=f"{os.cpu_count()} cores, {sys.platform}, python {sys.version.split()[0]}",
         started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     )
-    with _echo() as echo, tempfile.TemporaryDirectory(prefix="memlane-bench-") as tmp:
+    # One step per phase; a bar on a terminal only (disable=None), figures still go to stderr as they come.
+    phases = tqdm(total=1 + 2 * len(sizes) + 2, desc="bench", unit="phase", disable=None)
+    with _echo() as echo, tempfile.TemporaryDirectory(prefix="memlane-bench-") as tmp, phases:
+        phases.set_postfix_str("core RPCs")
         with Sidecar(f"{tmp}/core", redis_url, "--ltm-enabled", "false") as core:
             _core(report, core.target, echo, n, seconds)
             report.rss_mb["sidecar without LTM"] = core.proc.rss_mb()
+        phases.update()
         for size in sizes:
             data = f"{tmp}/ltm{size}"
             users = (
@@ -157,14 +166,22 @@ def run(quick: bool, redis_url: str, json_out: str | None) -> Report:
                 if size == sizes[-1]
                 else {"searcher": 100}
             )
+            phases.set_postfix_str(f"populate {size:,} items")
             populate(f"{data}/ltm", size, users)
+            phases.update()
             with Sidecar(data, redis_url) as ltm:
+                phases.set_postfix_str(f"search {size:,}")
                 _search(report, ltm.target, echo, n // 2, size)
+                phases.update()
                 if size == sizes[-1]:
+                    phases.set_postfix_str("assemble with LTM")
                     _assemble_with_ltm(
                         report, ltm.target, echo, n // 2, user_items=assemble_user_items, size=size
                     )
+                    phases.update()
+                    phases.set_postfix_str("session-end pipeline")
                     _pipeline(report, ltm.target, echo, 3 if quick else 10)
+                    phases.update()
                     report.rss_mb[f"sidecar with LTM ({size:,} items)"] = ltm.proc.rss_mb()
     report.print()
     if json_out:

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import orjson
+from tqdm import tqdm
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
@@ -36,6 +37,7 @@ from ..app import embedding_spec
 from ..background import SidecarThread
 from ..config import Settings, build_settings
 from ..embedding import OnnxEmbedder
+from ..scratch import drop_keys
 from ..tokens import TokenCounter
 from .bm25 import BM25
 from .dataset import CATEGORIES, SCORED, Conversation, load
@@ -174,13 +176,13 @@ def _ask(
         result.add(q.category, retrieved, q.evidence)
 
 
-def _settings(workdir: Path, redis_url: str) -> Settings:
+def _settings(workdir: Path, redis_url: str, key_prefix: str) -> Settings:
     return build_settings(
         flags={
             "listen": "127.0.0.1:0",
             "admin_listen": "",
             "redis_url": redis_url,  # empty: the sidecar starts an embedded Redis in its data dir
-            "key_prefix": f"eval{uuid.uuid4().hex[:8]}",
+            "key_prefix": key_prefix,
             "data_dir": str(workdir),
             "log_level": "WARNING",
         },
@@ -217,22 +219,37 @@ def _baselines(
 
 
 def run(
-    data: str | Path, *, json_out: str | Path | None = None, redis_url: str = "", out: TextIO = sys.stdout
+    data: str | Path,
+    *,
+    json_out: str | Path | None = None,
+    redis_url: str = "",
+    out: TextIO = sys.stdout,
+    key_prefix: str = "",
 ) -> Report:
+    """``key_prefix``: of every Redis key the run creates (default: a fresh ``eval<hex>``); on a given
+    ``redis_url`` those keys are deleted at the end, whatever happens."""
     conversations = load(data)
     tokens = TokenCounter()
     memlane_result = SystemResult("memlane")
+    key_prefix = key_prefix or f"eval{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="memlane-eval-") as workdir:
-        settings = _settings(Path(workdir), redis_url)
+        settings = _settings(Path(workdir), redis_url, key_prefix)
         ingest_s = 0.0
-        with SidecarThread(settings) as sidecar, memlane.Client(sidecar.target, timeout=60) as client:
-            run_id = uuid.uuid4().hex[:6]
-            for index, conv in enumerate(conversations):
-                user_id = f"eval-{run_id}-{index}"
-                t = time.perf_counter()
-                _replay(client, user_id, conv)
-                ingest_s += time.perf_counter() - t
-                _ask(client, user_id, conv, tokens, memlane_result)
+        try:
+            with SidecarThread(settings) as sidecar, memlane.Client(sidecar.target, timeout=60) as client:
+                run_id = uuid.uuid4().hex[:6]
+                # A bar on a terminal only (disable=None): logs and CI output stay clean.
+                for index, conv in enumerate(
+                    tqdm(conversations, desc="ingest and ask", unit="conv", disable=None)
+                ):
+                    user_id = f"eval-{run_id}-{index}"
+                    t = time.perf_counter()
+                    _replay(client, user_id, conv)
+                    ingest_s += time.perf_counter() - t
+                    _ask(client, user_id, conv, tokens, memlane_result)
+        finally:
+            if redis_url:
+                drop_keys(redis_url, key_prefix)
         bm25_result, vector_result = _baselines(conversations, settings, tokens)
     report = Report(
         data=str(data),

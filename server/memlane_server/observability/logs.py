@@ -28,14 +28,29 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """For a person at a terminal: time, level, logger, message, then the structured fields as k=v."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = [f"{k}={v!r}" for k, v in record.__dict__.items() if k not in _STD and not k.startswith("_")]
+        return f"{line}  {' '.join(extras)}" if extras else line
+
+
 def configure(level: str, fmt: str) -> None:
+    """``fmt``: json, text, or auto (text when stderr is a terminal, JSON otherwise)."""
     handler = logging.StreamHandler(sys.stderr)
+    if fmt == "auto":
+        fmt = "text" if sys.stderr.isatty() else "json"
     if fmt == "json":
         formatter: logging.Formatter = JsonFormatter()
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

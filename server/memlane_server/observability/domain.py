@@ -1,0 +1,209 @@
+"""Domain metrics: what an operator asks about memlane itself, not about a process or an RPC.
+
+Gauges of stored state (sessions by status, the session-end backlog, parked jobs, long-term memory items by
+kind) are *sampled* by a background task every ``interval_s`` through probes the composition root hands in,
+never counted per request: a scrape costs nothing, and a sidecar that restarts reports the truth at once.
+Every label value comes from a closed set (statuses, kinds, sections, step and backend names).
+
+This module imports nothing from the domain: probes are plain coroutines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Probe = Callable[[], Awaitable[None]]
+
+_BACKEND_BUCKETS = (0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+_STEP_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_LAG_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class DomainMetrics:
+    """Every domain series, registered on the sidecar's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sessions = Gauge(
+            "memlane_sessions", "Sessions in Redis by status (sampled).", ["status"], registry=registry
+        )
+        self.end_queue_depth = Gauge(
+            "memlane_session_end_queue_depth",
+            "Session-end jobs queued and not yet acknowledged (sampled).",
+            registry=registry,
+        )
+        self.end_queue_pending = Gauge(
+            "memlane_session_end_queue_pending",
+            "Session-end jobs taken by a sidecar and not yet acknowledged (sampled).",
+            registry=registry,
+        )
+        self.end_queue_oldest_age = Gauge(
+            "memlane_session_end_queue_oldest_age_seconds",
+            "Age of the oldest queued session-end job; 0 when the queue is empty (sampled).",
+            registry=registry,
+        )
+        self.parked_jobs = Gauge(
+            "memlane_session_end_parked_jobs",
+            "Session-end jobs parked after repeated failures, waiting for an operator (sampled).",
+            registry=registry,
+        )
+        self.ltm_items = Gauge(
+            "memlane_ltm_items", "Long-term memory items by kind (sampled).", ["kind"], registry=registry
+        )
+        self.backend_latency = Histogram(
+            "memlane_backend_latency_seconds",
+            "Latency of calls to a storage backend (redis, lancedb), by operation.",
+            ["backend", "op"],
+            registry=registry,
+            buckets=_BACKEND_BUCKETS,
+        )
+        self.backend_errors = Counter(
+            "memlane_backend_errors_total",
+            "Failed calls to a storage backend, by operation.",
+            ["backend", "op"],
+            registry=registry,
+        )
+        self.backend_up = Gauge(
+            "memlane_backend_up",
+            "1 when the last probe of the backend succeeded.",
+            ["backend"],
+            registry=registry,
+        )
+        self.step_duration = Histogram(
+            "memlane_pipeline_step_duration_seconds",
+            "Duration of each session-end pipeline step (and of a whole job, step=job).",
+            ["step"],
+            registry=registry,
+            buckets=_STEP_BUCKETS,
+        )
+        self.step_failures = Counter(
+            "memlane_pipeline_step_failures_total",
+            "Session-end pipeline steps that raised, by step.",
+            ["step"],
+            registry=registry,
+        )
+        self.truncations = Counter(
+            "memlane_assembly_truncations_total",
+            "Context assemblies that left something out of a section, by section.",
+            ["section"],
+            registry=registry,
+        )
+        self.summary_lag = Histogram(
+            "memlane_summarization_lag_messages",
+            "Messages between the rolling summary and the recent window at assembly (summarization lag).",
+            registry=registry,
+            buckets=_LAG_BUCKETS,
+        )
+        self.summary_behind = Counter(
+            "memlane_summarization_behind_total",
+            "Assemblies that found the rolling summary behind the history it should cover.",
+            registry=registry,
+        )
+        self.sample_errors = Counter(
+            "memlane_metric_sample_errors_total",
+            "Failed samples of a domain gauge, by probe.",
+            ["probe"],
+            registry=registry,
+        )
+
+    async def backend_call(self, backend: str, op: str, call: Awaitable[T]) -> T:
+        """Awaits ``call``, observing its latency and counting it as an error if it raises."""
+        start = time.perf_counter()
+        try:
+            result = await call
+        except Exception:
+            self.backend_errors.labels(backend, op).inc()
+            raise
+        finally:
+            self.backend_latency.labels(backend, op).observe(time.perf_counter() - start)
+        return result
+
+    async def step(self, name: str, call: Awaitable[T]) -> T:
+        """Awaits one pipeline step, observing its duration and counting a failure if it raises."""
+        start = time.perf_counter()
+        try:
+            return await call
+        except Exception:
+            self.step_failures.labels(name).inc()
+            raise
+        finally:
+            self.step_duration.labels(name).observe(time.perf_counter() - start)
+
+    def set_counts(self, gauge: Gauge, counts: Mapping[str, int], every: Iterable[str]) -> None:
+        """Sets one child per label value, zero for values absent from ``counts`` (so a status that
+        drains to nothing reads 0, not its last value)."""
+        for value in {*every, *counts}:
+            gauge.labels(value).set(counts.get(value, 0))
+
+
+class CacheCollector(Collector):
+    """Hit and miss counters of in-process caches, read at scrape time from ``(hits, misses)`` sources."""
+
+    def __init__(
+        self, registry: CollectorRegistry, sources: Mapping[str, Callable[[], tuple[int, int]]]
+    ) -> None:
+        self._sources = dict(sources)
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return []  # collected lazily: the sources may change size, never names
+
+    def collect(self) -> Iterator[Metric]:
+        hits = CounterMetricFamily(
+            "memlane_cache_hits", "Cache lookups that hit, by cache.", labels=["cache"]
+        )
+        misses = CounterMetricFamily(
+            "memlane_cache_misses", "Cache lookups that missed, by cache.", labels=["cache"]
+        )
+        for name, source in sorted(self._sources.items()):
+            h, m = source()
+            hits.add_metric([name], h)
+            misses.add_metric([name], m)
+        yield hits
+        yield misses
+
+
+class Sampler:
+    """Runs each probe every ``interval_s`` (the first time at once). A failing probe counts an error
+    and leaves its gauges at their last value; it never stops the others."""
+
+    def __init__(self, metrics: DomainMetrics, probes: Mapping[str, Probe], interval_s: float) -> None:
+        self._metrics = metrics
+        self._probes = dict(probes)
+        self._interval = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._interval > 0 and self._probes:
+            self._task = asyncio.create_task(self._loop(), name="memlane-metrics-sampler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def sample_once(self) -> None:
+        for name, probe in self._probes.items():
+            try:
+                await probe()
+            except Exception as exc:
+                self._metrics.sample_errors.labels(name).inc()
+                log.warning("metric probe failed", extra={"probe": name, "error": repr(exc)})
+
+    async def _loop(self) -> None:
+        while True:
+            await self.sample_once()
+            await asyncio.sleep(self._interval)

@@ -1,0 +1,161 @@
+"""Wires the domain metrics to the domain: the probes the sampler runs and the meters around the
+session-end steps. Composition-level (like app.py): it reads the stores through their public APIs and
+changes no domain behaviour.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as Tally
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from .context.model import AssembleStats, Section
+from .embedding import Embedder
+from .ltm import MemoryService
+from .ltm.model import MemoryKind
+from .observability.domain import CacheCollector, DomainMetrics, Probe
+from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
+from .sessions.end_queue import SessionEndQueue
+from .sessions.keys import KeySpace
+from .sessions.model import Message, Session, SessionStatus
+from .sessions.store import SessionStore
+from .summarizers import Summarizer, SummaryResult
+
+# Counting sessions by status reads their documents: cap the sample so a huge keyspace costs a bounded
+# amount per interval (the newest sessions are the ones whose status moves).
+SESSION_SAMPLE_LIMIT = 20_000
+_PAGE = 500
+_STATUSES = [s.name.lower() for s in SessionStatus if s is not SessionStatus.UNSPECIFIED]
+_KINDS = [k.value for k in MemoryKind]
+
+
+def probes(
+    metrics: DomainMetrics,
+    *,
+    redis: aioredis.Redis,
+    keys: KeySpace,
+    sessions: SessionStore,
+    queue: SessionEndQueue,
+    ltm: MemoryService | None,
+) -> dict[str, Probe]:
+    async def redis_up() -> None:
+        try:
+            await metrics.backend_call("redis", "ping", redis.ping())
+        except Exception:
+            metrics.backend_up.labels("redis").set(0)
+            raise
+        metrics.backend_up.labels("redis").set(1)
+
+    async def session_status() -> None:
+        counts: Tally[str] = Tally()
+        for start in range(0, SESSION_SAMPLE_LIMIT, _PAGE):
+            raw = await redis.zrevrange(keys.all_sessions(), start, start + _PAGE - 1)
+            ids = [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+            for s in await sessions.get_many(ids):
+                if s is not None:
+                    counts[s.status.name.lower()] += 1
+            if len(ids) < _PAGE:
+                break
+        metrics.set_counts(metrics.sessions, counts, _STATUSES)
+
+    async def end_queue() -> None:
+        metrics.end_queue_depth.set(await queue.length())
+        metrics.end_queue_pending.set(await queue.pending())
+        # Acknowledged jobs are deleted from the stream, so its first entry is the oldest unfinished job;
+        # a stream id starts with its creation time in milliseconds.
+        first: Any = await redis.xrange(queue.key, count=1)
+        if first:
+            job_id = first[0][0].decode() if isinstance(first[0][0], bytes) else str(first[0][0])
+            age_ms = max(0, int(time.time() * 1000) - int(job_id.split("-", 1)[0]))
+            metrics.end_queue_oldest_age.set(age_ms / 1000)
+        else:
+            metrics.end_queue_oldest_age.set(0)
+
+    out: dict[str, Probe] = {"redis": redis_up, "sessions": session_status, "end_queue": end_queue}
+
+    # Dead-letter parking is added to the queue by the correctness work: its count is read through the
+    # queue's own ``parked()`` once that exists; until then the gauge reads 0.
+    parked: Callable[[], Awaitable[int]] | None = getattr(queue, "parked", None)
+
+    async def parked_jobs() -> None:
+        metrics.parked_jobs.set(await parked() if parked is not None else 0)
+
+    out["parked"] = parked_jobs
+
+    if ltm is not None:
+        store = ltm.store
+
+        async def ltm_items() -> None:
+            table = await metrics.backend_call(
+                "lancedb", "count_by_kind", store.fetch_columns(None, ["kind"])
+            )
+            counts = Tally(str(k) for k in table.column("kind").to_pylist())
+            metrics.set_counts(metrics.ltm_items, counts, _KINDS)
+            metrics.backend_up.labels("lancedb").set(1)
+
+        out["ltm"] = ltm_items
+    return out
+
+
+def register_caches(registry: CollectorRegistry, embedder: Embedder | None) -> None:
+    """The query-embedding cache of recall (when the embedder has one)."""
+    cache = getattr(embedder, "cache", None)
+    if cache is not None:
+        CacheCollector(registry, {"recall_embedding": lambda: (cache.hits, cache.misses)})
+
+
+def record_assembly(metrics: DomainMetrics, stats: AssembleStats) -> None:
+    """Truncations by section and the summarization lag of one finished assembly."""
+    for t in stats.truncations:
+        metrics.truncations.labels(Section(t.section).name.lower()).inc()
+    metrics.summary_lag.observe(stats.gap_message_count)
+    if stats.summary_behind:
+        metrics.summary_behind.inc()
+
+
+class MeteredPromoter:
+    def __init__(self, inner: Promoter, metrics: DomainMetrics) -> None:
+        self._inner, self._metrics = inner, metrics
+
+    async def promote(self, session: Session, messages: list[Message]) -> list[str]:
+        return await self._metrics.step("promote", self._inner.promote(session, messages))
+
+
+class MeteredStepSummarizer:
+    """The session-end summarizer, timed as the pipeline's ``summarize`` step."""
+
+    def __init__(self, inner: Summarizer, metrics: DomainMetrics) -> None:
+        self._inner, self._metrics = inner, metrics
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    async def summarize(self, previous: str, leaving: list[Message], budget_tokens: int) -> SummaryResult:
+        return await self._metrics.step("summarize", self._inner.summarize(previous, leaving, budget_tokens))
+
+
+class MeteredArchive(ParquetArchive):
+    def __init__(self, uri: str, metrics: DomainMetrics) -> None:
+        super().__init__(uri)
+        self._metrics = metrics
+
+    async def write(self, part: ArchivePart) -> ArchivePointer:
+        return await self._metrics.step("archive", super().write(part))
+
+
+class MeteredPipeline(SessionEndPipeline):
+    """Times each queued job as a whole (``step="job"``)."""
+
+    def __init__(self, *args: Any, metrics: DomainMetrics, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._metrics = metrics
+
+    async def handle_job(
+        self, session_id: str, reason: str, keep_job: Callable[[], Awaitable[None]]
+    ) -> EndReport | None:
+        return await self._metrics.step("job", super().handle_job(session_id, reason, keep_job))

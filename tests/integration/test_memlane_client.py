@@ -1,0 +1,104 @@
+"""The high-level client (``memlane.Memlane`` / ``AsyncMemlane``) against a real sidecar: sessions created
+on first use, the assembled context as OpenAI chat messages, remember / search, forget a user."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+import memlane
+from memlane import AsyncMemlane, Memlane, MemoryKind
+from memlane_server.background import SidecarThread
+
+TOOL_CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "refund", "arguments": "{}"}}],
+}
+
+
+def test_the_common_path(server: SidecarThread) -> None:
+    user, sid = f"u-{uuid.uuid4().hex[:8]}", f"chat-{uuid.uuid4().hex[:8]}"
+    with Memlane(server.target, agent_id="support-bot", channel="web") as m:
+        first = m.add(user, sid, [{"role": "user", "content": "My order 4417 arrived damaged."}])
+        assert [r.seq for r in first] == [1] and first[0].token_count > 0
+        session = m.client.get_session(session_id=sid).session  # created on first use, for this user
+        assert (session.user_id, session.agent_id, session.channel) == (user, "support-bot", "web")
+        more = m.add(
+            user,
+            sid,
+            [
+                TOOL_CALL,
+                {"role": "tool", "tool_call_id": "call_1", "content": "refund queued"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Refund on its way."}]},
+            ],
+        )
+        assert [r.seq for r in more] == [2, 3, 4]
+
+        memory_id = m.remember(
+            user, "Prefers email over phone calls.", kind=MemoryKind.MEMORY_KIND_PREFERENCE
+        )
+        hits = m.search(user, "how should we contact the customer?")
+        assert [h.memory.memory_id for h in hits][:1] == [memory_id]
+        assert hits[0].parts is not None
+
+        chat = m.context(sid, "how should we contact them about order 4417?", system_prompt="Be brief.")
+        assert chat[0] == {"role": "system", "content": "Be brief."}
+        # The conversation comes back exactly as it was added (tool calls and content parts included).
+        tail = chat[-4:]
+        assert tail[0] == {"role": "user", "content": "My order 4417 arrived damaged."}
+        assert tail[1] == TOOL_CALL
+        assert tail[2] == {"role": "tool", "tool_call_id": "call_1", "content": "refund queued"}
+        assert tail[3]["content"] == [{"type": "text", "text": "Refund on its way."}]
+        # Recalled memories arrive as system messages before the conversation.
+        assert any(c["role"] == "system" and "Prefers email" in str(c.get("content")) for c in chat[1:-4])
+
+        erased = m.forget_user(user)
+        assert erased and sum(erased.values()) > 0
+        assert m.search(user, "how should we contact the customer?") == []
+        # The session went with the user: add() starts it again.
+        assert [r.seq for r in m.add(user, sid, [{"role": "user", "content": "Hello again."}])] == [1]
+
+        with pytest.raises(memlane.InvalidArgumentError, match="role 'robot'"):
+            m.add(user, sid, [{"role": "robot", "content": "beep"}])
+
+
+async def test_the_async_common_path(server: SidecarThread) -> None:
+    user, sid = f"u-{uuid.uuid4().hex[:8]}", f"chat-{uuid.uuid4().hex[:8]}"
+    async with AsyncMemlane(server.target, agent_id="support-bot") as m:
+        added = await m.add(
+            user,
+            sid,
+            [
+                {"role": "user", "content": "I live in Porto."},
+                {"role": "assistant", "content": "Noted."},
+            ],
+        )
+        assert [r.seq for r in added] == [1, 2]
+        memory_id = await m.remember(user, "Lives in Porto.")
+        assert [h.memory.memory_id for h in await m.search(user, "where does the user live?")][:1] == [
+            memory_id
+        ]
+        chat = await m.context(sid, "where do I live?")
+        assert chat[-2:] == [
+            {"role": "user", "content": "I live in Porto."},
+            {"role": "assistant", "content": "Noted."},
+        ]
+        assert sum((await m.forget_user(user)).values()) > 0
+        assert await m.search(user, "where does the user live?") == []
+
+
+def test_the_readme_quick_start_runs(server: SidecarThread, capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Quick start (Python client)", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert '"127.0.0.1:50051"' in code
+    exec(compile(code.replace('"127.0.0.1:50051"', repr(server.target)), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "Prefers email over phone calls." in out  # search found it
+    assert (
+        "'role': 'user', 'content': 'My order 4417 arrived damaged.'" in out
+    )  # context ended with the turns

@@ -1,0 +1,149 @@
+"""The Prometheus scrape of a real sidecar: process and build metrics, domain gauges sampled from Redis
+and LanceDB, pipeline step and assembly metrics, and a scrape that ``promtool check metrics`` accepts."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import memlane
+from memlane import Message, Role
+from memlane.v1 import memory_pb2 as mpb
+from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory, wait_for
+
+# CI installs promtool (.ci/run) and sets this, so a missing tool fails there instead of skipping.
+REQUIRE_TOOLS = os.environ.get("MEMLANE_REQUIRE_TOOLS") == "1"
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        if REQUIRE_TOOLS:
+            pytest.fail("promtool is not installed (Debian: apt-get install prometheus)")
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    return path
+
+
+def scrape(sidecar: SidecarThread) -> str:
+    port = sidecar.sidecar.admin_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one series in a text-format scrape (labels must match exactly the given ones)."""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(m.group(3))
+    return None
+
+
+@pytest.fixture(scope="module")
+def metered(start_server: ServerFactory) -> SidecarThread:
+    return start_server(admin_listen="127.0.0.1:0", metrics_sample_interval_seconds=0.2)
+
+
+@pytest.fixture(scope="module")
+def c(metered: SidecarThread) -> Iterator[memlane.Client]:
+    with memlane.Client(metered.target, timeout=30) as client:
+        yield client
+
+
+def test_process_and_build_metrics_without_created_series(metered: SidecarThread) -> None:
+    text = scrape(metered)
+    assert sample(text, "process_resident_memory_bytes")
+    assert sample(text, "process_open_fds")
+    assert sample(text, "process_cpu_seconds_total") is not None
+    assert sample(text, "python_gc_collections_total", generation="0") is not None
+    assert sample(text, "memlane_build_info", version=memlane.__version__) == 1
+    assert "memlane_rpc_duration_seconds" in text  # the positive control for the next line
+    assert not [line for line in text.splitlines() if "_created" in line]
+
+
+def test_domain_gauges_follow_the_stores(metered: SidecarThread, c: memlane.Client) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    open_sid = c.create_session(user_id=user, agent_id="a1").session.session_id
+    closed_sid = c.create_session(user_id=user, agent_id="a1").session.session_id
+    for sid in (open_sid, closed_sid):
+        c.append_messages(
+            session_id=sid,
+            messages=[
+                Message(role=Role.ROLE_USER, content=f"My favourite city is Lisbon, turn {i}.")
+                if i % 2 == 0
+                else Message(role=Role.ROLE_ASSISTANT, content=f"Noted, turn {i}. " + "filler words " * 20)
+                for i in range(40)
+            ],
+        )
+    c.create_memory(
+        caller=mpb.Caller(user_id=user, agent_id="a1"),
+        kind=mpb.MEMORY_KIND_PREFERENCE,
+        content="Prefers window seats.",
+    )
+    c.close_session(session_id=closed_sid)
+
+    def settled() -> str | None:
+        text = scrape(metered)
+        ok = (
+            (sample(text, "memlane_sessions", status="active") or 0) >= 1
+            and (sample(text, "memlane_sessions", status="closed") or 0) >= 1
+            and (sample(text, "memlane_ltm_items", kind="preference") or 0) >= 1
+            and (sample(text, "memlane_pipeline_step_duration_seconds_count", step="job") or 0) >= 1
+            and (sample(text, "memlane_pipeline_step_duration_seconds_count", step="archive") or 0) >= 1
+        )
+        return text if ok else None
+
+    text = wait_for(settled, timeout=60)
+    assert sample(text, "memlane_sessions", status="expired") == 0  # every status reported, even empty
+    assert sample(text, "memlane_backend_up", backend="redis") == 1
+    assert (sample(text, "memlane_backend_latency_seconds_count", backend="redis", op="ping") or 0) >= 1
+    assert (
+        sample(text, "memlane_backend_latency_seconds_count", backend="lancedb", op="count_by_kind") or 0
+    ) >= 1
+    assert sample(text, "memlane_session_end_queue_depth") is not None
+    assert sample(text, "memlane_session_end_queue_oldest_age_seconds") is not None
+    assert sample(text, "memlane_session_end_parked_jobs") == 0
+    assert sample(text, "memlane_pipeline_step_failures_total", step="job") is None  # none failed
+
+    # Assembly in a tiny window leaves turns out: counted by section, with the summary lag observed.
+    before = sample(text, "memlane_assembly_truncations_total", section="history") or 0
+    for _ in c.assemble_context(
+        session_id=open_sid, user_input="where do I like to go?", context_window_tokens=400
+    ):
+        pass
+    text = scrape(metered)
+    assert (sample(text, "memlane_assembly_truncations_total", section="history") or 0) > before
+    assert (sample(text, "memlane_summarization_lag_messages_count") or 0) >= 1
+
+    # The same recall query twice: the second embedding comes from the cache.
+    caller = mpb.Caller(user_id=user, agent_id="a1")
+    hits_before = sample(text, "memlane_cache_hits_total", cache="recall_embedding") or 0
+    for _ in range(2):
+        assert c.search_memories(caller=caller, query="which seat does she like?").results
+    text = scrape(metered)
+    assert (sample(text, "memlane_cache_hits_total", cache="recall_embedding") or 0) > hits_before
+
+
+def test_promtool_accepts_a_real_scrape(metered: SidecarThread, c: memlane.Client) -> None:
+    tool = promtool()
+    c.create_session(user_id="promtool", agent_id="a1")
+    text = scrape(metered)
+    out = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # The checker is strict enough to fail: a counter without _total is a lint error (positive control).
+    bad = "# HELP bad_counter x\n# TYPE bad_counter counter\nbad_counter 1\n"
+    out = subprocess.run([tool, "check", "metrics"], input=bad, capture_output=True, text=True, check=False)
+    assert out.returncode != 0

@@ -1,0 +1,69 @@
+"""The ``memlane`` command's own surface: --version, serve --help, and --help without the server extras."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import memlane
+from memlane_server.cli import main
+from memlane_server.config import CHOICES, Settings
+from memlane_server.settings_help import HELP
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"memlane {memlane.__version__}"
+
+
+def test_every_setting_has_a_sentence() -> None:
+    names = {f.name for f in dataclasses.fields(Settings)}
+    assert sorted(names - set(HELP)) == []
+    assert sorted(set(HELP) - names) == []
+    assert all(text.endswith(".") and len(text) > 20 for text in HELP.values())
+
+
+def test_serve_help_lists_each_setting_with_its_sentence_and_allowed_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for f in dataclasses.fields(Settings):
+        assert f"--{f.name.replace('_', '-')}" in out
+        assert f"$MEMLANE_{f.name.upper()}" in out
+        assert " ".join(HELP[f.name].split()[:4]) in out
+    for name, allowed in CHOICES.items():
+        assert f"--{name.replace('_', '-')} {{{','.join(allowed)}}}" in out
+    assert "--auth-required {true,false}" in out
+
+
+def test_a_value_outside_the_choices_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["serve", "--log-format", "xml"])
+    assert done.value.code == 2
+    assert "invalid choice: 'xml'" in capsys.readouterr().err
+
+
+def test_help_works_without_the_server_extras() -> None:
+    # A client-only install: importing any server dependency fails.
+    code = (
+        "import sys\n"
+        "for m in ('redis', 'lancedb', 'prometheus_client', 'onnxruntime', 'pyarrow', 'tqdm'):\n"
+        "    sys.modules[m] = None\n"
+        "from memlane_server.cli import main\n"
+        "main(['--help'])\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "server"), str(root / "client_py")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    for command in ("serve", "sessions", "trace", "health", "memories"):
+        assert command in out.stdout
