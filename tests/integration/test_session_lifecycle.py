@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
+from tests.conftest import redis_client
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 EV = spb.SessionEventType
@@ -88,7 +88,7 @@ def test_expiry_while_no_sidecar_was_running(start_server, redis_url: str, user_
         sid = c.create_session(user_id=user_id, ttl_seconds=1).session.session_id
         c.append_messages(session_id=sid, messages=turns(2))
     first.stop()
-    r = redis.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=5)  # expired, nobody listening
     time.sleep(0.2)
     assert int(r.hget(f"{prefix}:{{{sid}}}:doc", "status")) == SessionStatus.SESSION_STATUS_ACTIVE
@@ -180,7 +180,7 @@ promote = false
         ticket = c.create_session(user_id=user_id, channel="jira", metadata={"ticket_id": "OPS-7"}).session
         assert ticket.ttl_seconds == 0  # no time expiry: explicit close only
         keys = srv.sidecar.keys
-        r = redis.Redis.from_url(redis_url)
+        r = redis_client(redis_url)
         recorded = json.loads(r.hget(keys.session(web.session_id).doc, "extra"))["policy"]
         assert recorded["kind"] == "web_chat" and recorded["context_strategy"] == "sliding_window"
         assert not r.exists(keys.session(ticket.session_id).alive)
