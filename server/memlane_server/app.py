@@ -65,6 +65,7 @@ from .pipelines import (
 )
 from .pipelines.user_data import UserData
 from .sessions.checkpoints import CheckpointStore
+from .sessions.durability import Durability
 from .sessions.end_queue import SessionEndQueue
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
@@ -169,6 +170,7 @@ class Sidecar:
             default_ttl_seconds=s.session_ttl_seconds,
             default_topology=Topology[s.default_topology.upper()],
             executor=self._executor,
+            durability=Durability(s.redis_wait_replicas, s.redis_wait_timeout_ms),
         )
         self.checkpoints = CheckpointStore(self.redis, self.keys)
 

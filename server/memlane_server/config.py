@@ -39,7 +39,13 @@ class Settings:
     metrics_sample_interval_seconds: float = 15.0  # sessions by status, backlog, LTM items; 0 disables
     # --- storage
     data_dir: str = "./memlane-data"
-    redis_url: str = ""  # empty: start an embedded Redis on a Unix socket under data_dir
+    redis_url: str = (
+        ""  # empty: start an embedded Redis on a Unix socket under data_dir; redis+cluster:// = Cluster
+    )
+    redis_wait_replicas: int = (
+        0  # >0: appends and creates wait for this many replicas (WAIT) before answering
+    )
+    redis_wait_timeout_ms: int = 1000  # ... at most this long; fewer confirmations answer UNAVAILABLE
     key_prefix: str = "ml"
     # --- sessions
     default_model: str = ""

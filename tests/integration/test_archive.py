@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
-import redis
 
 import memlane
 from memlane import Message, NativeMessage, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
-from tests.conftest import wait_for
+from tests.conftest import redis_client, wait_for
 
 EV = spb.SessionEventType
 
@@ -110,7 +109,7 @@ def test_retired_thread_resumes_from_the_archive(
     policies.write_text("channels:\n  chat: {kind: messaging, hot_retention: 0, resume_turns: 3}\n")
     srv = start_server(ltm_enabled=False, channel_policies_file=str(policies))
     keys = srv.sidecar.keys
-    r = redis.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     with memlane.Client(srv.target, timeout=20) as c:
         sid = c.create_session(user_id=user_id, channel="chat").session.session_id
         c.append_messages(

@@ -23,7 +23,7 @@ import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.ltm.schema import TABLE_NAME
 from memlane_server.sessions.events import EventType
-from tests.conftest import delete_prefix, wait_for
+from tests.conftest import delete_prefix, redis_client, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 
@@ -158,7 +158,7 @@ def test_two_sidecar_processes_end_each_session_once(  # type: ignore[no-untyped
             sid = c.create_session(user_id=f"u{i % 3}", ttl_seconds=1).session.session_id
             c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content=f"hello {i}")])
             sids.append(sid)
-    r = redis.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     wait_for(
         lambda: all(int(r.hget(f"{prefix}:{{{s}}}:doc", "promotion_state")) == ARCHIVED for s in sids), 20
     )
@@ -201,7 +201,7 @@ def test_sigkill_mid_promotion_then_restart_completes(  # type: ignore[no-untype
                 ],
             )
         c.close_session(session_id=sid)
-    r = redis.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     doc, state = f"{prefix}:{{{sid}}}:doc", f"{prefix}:{{{sid}}}:pipeline"
 
     def mid_promotion() -> bool:

@@ -8,12 +8,11 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
-import redis
 
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
-from tests.conftest import ServerFactory, session_events, wait_for
+from tests.conftest import ServerFactory, redis_client, session_events, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 EV = spb.SessionEventType
@@ -64,7 +63,7 @@ def test_expiry_while_no_sidecar_was_running(
         sid = c.create_session(user_id=user_id, ttl_seconds=1).session.session_id
         c.append_messages(session_id=sid, messages=turns(2))
     first.stop()
-    r = redis.Redis.from_url(redis_url)
+    r = redis_client(redis_url)
     wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=30)  # expired, nobody listening
     # No sidecar of this prefix runs, so nothing can have ended it: the doc still says ACTIVE...
     status = r.hget(f"{prefix}:{{{sid}}}:doc", "status")
@@ -161,7 +160,7 @@ promote = false
         ticket = c.create_session(user_id=user_id, channel="jira", metadata={"ticket_id": "OPS-7"}).session
         assert ticket.ttl_seconds == 0  # no time expiry: explicit close only
         keys = srv.sidecar.keys
-        r = redis.Redis.from_url(redis_url)
+        r = redis_client(redis_url)
         recorded = json.loads(r.hget(keys.session(web.session_id).doc, "extra"))["policy"]
         assert recorded["kind"] == "web_chat" and recorded["context_strategy"] == "sliding_window"
         assert not r.exists(keys.session(ticket.session_id).alive)

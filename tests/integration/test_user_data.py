@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import redis
 
 import memlane
 from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2
 from memlane_server.background import SidecarThread
 from memlane_server.ltm import filters
+from tests.conftest import redis_client
 
 
 def _redis_bytes(url: str, prefix: str) -> bytes:
     """Every key and value under the prefix, read by type (DUMP would hide text behind compression)."""
-    r = redis.Redis.from_url(url)
+    r = redis_client(url)
     out = bytearray()
     for key in r.scan_iter(match=f"{prefix}:*", count=1000):
         out += key

@@ -28,13 +28,13 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
 
 from ..errors import Conflict, FailedPrecondition, NotFound
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, SessionEvent
 from .ids import check_id
 from .keys import KeySpace
+from .keyspace import ExpirySubscriptions
 from .model import PromotionState, Session, SessionStatus
 from .policies import POLICY_FIELD, ChannelPolicy, PolicyBook
 from .store import SessionStore, now_ms
@@ -43,16 +43,6 @@ log = logging.getLogger("memlane.lifecycle")
 
 _ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
 _SWEEP_BATCH = 500
-
-
-def merge_keyspace_flags(current: str) -> str:
-    """``current`` plus what expiry events need (E: keyevent channel, x: expired), nothing removed."""
-    flags = current
-    if "E" not in flags:
-        flags += "E"
-    if "x" not in flags and "A" not in flags:
-        flags += "x"
-    return flags
 
 
 class Lifecycle:
@@ -75,19 +65,24 @@ class Lifecycle:
         self.policies = policies
         self.events = events
         self.queue = queue
-        self._configure = configure_keyspace_events
         self._interval = sweep_interval_s
         self._dedupe_ms = dedupe_window_ms
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
-        self.listening = asyncio.Event()  # set once the expiry subscription is live
+        self.subscriptions = ExpirySubscriptions(
+            redis,
+            on_expired=self._on_expired,
+            on_subscribed=self._wake.set,
+            configure_keyspace_events=configure_keyspace_events,
+        )
+        self.listening = self.subscriptions.all_live  # set while every master's expiry events reach us
 
     # ------------------------------------------------------------------ running
 
     async def start(self) -> None:
         await self.queue.ensure_group()
         self._tasks = [
-            asyncio.create_task(self._listen(), name="memlane-expiry-listener"),
+            asyncio.create_task(self.subscriptions.run(), name="memlane-expiry-listener"),
             asyncio.create_task(self._sweep_loop(), name="memlane-sweeper"),
         ]
 
@@ -99,53 +94,10 @@ class Lifecycle:
                 await t
         self._tasks = []
 
-    async def _enable_keyspace_events(self) -> None:
-        if not self._configure:
-            return
-        try:
-            current = (await self._redis.config_get("notify-keyspace-events")).get(
-                "notify-keyspace-events", ""
-            )
-            current = current.decode() if isinstance(current, bytes) else str(current)
-            wanted = merge_keyspace_flags(current)
-            if wanted != current:
-                await self._redis.config_set("notify-keyspace-events", wanted)
-                log.info("enabled keyspace expiry events", extra={"flags": wanted})
-        except ResponseError as exc:
-            # Managed Redis often forbids CONFIG; the sweeper still ends every session, only later.
-            log.warning("cannot enable keyspace events; relying on the sweeper", extra={"error": str(exc)})
-
-    async def _listen(self) -> None:
-        db = int(self._redis.connection_pool.connection_kwargs.get("db", 0) or 0)
-        channel = f"__keyevent@{db}__:expired"
-        backoff = 0.1
-        while True:
-            pubsub = self._redis.pubsub()
-            try:
-                await self._enable_keyspace_events()
-                await pubsub.subscribe(channel)
-                self.listening.set()
-                self._wake.set()  # events were lost while we were not subscribed: sweep now
-                backoff = 0.1
-                while True:
-                    # A bounded wait rather than listen(): the pool's socket timeout would break a long read.
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if msg is None or msg.get("type") != "message":
-                        continue
-                    key = msg["data"].decode() if isinstance(msg["data"], bytes) else str(msg["data"])
-                    sid = self._keys.session_id_from_alive_key(key)
-                    if sid is not None:
-                        await self.queue.enqueue_once(sid, REASON_EXPIRED, now_ms(), self._dedupe_ms)
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                self.listening.clear()
-                log.warning("expiry listener lost redis; resubscribing", extra={"error": repr(exc)})
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+    async def _on_expired(self, key: str) -> None:
+        sid = self._keys.session_id_from_alive_key(key)
+        if sid is not None:
+            await self.queue.enqueue_once(sid, REASON_EXPIRED, now_ms(), self._dedupe_ms)
 
     async def _sweep_loop(self) -> None:
         while True:

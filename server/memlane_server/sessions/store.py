@@ -30,6 +30,7 @@ from .codec import (
     encode_summary,
     fingerprint,
 )
+from .durability import Durability
 from .ids import check_id, new_id
 from .keys import KeySpace
 from .limits import (
@@ -174,8 +175,10 @@ class SessionStore:
         default_ttl_seconds: int,
         default_topology: Topology = Topology.SHARED,
         executor: Executor | None = None,
+        durability: Durability | None = None,
     ) -> None:
         self.redis = redis
+        self._durability = durability if durability is not None and durability.replicas > 0 else None
         self.keys = keys
         self.tokens = tokens
         self.limits = limits
@@ -224,7 +227,12 @@ class SessionStore:
         flat: list[Any] = []
         for name, value in encode_session(s).items():
             flat += [name, value]
-        created = bool(await self._create(keys=[k.doc], args=flat))
+        if self._durability is not None:
+            created = bool(
+                await self._durability.evalsha(self.redis, scripts.CREATE, self._create.sha, [k.doc], flat)
+            )
+        else:
+            created = bool(await self._create(keys=[k.doc], args=flat))
         if not created:
             existing = await self.get(s.session_id)
             if existing.user_id != s.user_id:
@@ -472,11 +480,14 @@ class SessionStore:
         round trip itself. On NOSCRIPT (a fresh or restarted Redis) the script is loaded and sent again;
         nothing ran the first time."""
         try:
-            try:
-                out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                await self.redis.script_load(scripts.APPEND)
-                out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
+            if self._durability is not None:  # EVALSHA + WAIT for replicas on one connection
+                out = await self._durability.evalsha(self.redis, scripts.APPEND, self._append.sha, keys, args)
+            else:
+                try:
+                    out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    await self.redis.script_load(scripts.APPEND)
+                    out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
         if ttl_s > 0:
