@@ -24,7 +24,7 @@ from redis.exceptions import ResponseError
 from ..errors import InvalidArgument
 from . import scripts
 from .keys import KeySpace
-from .limits import check_id
+from .ids import check_id
 from .paging import decode_token, encode_token, page_size, query_fingerprint
 from .store import SessionStore, now_ms
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from .keys import KeySpace
-from .limits import check_id
+from .ids import check_id
 
 MARK_TTL_MS = 24 * 3600 * 1000
 

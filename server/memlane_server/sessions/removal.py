@@ -20,7 +20,7 @@ from ..errors import InvalidArgument
 from . import scripts
 from .codec import FINGERPRINT_LEN, decode_message
 from .keys import KeySpace
-from .limits import check_id
+from .ids import check_id
 from .model import Message
 from .store import SessionStore
 
