@@ -76,7 +76,7 @@ def test_bad_removals_are_refused_precisely(client: memlane.Client, user_id: str
     with pytest.raises(memlane.InvalidArgumentError, match="last"):
         client.remove_messages(session_id=sid, last=5000)
     with pytest.raises(memlane.InvalidArgumentError, match=r"message_ids\[0\]"):
-        client.remove_messages(session_id=sid, message_ids=["bad id') OR 1=1 --"])
+        client.remove_messages(session_id=sid, message_ids=["bad {slot} id"])
     with pytest.raises(memlane.NotFoundError):
         client.remove_messages(session_id=f"missing-{uuid.uuid4().hex}", last=1)
     assert _ids(client, sid) == ids  # nothing was removed by the refused calls
