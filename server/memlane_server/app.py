@@ -184,7 +184,7 @@ class Sidecar:
             server,
         )
         checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(
-            CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle), server
+            CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle, self.resumer), server
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(self.context), server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(

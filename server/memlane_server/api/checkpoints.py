@@ -15,6 +15,7 @@ from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 
 from ..access.identity import SESSION, current_caller
 from ..errors import InvalidArgument, NotFound
+from ..pipelines import Resumer
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, Typed, Write
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
@@ -62,15 +63,20 @@ def _may_write(what: str) -> None:
 
 
 class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
-    def __init__(self, checkpoints: CheckpointStore, sessions: SessionStore, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self, checkpoints: CheckpointStore, sessions: SessionStore, lifecycle: Lifecycle, resumer: Resumer
+    ) -> None:
         self._checkpoints = checkpoints
         self._sessions = sessions
         self._lifecycle = lifecycle
+        # A retired thread comes back from the archive (its turns and checkpoints) on first use.
+        self._hot = resumer.ensure_hot
 
     async def PutCheckpoint(
         self, request: kpb.PutCheckpointRequest, context: _Ctx
     ) -> kpb.PutCheckpointResponse:
         _may_write("checkpoint")
+        await self._hot(request.session_id)
         cp = Checkpoint(
             session_id=request.session_id,
             namespace=request.namespace,
@@ -87,6 +93,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self, request: kpb.PutCheckpointWritesRequest, context: _Ctx
     ) -> kpb.PutCheckpointWritesResponse:
         _may_write("checkpoint writes")
+        await self._hot(request.session_id)
         writes = [Write(w.task_id, w.index, w.channel, _typed(w.value), w.task_path) for w in request.writes]
         stored = await self._checkpoints.put_writes(
             request.session_id, request.namespace, request.checkpoint_id, writes
@@ -96,6 +103,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def GetCheckpoint(
         self, request: kpb.GetCheckpointRequest, context: _Ctx
     ) -> kpb.GetCheckpointResponse:
+        await self._hot(request.session_id)
         cp = await self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id)
         if cp is None:
             return kpb.GetCheckpointResponse(found=False)
@@ -104,6 +112,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def ListCheckpoints(
         self, request: kpb.ListCheckpointsRequest, context: _Ctx
     ) -> kpb.ListCheckpointsResponse:
+        await self._hot(request.session_id)
         rows, token = await self._checkpoints.list_page(
             request.session_id,
             request.namespace if request.HasField("namespace") else None,
@@ -128,6 +137,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self, request: kpb.CopyCheckpointsRequest, context: _Ctx
     ) -> kpb.CopyCheckpointsResponse:
         _may_write("checkpoints")
+        await self._hot(request.source_session_id)
         source = await self._sessions.get(request.source_session_id)
         try:
             await self._sessions.get(request.target_session_id)

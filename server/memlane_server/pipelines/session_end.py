@@ -38,6 +38,7 @@ from ..sessions.model import Message, PromotionState, Role, Session, SessionStat
 from ..sessions.store import SessionStore, now_ms
 from ..summarizers import Summarizer
 from .archive import ArchivePart, ArchivePointer, ArchiveStore
+from .checkpoint_archive import CheckpointArchiver
 from .lease import Lease
 from .promote import Promoter
 
@@ -104,6 +105,7 @@ class SessionEndPipeline:
         self._promoter = promoter
         self.config = config
         self._retire = redis.register_script(RETIRE)
+        self.checkpoints = CheckpointArchiver(redis, keys, archive)  # framework state retires too
 
     # ------------------------------------------------------------------ entry points
 
@@ -376,6 +378,7 @@ class SessionEndPipeline:
             RETIRED_FIELD: now_ms(),
             ARCHIVE_FIELD: orjson.loads(state.get("archives", "[]")),
         }
+        ck_generation = await self.checkpoints.before_retire(s, extra)
         done = bool(
             await self._retire(
                 keys=[
@@ -391,6 +394,8 @@ class SessionEndPipeline:
         # Retired, or no longer retirable as archived (revived or re-ended: its next archive re-schedules).
         await self._redis.zrem(self._keys.retire_due(), session_id)
         if done:
+            if ck_generation is not None:
+                await self.checkpoints.after_retire(session_id, ck_generation)
             s = await self._store.get(session_id)
             await self._lifecycle.events.emit(SessionEvent.of(EventType.RETIRED, s, now_ms()))
         return done

@@ -12,8 +12,7 @@ Cost: a put is one EVALSHA; a get (checkpoint, its values and pending writes) is
 
 from __future__ import annotations
 
-import base64
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -103,6 +102,7 @@ class CheckpointStore:
         self._put_writes = redis.register_script(scripts.CK_PUT_WRITES)
         self._read = redis.register_script(scripts.CK_READ)
         self._drop = redis.register_script(scripts.CK_DROP)
+        self._clear = redis.register_script(scripts.CK_CLEAR)
 
     # ------------------------------------------------------------------------------------- writes
 
@@ -258,15 +258,24 @@ class CheckpointStore:
 
     async def delete_thread(self, session_id: str) -> int:
         check_id(session_id, "session_id")
+        runs = cast(list[bytes], await self._redis.hvals(self._keys.checkpoints(session_id).runs))
+        deleted = await self.clear(session_id)
+        for run in set(runs):
+            await self._redis.srem(self._keys.checkpoint_run(run.decode()), session_id)
+        return deleted
+
+    async def clear(self, session_id: str, expected_generation: int | None = None) -> int:
+        """Deletes the session's state; with ``expected_generation``, only if nothing changed since that
+        generation was read (returns -1 then). Run-index entries are left to ``delete_thread``: a
+        retired session's entries stay and find it again once it is resumed."""
         k = self._keys.checkpoints(session_id)
-        runs = cast(list[bytes], await self._redis.hvals(k.runs))
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.index)
-            pipe.delete(*k.all())
-            for run in set(runs):
-                pipe.srem(self._keys.checkpoint_run(run.decode()), session_id)
-            res = await pipe.execute()
-        return int(res[0])
+        gen = "" if expected_generation is None else str(expected_generation)
+        return int(await self._clear(keys=[self._keys.session(session_id).doc, *k.all()], args=[gen]))
+
+    async def generation(self, session_id: str) -> int:
+        """Bumped by every change of the session's checkpoints (the retirement guard)."""
+        raw = await self._redis.hget(self._keys.session(session_id).doc, "ck_gen")
+        return int(raw or 0)
 
     async def prune(self, session_ids: Sequence[str], keep_latest: bool) -> int:
         dropped = 0
@@ -295,7 +304,17 @@ class CheckpointStore:
         k = self._keys.checkpoints(session_id)
         return int(
             await self._drop(
-                keys=[k.index, k.data, k.versions, k.blobs, k.runs, k.write_index, k.writes], args=args
+                keys=[
+                    k.index,
+                    k.data,
+                    k.versions,
+                    k.blobs,
+                    k.runs,
+                    k.write_index,
+                    k.writes,
+                    self._keys.session(session_id).doc,
+                ],
+                args=args,
             )
         )
 
@@ -315,40 +334,6 @@ class CheckpointStore:
             runs = cast(list[bytes], await self._redis.hvals(self._keys.checkpoints(sid).runs))
             for run in set(runs):
                 await self._redis.srem(self._keys.checkpoint_run(run.decode()), sid)
-
-
-async def export_checkpoints(
-    redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]
-) -> AsyncIterator[dict[str, Any]]:
-    """ExportUserData: every checkpoint of the sessions, values and writes as base64 of their bytes."""
-    store = CheckpointStore(redis, keys)
-    for sid in session_ids:
-        for cp in await store.dump(sid):
-            yield {
-                "session_id": cp.session_id,
-                "namespace": cp.namespace,
-                "checkpoint_id": cp.checkpoint_id,
-                "parent_checkpoint_id": cp.parent_checkpoint_id,
-                "metadata": _metadata(cp.metadata_json, "metadata"),
-                "checkpoint": _export_typed(cp.checkpoint),
-                "channel_values": [
-                    {"channel": ch, "version": ver, **_export_typed(v)} for ch, ver, v in cp.channel_values
-                ],
-                "pending_writes": [
-                    {"task_id": w.task_id, "index": w.index, "channel": w.channel, **_export_typed(w.value)}
-                    for w in cp.writes
-                ],
-                "created_at_ms": cp.created_at_ms,
-            }
-
-
-async def forget_checkpoint_runs(redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]) -> None:
-    """ForgetUser, before the session keys go: drops the sessions from the cross-session run index."""
-    await CheckpointStore(redis, keys).forget_runs_of(session_ids)
-
-
-def _export_typed(t: Typed) -> dict[str, str]:
-    return {"type": t.type, "data_base64": base64.b64encode(t.data).decode()}
 
 
 def _member(namespace: str, checkpoint_id: str) -> str:

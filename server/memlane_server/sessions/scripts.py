@@ -200,7 +200,8 @@ return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 # --- framework checkpoints (sessions/checkpoints.py); members are namespace\0checkpoint_id
 
 # KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, then blob
-# field/value pairs.  NOTFOUND / CLOSED like an append.
+# field/value pairs.  NOTFOUND / CLOSED like an append.  Every change bumps the document's ``ck_gen``, so
+# retirement drops the state only if it is still what went to the archive.
 CK_PUT = r"""
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
@@ -210,6 +211,7 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[6], ARGV[1], ARGV[4]) end
 if #ARGV > 4 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
+redis.call('HINCRBY', KEYS[1], 'ck_gen', 1)
 return 1
 """
 
@@ -225,6 +227,7 @@ for i = 1, #ARGV, 3 do
     stored = stored + 1
   end
 end
+if stored > 0 then redis.call('HINCRBY', KEYS[1], 'ck_gen', 1) end
 return stored
 """
 
@@ -285,7 +288,7 @@ return out
 """
 )
 
-# KEYS: index, data, versions, blobs, runs, write_index, writes.  ARGV: mode ('latest': keep the newest
+# KEYS: index, data, versions, blobs, runs, write_index, writes, doc.  ARGV: mode ('latest': keep the newest
 # checkpoint of each namespace; 'runs': drop those whose run id is in ARGV[2..]).  Drops the
 # checkpoints, their writes, and every blob no remaining checkpoint reads.  Returns how many it dropped.
 CK_DROP = (
@@ -326,6 +329,18 @@ end
 for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
   if not keep[f] then redis.call('HDEL', KEYS[4], f) end
 end
+if redis.call('EXISTS', KEYS[8]) == 1 then redis.call('HINCRBY', KEYS[8], 'ck_gen', 1) end
 return #doomed
 """
 )
+
+# KEYS: doc, then every checkpoint key.  ARGV: expected ck_gen ('' = any).  Deletes the session's
+# framework state (DeleteCheckpoints; retirement once archived, only if unchanged since the snapshot).
+# Returns how many checkpoints it deleted, -1 when the state changed since the snapshot.
+CK_CLEAR = r"""
+if ARGV[1] ~= '' and (redis.call('HGET', KEYS[1], 'ck_gen') or '0') ~= ARGV[1] then return -1 end
+local n = redis.call('ZCARD', KEYS[2])
+redis.call('DEL', unpack(KEYS, 2))
+if n > 0 and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'ck_gen', 1) end
+return n
+"""
