@@ -6,7 +6,8 @@ follows the write rule of a session-wide message (auditors never write).
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias, TypeVar
 
 import grpc
 
@@ -16,12 +17,13 @@ from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 from ..access.identity import SESSION, current_caller
 from ..errors import InvalidArgument, NotFound
 from ..pipelines import Resumer
-from ..sessions.checkpoints import Checkpoint, CheckpointStore, Typed, Write
+from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
 from ..sessions.store import SessionStore
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
+T = TypeVar("T")
 
 
 def _typed(t: kpb.TypedValue) -> Typed:
@@ -69,14 +71,21 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self._checkpoints = checkpoints
         self._sessions = sessions
         self._lifecycle = lifecycle
-        # A retired thread comes back from the archive (its turns and checkpoints) on first use.
         self._hot = resumer.ensure_hot
+
+    async def _resuming(self, session_id: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``op``; a retired thread (its state in the archive) is resumed once and ``op`` retried.
+        The scripts detect retirement themselves, so a hot thread pays no extra round trip."""
+        try:
+            return await op()
+        except ThreadRetired:
+            await self._hot(session_id)
+            return await op()
 
     async def PutCheckpoint(
         self, request: kpb.PutCheckpointRequest, context: _Ctx
     ) -> kpb.PutCheckpointResponse:
         _may_write("checkpoint")
-        await self._hot(request.session_id)
         cp = Checkpoint(
             session_id=request.session_id,
             namespace=request.namespace,
@@ -86,25 +95,30 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
             metadata_json=request.metadata_json,
             channel_versions=dict(request.channel_versions),
         )
-        await self._checkpoints.put(cp, [(v.channel, v.version, _typed(v.value)) for v in request.new_values])
+        values = [(v.channel, v.version, _typed(v.value)) for v in request.new_values]
+        await self._resuming(cp.session_id, lambda: self._checkpoints.put(cp, values))
         return kpb.PutCheckpointResponse(checkpoint_id=cp.checkpoint_id)
 
     async def PutCheckpointWrites(
         self, request: kpb.PutCheckpointWritesRequest, context: _Ctx
     ) -> kpb.PutCheckpointWritesResponse:
         _may_write("checkpoint writes")
-        await self._hot(request.session_id)
         writes = [Write(w.task_id, w.index, w.channel, _typed(w.value), w.task_path) for w in request.writes]
-        stored = await self._checkpoints.put_writes(
-            request.session_id, request.namespace, request.checkpoint_id, writes
+        stored = await self._resuming(
+            request.session_id,
+            lambda: self._checkpoints.put_writes(
+                request.session_id, request.namespace, request.checkpoint_id, writes
+            ),
         )
         return kpb.PutCheckpointWritesResponse(stored=stored)
 
     async def GetCheckpoint(
         self, request: kpb.GetCheckpointRequest, context: _Ctx
     ) -> kpb.GetCheckpointResponse:
-        await self._hot(request.session_id)
-        cp = await self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id)
+        cp = await self._resuming(
+            request.session_id,
+            lambda: self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id),
+        )
         if cp is None:
             return kpb.GetCheckpointResponse(found=False)
         return kpb.GetCheckpointResponse(found=True, checkpoint=checkpoint_to_pb(cp))
@@ -112,14 +126,16 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def ListCheckpoints(
         self, request: kpb.ListCheckpointsRequest, context: _Ctx
     ) -> kpb.ListCheckpointsResponse:
-        await self._hot(request.session_id)
-        rows, token = await self._checkpoints.list_page(
+        rows, token = await self._resuming(
             request.session_id,
-            request.namespace if request.HasField("namespace") else None,
-            before=request.before_checkpoint_id,
-            metadata_filter_json=request.metadata_filter_json,
-            size=request.page_size,
-            token=request.page_token,
+            lambda: self._checkpoints.list_page(
+                request.session_id,
+                request.namespace if request.HasField("namespace") else None,
+                before=request.before_checkpoint_id,
+                metadata_filter_json=request.metadata_filter_json,
+                size=request.page_size,
+                token=request.page_token,
+            ),
         )
         return kpb.ListCheckpointsResponse(
             checkpoints=[checkpoint_to_pb(c) for c in rows], next_page_token=token
@@ -156,6 +172,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
             created, was_new = await self._sessions.create(draft, default_ttl_seconds=policy_ttl)
             if was_new:
                 await self._lifecycle.created(created)
+        await self._hot(request.target_session_id)
         copied = await self._checkpoints.copy(request.source_session_id, request.target_session_id)
         return kpb.CopyCheckpointsResponse(copied=copied)
 

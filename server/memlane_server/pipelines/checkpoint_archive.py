@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from ..sessions.checkpoints import Checkpoint, CheckpointStore, Typed, Write
+from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..sessions.keys import KeySpace
 from ..sessions.model import Session
 from .archive import ArchiveStore
@@ -77,7 +77,11 @@ async def export_checkpoints(
     """ExportUserData: every hot checkpoint of the sessions (archived ones come with the archive)."""
     store = CheckpointStore(redis, keys)
     for sid in session_ids:
-        for cp in await store.dump(sid):
+        try:
+            rows = await store.dump(sid)
+        except ThreadRetired:
+            continue  # its checkpoints are in the archive, exported with the archive's files
+        for cp in rows:
             yield to_record(cp)
 
 
@@ -114,7 +118,9 @@ class CheckpointArchiver:
         records = await self._archive.read_checkpoints(uri)
         for r in records:
             cp = from_record(session_id, r)
-            await self._store.put(cp, cp.channel_values)
+            await self._store.put(cp, cp.channel_values, restoring=True)
             if cp.writes:
-                await self._store.put_writes(session_id, cp.namespace, cp.checkpoint_id, cp.writes)
+                await self._store.put_writes(
+                    session_id, cp.namespace, cp.checkpoint_id, cp.writes, restoring=True
+                )
         return len(records)

@@ -12,13 +12,14 @@ Cost: a put is one EVALSHA; a get (checkpoint, its values and pending writes) is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.commands.core import AsyncScript as Script
+from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import InvalidArgument
 from . import scripts
@@ -94,19 +95,39 @@ def _pack_typed(t: Typed) -> bytes:
     return t.type.encode() + b"\x00" + t.data
 
 
+class ThreadRetired(Exception):
+    """The session's hot data is in the archive: resume it (``Resumer.ensure_hot``) and retry."""
+
+
 class CheckpointStore:
     def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
         self._redis = redis
         self._keys = keys
+        # redis-py's Script wrapper costs more than the round trip; send EVALSHA bare (as appends do).
+        self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
         self._put = redis.register_script(scripts.CK_PUT)
         self._put_writes = redis.register_script(scripts.CK_PUT_WRITES)
         self._read = redis.register_script(scripts.CK_READ)
         self._drop = redis.register_script(scripts.CK_DROP)
         self._clear = redis.register_script(scripts.CK_CLEAR)
 
+    async def _eval(self, script: Script, session_id: str, keys: list[str], args: list[Any]) -> Any:
+        try:
+            try:
+                return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # a fresh or restarted Redis: nothing ran the first time
+                await self._redis.script_load(script.script)
+                return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if str(exc).startswith("RETIRED"):
+                raise ThreadRetired(session_id) from exc
+            raise SessionStore._script_error(exc, session_id) from exc
+
     # ------------------------------------------------------------------------------------- writes
 
-    async def put(self, cp: Checkpoint, new_values: Sequence[tuple[str, str, Typed]]) -> None:
+    async def put(
+        self, cp: Checkpoint, new_values: Sequence[tuple[str, str, Typed]], *, restoring: bool = False
+    ) -> None:
         check_id(cp.session_id, "session_id")
         check_name(cp.namespace, "namespace", required=False)
         check_name(cp.checkpoint_id, "checkpoint_id")
@@ -129,23 +150,35 @@ class CheckpointStore:
         record = head.encode() + b"\x00" + cp.checkpoint.data
         k = self._keys.checkpoints(cp.session_id)
         run = str(run_id) if isinstance(run_id, str | int) and not isinstance(run_id, bool) else ""
-        try:
-            await self._put(
-                keys=[self._keys.session(cp.session_id).doc, k.index, k.data, k.versions, k.blobs, k.runs],
-                args=[_member(cp.namespace, cp.checkpoint_id), record, _SEP.join(versions), run, *blobs],
-            )
-        except ResponseError as exc:
-            raise SessionStore._script_error(exc, cp.session_id) from exc
+        await self._eval(
+            self._put,
+            cp.session_id,
+            [self._keys.session(cp.session_id).doc, k.index, k.data, k.versions, k.blobs, k.runs],
+            [
+                _member(cp.namespace, cp.checkpoint_id),
+                record,
+                _SEP.join(versions),
+                run,
+                int(restoring),
+                *blobs,
+            ],
+        )
         if run:
             await self._redis.sadd(self._keys.checkpoint_run(run), cp.session_id)
 
     async def put_writes(
-        self, session_id: str, namespace: str, checkpoint_id: str, writes: list[Write]
+        self,
+        session_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        writes: list[Write],
+        *,
+        restoring: bool = False,
     ) -> int:
         check_id(session_id, "session_id")
         check_name(namespace, "namespace", required=False)
         check_name(checkpoint_id, "checkpoint_id")
-        args: list[Any] = []
+        args: list[Any] = [int(restoring)]
         base = _member(namespace, checkpoint_id)
         for i, w in enumerate(writes):
             check_name(w.task_id, f"writes[{i}].task_id")
@@ -158,17 +191,11 @@ class CheckpointStore:
                 head.encode() + b"\x00" + w.value.data,
                 int(w.index < 0),
             ]
-        if not args:
+        if not writes:
             return 0
         k = self._keys.checkpoints(session_id)
-        try:
-            return int(
-                await self._put_writes(
-                    keys=[self._keys.session(session_id).doc, k.write_index, k.writes], args=args
-                )
-            )
-        except ResponseError as exc:
-            raise SessionStore._script_error(exc, session_id) from exc
+        doc = self._keys.session(session_id).doc
+        return int(await self._eval(self._put_writes, session_id, [doc, k.write_index, k.writes], args))
 
     # ------------------------------------------------------------------------------------- reads
 
@@ -233,12 +260,17 @@ class CheckpointStore:
         self, session_id: str, lo: bytes, hi: bytes, count: int, *, reverse: bool
     ) -> list[Checkpoint]:
         k = self._keys.checkpoints(session_id)
+        keys = [
+            k.index,
+            k.data,
+            k.versions,
+            k.blobs,
+            k.write_index,
+            k.writes,
+            self._keys.session(session_id).doc,
+        ]
         raw = cast(
-            list[list[Any]],
-            await self._read(
-                keys=[k.index, k.data, k.versions, k.blobs, k.write_index, k.writes],
-                args=[lo, hi, count, int(reverse)],
-            ),
+            list[list[Any]], await self._eval(self._read, session_id, keys, [lo, hi, count, int(reverse)])
         )
         return [_decode(session_id, *row) for row in raw]
 
