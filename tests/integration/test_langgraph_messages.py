@@ -66,3 +66,4 @@ async def test_async_graph_mirrors_too(server: SidecarThread, client: memlane.Cl
     assert [m.message_id for m in client.list_messages(session_id=thread).messages] == ["a1", "ai-a1"]
     state = await graph.aget_state(config)
     assert [m.content for m in state.values["messages"]] == ["async hello", "echo: async hello"]
+    await saver.aclose()
