@@ -201,7 +201,7 @@ class Sidecar:
             server,
         )
         checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(
-            CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle), server
+            CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle, self.resumer), server
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(
             ContextServicer(self.context, on_stats=lambda st: record_assembly(self.metrics, st)), server

@@ -12,6 +12,7 @@ import redis
 import memlane
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
+from tests.conftest import wait_for
 
 
 def _put(c: memlane.Client, sid: str, cid: str, **fields: object) -> None:
@@ -107,3 +108,40 @@ def test_auditors_read_checkpoints_but_never_write_them(start_server, tmp_path, 
         with pytest.raises(memlane.PermissionDeniedError):
             auditor.delete_checkpoints(session_id=sid)
         assert bot.get_checkpoint(session_id=sid).checkpoint.checkpoint_id == "c1"
+
+
+def test_a_retired_thread_gets_its_checkpoints_back(
+    start_server, redis_url: str, tmp_path, user_id: str
+) -> None:  # type: ignore[no-untyped-def]
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata  # noqa: PLC0415
+
+    from memlane.integrations.langgraph import MemlaneSaver  # noqa: PLC0415
+
+    policies = tmp_path / "p.yaml"
+    policies.write_text("channels:\n  langgraph: {kind: messaging, hot_retention: 0}\n")
+    srv: SidecarThread = start_server(ltm_enabled=False, channel_policies_file=str(policies))
+    keys = srv.sidecar.keys
+    r = redis.Redis.from_url(redis_url)
+    saver = MemlaneSaver(srv.target, user_id=user_id)
+    thread = f"thread-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    cp = generate_checkpoint(channel_values={"notes": ["keep", "me"]}, channel_versions={"notes": 1})
+    stored = saver.put(config, cp, generate_metadata(step=3, run_id="r1"), {"notes": 1})
+    saver.put_writes(stored, [("notes", "pending")], "task-1")
+    with memlane.Client(srv.target, timeout=60) as c:
+        c.promote_session(session_id=thread, close=True)
+        wait_for(lambda: "retired_at_ms" in json.loads(r.hget(keys.session(thread).doc, "extra") or b"{}"))
+        # Retired: the hot state is gone from Redis, the archive holds it.
+        assert not r.exists(keys.checkpoints(thread).index) and not r.exists(keys.checkpoints(thread).blobs)
+        extra = json.loads(r.hget(keys.session(thread).doc, "extra"))
+        assert extra["checkpoints_archive"].endswith(".parquet")
+        archived = [x for x in c.export_user_data(user_id=user_id) if x.kind == "archive.checkpoints"]
+        assert archived, "the archive's checkpoints show in the user's export"
+
+        back = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+        assert back is not None and back.checkpoint["id"] == cp["id"]
+        assert back.checkpoint["channel_values"] == {"notes": ["keep", "me"]}
+        assert back.metadata["step"] == 3 and back.pending_writes == [("task-1", "notes", "pending")]
+        assert c.get_session(session_id=thread).session.status == memlane.SessionStatus.SESSION_STATUS_ACTIVE
+    saver.close()
+    r.close()

@@ -17,7 +17,7 @@ def test_memlane_saver_passes_every_conformance_capability(server: SidecarThread
     async def memlane_checkpointer() -> AsyncGenerator[MemlaneSaver, None]:
         saver = MemlaneSaver(server.target, user_id="conformance")
         yield saver
-        saver.close()
+        await saver.aclose()
 
     report = asyncio.run(validate(memlane_checkpointer))
     failures = {name: r.failures for name, r in report.results.items() if r.passed is not True}

@@ -6,7 +6,8 @@ follows the write rule of a session-wide message (auditors never write).
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias, TypeVar
 
 import grpc
 
@@ -15,12 +16,14 @@ from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 
 from ..access.identity import SESSION, current_caller
 from ..errors import InvalidArgument, NotFound
-from ..sessions.checkpoints import Checkpoint, CheckpointStore, Typed, Write
+from ..pipelines import Resumer
+from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
 from ..sessions.store import SessionStore
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
+T = TypeVar("T")
 
 
 def _typed(t: kpb.TypedValue) -> Typed:
@@ -62,10 +65,22 @@ def _may_write(what: str) -> None:
 
 
 class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
-    def __init__(self, checkpoints: CheckpointStore, sessions: SessionStore, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self, checkpoints: CheckpointStore, sessions: SessionStore, lifecycle: Lifecycle, resumer: Resumer
+    ) -> None:
         self._checkpoints = checkpoints
         self._sessions = sessions
         self._lifecycle = lifecycle
+        self._hot = resumer.ensure_hot
+
+    async def _resuming(self, session_id: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``op``; a retired thread (its state in the archive) is resumed once and ``op`` retried.
+        The scripts detect retirement themselves, so a hot thread pays no extra round trip."""
+        try:
+            return await op()
+        except ThreadRetired:
+            await self._hot(session_id)
+            return await op()
 
     async def PutCheckpoint(
         self, request: kpb.PutCheckpointRequest, context: _Ctx
@@ -80,7 +95,8 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
             metadata_json=request.metadata_json,
             channel_versions=dict(request.channel_versions),
         )
-        await self._checkpoints.put(cp, [(v.channel, v.version, _typed(v.value)) for v in request.new_values])
+        values = [(v.channel, v.version, _typed(v.value)) for v in request.new_values]
+        await self._resuming(cp.session_id, lambda: self._checkpoints.put(cp, values))
         return kpb.PutCheckpointResponse(checkpoint_id=cp.checkpoint_id)
 
     async def PutCheckpointWrites(
@@ -88,15 +104,21 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     ) -> kpb.PutCheckpointWritesResponse:
         _may_write("checkpoint writes")
         writes = [Write(w.task_id, w.index, w.channel, _typed(w.value), w.task_path) for w in request.writes]
-        stored = await self._checkpoints.put_writes(
-            request.session_id, request.namespace, request.checkpoint_id, writes
+        stored = await self._resuming(
+            request.session_id,
+            lambda: self._checkpoints.put_writes(
+                request.session_id, request.namespace, request.checkpoint_id, writes
+            ),
         )
         return kpb.PutCheckpointWritesResponse(stored=stored)
 
     async def GetCheckpoint(
         self, request: kpb.GetCheckpointRequest, context: _Ctx
     ) -> kpb.GetCheckpointResponse:
-        cp = await self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id)
+        cp = await self._resuming(
+            request.session_id,
+            lambda: self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id),
+        )
         if cp is None:
             return kpb.GetCheckpointResponse(found=False)
         return kpb.GetCheckpointResponse(found=True, checkpoint=checkpoint_to_pb(cp))
@@ -104,13 +126,16 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def ListCheckpoints(
         self, request: kpb.ListCheckpointsRequest, context: _Ctx
     ) -> kpb.ListCheckpointsResponse:
-        rows, token = await self._checkpoints.list_page(
+        rows, token = await self._resuming(
             request.session_id,
-            request.namespace if request.HasField("namespace") else None,
-            before=request.before_checkpoint_id,
-            metadata_filter_json=request.metadata_filter_json,
-            size=request.page_size,
-            token=request.page_token,
+            lambda: self._checkpoints.list_page(
+                request.session_id,
+                request.namespace if request.HasField("namespace") else None,
+                before=request.before_checkpoint_id,
+                metadata_filter_json=request.metadata_filter_json,
+                size=request.page_size,
+                token=request.page_token,
+            ),
         )
         return kpb.ListCheckpointsResponse(
             checkpoints=[checkpoint_to_pb(c) for c in rows], next_page_token=token
@@ -128,6 +153,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self, request: kpb.CopyCheckpointsRequest, context: _Ctx
     ) -> kpb.CopyCheckpointsResponse:
         _may_write("checkpoints")
+        await self._hot(request.source_session_id)
         source = await self._sessions.get(request.source_session_id)
         try:
             await self._sessions.get(request.target_session_id)
@@ -146,6 +172,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
             created, was_new = await self._sessions.create(draft, default_ttl_seconds=policy_ttl)
             if was_new:
                 await self._lifecycle.created(created)
+        await self._hot(request.target_session_id)
         copied = await self._checkpoints.copy(request.source_session_id, request.target_session_id)
         return kpb.CopyCheckpointsResponse(copied=copied)
 

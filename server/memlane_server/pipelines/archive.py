@@ -33,7 +33,9 @@ import pyarrow.parquet as pq
 
 from ..sessions.model import Message, Role, Session, VisibilityKind
 
-DATASETS = ("transcripts", "summaries", "traces")
+PART_DATASETS = ("transcripts", "summaries", "traces")
+# Framework state (LangGraph checkpoints), written when a session retires (pipelines/checkpoint_archive.py).
+DATASETS = (*PART_DATASETS, "checkpoints")
 _NULL_CHANNEL = "__HIVE_DEFAULT_PARTITION__"
 _DAY_MS = 86_400_000
 _TS = pa.timestamp("ms", tz="UTC")
@@ -62,6 +64,15 @@ TRANSCRIPT_SCHEMA = pa.schema(
         ("metadata", pa.map_(pa.string(), pa.string())),
         ("visibility", pa.string()),
         ("visibility_group", pa.string()),
+    ]
+)
+CHECKPOINT_SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("namespace", pa.string()),
+        ("checkpoint_id", pa.string()),
+        ("record_json", pa.string()),  # pipelines/checkpoint_archive.py: to_record / from_record
     ]
 )
 SUMMARY_SCHEMA = pa.schema(
@@ -149,6 +160,12 @@ class ArchiveStore(Protocol):
     async def read_messages(self, pointer: ArchivePointer, session_id: str, last_n: int) -> list[Message]:
         """The last ``last_n`` messages of one part, oldest first; [] if the part is gone (retention)."""
         ...
+
+    async def write_checkpoints(self, session: Session, records: list[dict[str, Any]]) -> str:
+        """Writes a session's framework state (one row per checkpoint); returns its URI."""
+        ...
+
+    async def read_checkpoints(self, uri: str) -> list[dict[str, Any]]: ...
 
     async def delete_expired(self, retention_for: Callable[[str], float], now_ms: int) -> int:
         """Deletes parts older than their channel's archive retention (seconds; 0 keeps forever)."""
@@ -266,7 +283,7 @@ class ParquetArchive:
             schema=TRACE_SCHEMA,
         )
         paths = {}
-        for dataset, table in zip(DATASETS, (transcript, summary, traces), strict=True):
+        for dataset, table in zip(PART_DATASETS, (transcript, summary, traces), strict=True):
             path = self._part_path(dataset, part)
             self._put(path, table)
             paths[dataset] = path
@@ -288,6 +305,35 @@ class ParquetArchive:
 
     async def read_messages(self, pointer: ArchivePointer, session_id: str, last_n: int) -> list[Message]:
         return await asyncio.to_thread(self._read_sync, pointer, session_id, last_n)
+
+    async def write_checkpoints(self, session: Session, records: list[dict[str, Any]]) -> str:
+        # Named like a part through the session's last seq, so retention, export and erasure treat it
+        # as one; a later retirement of the same session rewrites it.
+        day = _dt(int(dt.datetime.now(dt.UTC).timestamp() * 1000)).strftime("%Y-%m-%d")
+        name = f"{session.session_id}.{0:010d}-{session.last_seq:010d}.parquet"
+        path = f"{self.root}/checkpoints/date={day}/{_channel_dir(session.channel)}/{name}"
+        table = pa.Table.from_pydict(
+            {
+                "session_id": [session.session_id] * len(records),
+                "user_id": [session.user_id] * len(records),
+                "namespace": [r["namespace"] for r in records],
+                "checkpoint_id": [r["checkpoint_id"] for r in records],
+                "record_json": [orjson.dumps(r).decode() for r in records],
+            },
+            schema=CHECKPOINT_SCHEMA,
+        )
+        await asyncio.to_thread(self._put, path, table)
+        return self._uri(path)
+
+    async def read_checkpoints(self, uri: str) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            path = self._path(uri)
+            if self._fs.get_file_info(path).type != pafs.FileType.File:
+                return []
+            column = pq.read_table(path, columns=["record_json"], filesystem=self._fs).column("record_json")
+            return [orjson.loads(r) for r in column.to_pylist()]
+
+        return await asyncio.to_thread(read)
 
     def _read_sync(self, pointer: ArchivePointer, session_id: str, last_n: int) -> list[Message]:
         path = self._path(pointer.transcript)

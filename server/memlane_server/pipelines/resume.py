@@ -2,8 +2,9 @@
 
 ``ensure_hot(session_id)`` is what GetSession, ListMessages and AssembleContext call first. For a session
 that is not retired it costs one HGET. For a retired stub it reloads the channel's ``resume_turns`` most
-recent turns from the archive (the summary never left the stub), makes the session active again and
-clears the retired mark last, so a resumption that dies half-way is simply redone by the next call.
+recent turns and the framework's checkpoints from the archive (the summary never left the stub), makes
+the session active again and clears the retired mark last, so a resumption that dies half-way is simply
+redone by the next call.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class Resumer:
             turns = await self._pipeline.archive.read_messages(pointer, session_id, need) + turns
         await self._store.restore(session_id, turns)
         s = await self._lifecycle.reactivate(session_id)
+        await self._pipeline.checkpoints.restore(session_id, extra)  # the thread's framework state
         cleared = {k: v for k, v in extra.items() if k != RETIRED_FIELD}
         cleared["resumed_at_ms"] = now_ms()
         await self._redis.hset(self._keys.session(session_id).doc, "extra", orjson.dumps(cleared).decode())

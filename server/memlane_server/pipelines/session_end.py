@@ -40,6 +40,7 @@ from ..sessions.store import SessionStore, now_ms
 from ..summarizers import Summarizer
 from ..summarizers.scoped import fold_scoped
 from .archive import ArchivePart, ArchivePointer, ArchiveStore
+from .checkpoint_archive import CheckpointArchiver
 from .lease import Lease
 from .promote import Promoter
 
@@ -106,6 +107,7 @@ class SessionEndPipeline:
         self._promoter = promoter
         self.config = config
         self._retire = redis.register_script(RETIRE)
+        self.checkpoints = CheckpointArchiver(redis, keys, archive)  # framework state retires too
 
     # ------------------------------------------------------------------ entry points
 
@@ -371,6 +373,7 @@ class SessionEndPipeline:
             RETIRED_FIELD: now_ms(),
             ARCHIVE_FIELD: orjson.loads(state.get("archives", "[]")),
         }
+        ck_generation = await self.checkpoints.before_retire(s, extra)
         done = bool(
             await self._retire(
                 keys=[
@@ -386,6 +389,8 @@ class SessionEndPipeline:
         # Retired, or no longer retirable as archived (revived or re-ended: its next archive re-schedules).
         await self._redis.zrem(self._keys.retire_due(), session_id)
         if done:
+            if ck_generation is not None:
+                await self.checkpoints.after_retire(session_id, ck_generation)
             s = await self._store.get(session_id)
             await self._lifecycle.events.emit(SessionEvent.of(EventType.RETIRED, s, now_ms()))
         return done

@@ -14,11 +14,11 @@ from typing import Any
 
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
-from ..sessions.checkpoints import export_checkpoints, forget_checkpoint_runs
 from ..sessions.codec import encode_session
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
+from .checkpoint_archive import export_checkpoints, forget_checkpoint_runs
 from .redis_persistence import rewrite_persistence
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)

@@ -12,19 +12,19 @@ Cost: a put is one EVALSHA; a get (checkpoint, its values and pending writes) is
 
 from __future__ import annotations
 
-import base64
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
+from redis.commands.core import AsyncScript as Script
+from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import InvalidArgument
 from . import scripts
-from .keys import KeySpace
 from .ids import check_id
+from .keys import KeySpace
 from .paging import decode_token, encode_token, page_size, query_fingerprint
 from .store import SessionStore, now_ms
 
@@ -95,18 +95,39 @@ def _pack_typed(t: Typed) -> bytes:
     return t.type.encode() + b"\x00" + t.data
 
 
+class ThreadRetired(Exception):
+    """The session's hot data is in the archive: resume it (``Resumer.ensure_hot``) and retry."""
+
+
 class CheckpointStore:
     def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
         self._redis = redis
         self._keys = keys
+        # redis-py's Script wrapper costs more than the round trip; send EVALSHA bare (as appends do).
+        self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
         self._put = redis.register_script(scripts.CK_PUT)
         self._put_writes = redis.register_script(scripts.CK_PUT_WRITES)
         self._read = redis.register_script(scripts.CK_READ)
         self._drop = redis.register_script(scripts.CK_DROP)
+        self._clear = redis.register_script(scripts.CK_CLEAR)
+
+    async def _eval(self, script: Script, session_id: str, keys: list[str], args: list[Any]) -> Any:
+        try:
+            try:
+                return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # a fresh or restarted Redis: nothing ran the first time
+                await self._redis.script_load(script.script)
+                return await self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if str(exc).startswith("RETIRED"):
+                raise ThreadRetired(session_id) from exc
+            raise SessionStore._script_error(exc, session_id) from exc
 
     # ------------------------------------------------------------------------------------- writes
 
-    async def put(self, cp: Checkpoint, new_values: Sequence[tuple[str, str, Typed]]) -> None:
+    async def put(
+        self, cp: Checkpoint, new_values: Sequence[tuple[str, str, Typed]], *, restoring: bool = False
+    ) -> None:
         check_id(cp.session_id, "session_id")
         check_name(cp.namespace, "namespace", required=False)
         check_name(cp.checkpoint_id, "checkpoint_id")
@@ -129,23 +150,35 @@ class CheckpointStore:
         record = head.encode() + b"\x00" + cp.checkpoint.data
         k = self._keys.checkpoints(cp.session_id)
         run = str(run_id) if isinstance(run_id, str | int) and not isinstance(run_id, bool) else ""
-        try:
-            await self._put(
-                keys=[self._keys.session(cp.session_id).doc, k.index, k.data, k.versions, k.blobs, k.runs],
-                args=[_member(cp.namespace, cp.checkpoint_id), record, _SEP.join(versions), run, *blobs],
-            )
-        except ResponseError as exc:
-            raise SessionStore._script_error(exc, cp.session_id) from exc
+        await self._eval(
+            self._put,
+            cp.session_id,
+            [self._keys.session(cp.session_id).doc, k.index, k.data, k.versions, k.blobs, k.runs],
+            [
+                _member(cp.namespace, cp.checkpoint_id),
+                record,
+                _SEP.join(versions),
+                run,
+                int(restoring),
+                *blobs,
+            ],
+        )
         if run:
             await self._redis.sadd(self._keys.checkpoint_run(run), cp.session_id)
 
     async def put_writes(
-        self, session_id: str, namespace: str, checkpoint_id: str, writes: list[Write]
+        self,
+        session_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        writes: list[Write],
+        *,
+        restoring: bool = False,
     ) -> int:
         check_id(session_id, "session_id")
         check_name(namespace, "namespace", required=False)
         check_name(checkpoint_id, "checkpoint_id")
-        args: list[Any] = []
+        args: list[Any] = [int(restoring)]
         base = _member(namespace, checkpoint_id)
         for i, w in enumerate(writes):
             check_name(w.task_id, f"writes[{i}].task_id")
@@ -158,17 +191,11 @@ class CheckpointStore:
                 head.encode() + b"\x00" + w.value.data,
                 int(w.index < 0),
             ]
-        if not args:
+        if not writes:
             return 0
         k = self._keys.checkpoints(session_id)
-        try:
-            return int(
-                await self._put_writes(
-                    keys=[self._keys.session(session_id).doc, k.write_index, k.writes], args=args
-                )
-            )
-        except ResponseError as exc:
-            raise SessionStore._script_error(exc, session_id) from exc
+        doc = self._keys.session(session_id).doc
+        return int(await self._eval(self._put_writes, session_id, [doc, k.write_index, k.writes], args))
 
     # ------------------------------------------------------------------------------------- reads
 
@@ -233,12 +260,17 @@ class CheckpointStore:
         self, session_id: str, lo: bytes, hi: bytes, count: int, *, reverse: bool
     ) -> list[Checkpoint]:
         k = self._keys.checkpoints(session_id)
+        keys = [
+            k.index,
+            k.data,
+            k.versions,
+            k.blobs,
+            k.write_index,
+            k.writes,
+            self._keys.session(session_id).doc,
+        ]
         raw = cast(
-            list[list[Any]],
-            await self._read(
-                keys=[k.index, k.data, k.versions, k.blobs, k.write_index, k.writes],
-                args=[lo, hi, count, int(reverse)],
-            ),
+            list[list[Any]], await self._eval(self._read, session_id, keys, [lo, hi, count, int(reverse)])
         )
         return [_decode(session_id, *row) for row in raw]
 
@@ -258,15 +290,24 @@ class CheckpointStore:
 
     async def delete_thread(self, session_id: str) -> int:
         check_id(session_id, "session_id")
+        runs = cast(list[bytes], await self._redis.hvals(self._keys.checkpoints(session_id).runs))
+        deleted = await self.clear(session_id)
+        for run in set(runs):
+            await self._redis.srem(self._keys.checkpoint_run(run.decode()), session_id)
+        return deleted
+
+    async def clear(self, session_id: str, expected_generation: int | None = None) -> int:
+        """Deletes the session's state; with ``expected_generation``, only if nothing changed since that
+        generation was read (returns -1 then). Run-index entries are left to ``delete_thread``: a
+        retired session's entries stay and find it again once it is resumed."""
         k = self._keys.checkpoints(session_id)
-        runs = cast(list[bytes], await self._redis.hvals(k.runs))
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.index)
-            pipe.delete(*k.all())
-            for run in set(runs):
-                pipe.srem(self._keys.checkpoint_run(run.decode()), session_id)
-            res = await pipe.execute()
-        return int(res[0])
+        gen = "" if expected_generation is None else str(expected_generation)
+        return int(await self._clear(keys=[self._keys.session(session_id).doc, *k.all()], args=[gen]))
+
+    async def generation(self, session_id: str) -> int:
+        """Bumped by every change of the session's checkpoints (the retirement guard)."""
+        raw = await self._redis.hget(self._keys.session(session_id).doc, "ck_gen")
+        return int(raw or 0)
 
     async def prune(self, session_ids: Sequence[str], keep_latest: bool) -> int:
         dropped = 0
@@ -295,7 +336,17 @@ class CheckpointStore:
         k = self._keys.checkpoints(session_id)
         return int(
             await self._drop(
-                keys=[k.index, k.data, k.versions, k.blobs, k.runs, k.write_index, k.writes], args=args
+                keys=[
+                    k.index,
+                    k.data,
+                    k.versions,
+                    k.blobs,
+                    k.runs,
+                    k.write_index,
+                    k.writes,
+                    self._keys.session(session_id).doc,
+                ],
+                args=args,
             )
         )
 
@@ -315,40 +366,6 @@ class CheckpointStore:
             runs = cast(list[bytes], await self._redis.hvals(self._keys.checkpoints(sid).runs))
             for run in set(runs):
                 await self._redis.srem(self._keys.checkpoint_run(run.decode()), sid)
-
-
-async def export_checkpoints(
-    redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]
-) -> AsyncIterator[dict[str, Any]]:
-    """ExportUserData: every checkpoint of the sessions, values and writes as base64 of their bytes."""
-    store = CheckpointStore(redis, keys)
-    for sid in session_ids:
-        for cp in await store.dump(sid):
-            yield {
-                "session_id": cp.session_id,
-                "namespace": cp.namespace,
-                "checkpoint_id": cp.checkpoint_id,
-                "parent_checkpoint_id": cp.parent_checkpoint_id,
-                "metadata": _metadata(cp.metadata_json, "metadata"),
-                "checkpoint": _export_typed(cp.checkpoint),
-                "channel_values": [
-                    {"channel": ch, "version": ver, **_export_typed(v)} for ch, ver, v in cp.channel_values
-                ],
-                "pending_writes": [
-                    {"task_id": w.task_id, "index": w.index, "channel": w.channel, **_export_typed(w.value)}
-                    for w in cp.writes
-                ],
-                "created_at_ms": cp.created_at_ms,
-            }
-
-
-async def forget_checkpoint_runs(redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]) -> None:
-    """ForgetUser, before the session keys go: drops the sessions from the cross-session run index."""
-    await CheckpointStore(redis, keys).forget_runs_of(session_ids)
-
-
-def _export_typed(t: Typed) -> dict[str, str]:
-    return {"type": t.type, "data_base64": base64.b64encode(t.data).decode()}
 
 
 def _member(namespace: str, checkpoint_id: str) -> str:

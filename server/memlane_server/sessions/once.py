@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from .keys import KeySpace
 from .ids import check_id
+from .keys import KeySpace
 
 MARK_TTL_MS = 24 * 3600 * 1000
 

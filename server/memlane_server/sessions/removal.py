@@ -19,8 +19,8 @@ from ..access.identity import UNRESTRICTED, Caller
 from ..errors import InvalidArgument
 from . import scripts
 from .codec import FINGERPRINT_LEN, decode_message
-from .keys import KeySpace
 from .ids import check_id
+from .keys import KeySpace
 from .model import Message
 from .store import SessionStore
 

@@ -199,9 +199,16 @@ return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 
 # --- framework checkpoints (sessions/checkpoints.py); members are namespace\0checkpoint_id
 
-# KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, then blob
-# field/value pairs.  NOTFOUND / CLOSED like an append.
+# KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, restoring
+# ('1': resumption putting archived state back), then blob field/value pairs.
+# NOTFOUND / CLOSED like an append; RETIRED when the session's hot data went to the archive (the caller
+# resumes it and retries: the common case costs no extra round trip). Every change bumps the document's
+# ``ck_gen``, so retirement drops the state only if it is still what went to the archive.
 CK_PUT = r"""
+local extra = redis.call('HGET', KEYS[1], 'extra')
+if ARGV[5] ~= '1' and extra and string.find(extra, '"retired_at_ms"', 1, true) then
+  return redis.error_reply('RETIRED')
+end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
 if status == '3' then return redis.error_reply('CLOSED') end
@@ -209,22 +216,29 @@ redis.call('ZADD', KEYS[2], 0, ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[6], ARGV[1], ARGV[4]) end
-if #ARGV > 4 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
+if #ARGV > 5 then redis.call('HSET', KEYS[5], unpack(ARGV, 6)) end
+redis.call('HINCRBY', KEYS[1], 'ck_gen', 1)
 return 1
 """
 
-# KEYS: doc, write_index, writes.  ARGV: (member, payload, replace) triples.  Returns how many it stored:
-# a member already stored is kept unless `replace` is '1' (special writes: errors, interrupts).
+# KEYS: doc, write_index, writes.  ARGV: restoring ('1' or '0'), then (member, payload, replace) triples.
+# Returns how many it stored: a member already stored is kept unless `replace` is '1' (special writes:
+# errors, interrupts).  RETIRED like CK_PUT.
 CK_PUT_WRITES = r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
+local extra = redis.call('HGET', KEYS[1], 'extra')
+if ARGV[1] ~= '1' and extra and string.find(extra, '"retired_at_ms"', 1, true) then
+  return redis.error_reply('RETIRED')
+end
 local stored = 0
-for i = 1, #ARGV, 3 do
+for i = 2, #ARGV, 3 do
   if ARGV[i + 2] == '1' or redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
     redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
     redis.call('ZADD', KEYS[2], 0, ARGV[i])
     stored = stored + 1
   end
 end
+if stored > 0 then redis.call('HINCRBY', KEYS[1], 'ck_gen', 1) end
 return stored
 """
 
@@ -246,11 +260,15 @@ local function ns_of(member)
 end
 """
 
-# KEYS: index, data, versions, blobs, write_index, writes.  ARGV: lex min, lex max, count, reverse.
+# KEYS: index, data, versions, blobs, write_index, writes, doc.  ARGV: lex min, lex max, count, reverse.
 # Returns {{member, record, {channel, version, blob, ...}, {write payload, ...}}, ...}.
 CK_READ = (
     _CK_LIB
     + r"""
+local extra = redis.call('HGET', KEYS[7], 'extra')
+if extra and string.find(extra, '"retired_at_ms"', 1, true) then
+  return redis.error_reply('RETIRED')
+end
 local members
 if ARGV[4] == '1' then
   members = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[2], ARGV[1], 'LIMIT', 0, ARGV[3])
@@ -285,7 +303,7 @@ return out
 """
 )
 
-# KEYS: index, data, versions, blobs, runs, write_index, writes.  ARGV: mode ('latest': keep the newest
+# KEYS: index, data, versions, blobs, runs, write_index, writes, doc.  ARGV: mode ('latest': keep the newest
 # checkpoint of each namespace; 'runs': drop those whose run id is in ARGV[2..]).  Drops the
 # checkpoints, their writes, and every blob no remaining checkpoint reads.  Returns how many it dropped.
 CK_DROP = (
@@ -326,6 +344,18 @@ end
 for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
   if not keep[f] then redis.call('HDEL', KEYS[4], f) end
 end
+if redis.call('EXISTS', KEYS[8]) == 1 then redis.call('HINCRBY', KEYS[8], 'ck_gen', 1) end
 return #doomed
 """
 )
+
+# KEYS: doc, then every checkpoint key.  ARGV: expected ck_gen ('' = any).  Deletes the session's
+# framework state (DeleteCheckpoints; retirement once archived, only if unchanged since the snapshot).
+# Returns how many checkpoints it deleted, -1 when the state changed since the snapshot.
+CK_CLEAR = r"""
+if ARGV[1] ~= '' and (redis.call('HGET', KEYS[1], 'ck_gen') or '0') ~= ARGV[1] then return -1 end
+local n = redis.call('ZCARD', KEYS[2])
+redis.call('DEL', unpack(KEYS, 2))
+if n > 0 and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'ck_gen', 1) end
+return n
+"""

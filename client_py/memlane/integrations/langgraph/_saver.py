@@ -81,13 +81,22 @@ class MemlaneSaver(BaseCheckpointSaver[str]):
                 return self._async
             self._async = AsyncClient(self._target, token=self._token, agent_id=self._agent_id)
             self._async_loop = loop
+            self._owned.append(self._async)
         return self._async
 
     def close(self) -> None:
-        """Closes the clients this saver made (not one it was given)."""
+        """Closes the blocking client this saver made (not one it was given)."""
         for c in self._owned:
             if isinstance(c, Client):
                 c.close()
+        self._owned = [c for c in self._owned if not isinstance(c, Client)]
+
+    async def aclose(self) -> None:
+        """Closes every client this saver made, the asyncio one included."""
+        self.close()
+        # Only the current loop's client can be closed from here; earlier loops' channels died with them.
+        if self._async is not None and self._async in self._owned:
+            await self._async.close()
         self._owned.clear()
 
     def _session_request(self, config: RunnableConfig, thread_id: str) -> spb.CreateSessionRequest:
