@@ -33,6 +33,12 @@ ID_FIELDS = frozenset(
 )
 
 
+# Fields that share an id's name but hold a framework's own names: a LangGraph channel (``__start__``,
+# ``__error__``) is a key inside one checkpoint, never a Redis key, path or predicate; the checkpoint
+# store bounds it (``sessions.checkpoints``).
+NOT_IDS = frozenset({"memlane.v1.ChannelValue.channel", "memlane.v1.PendingWrite.channel"})
+
+
 def check_request_ids(request: Message, prefix: str = "") -> None:
     """Raises InvalidArgument naming the first field (as a path) whose id is not valid."""
     for field, value in request.ListFields():
@@ -45,7 +51,11 @@ def check_request_ids(request: Message, prefix: str = "") -> None:
                     check_request_ids(item, f"{path}[{i}].")
             else:
                 check_request_ids(value, f"{path}.")
-        elif field.name in ID_FIELDS and field.type == FieldDescriptor.TYPE_STRING:
+        elif (
+            field.name in ID_FIELDS
+            and field.type == FieldDescriptor.TYPE_STRING
+            and field.full_name not in NOT_IDS
+        ):
             if field.is_repeated:
                 for i, item in enumerate(value):
                     check_id(item, f"{path}[{i}]")
