@@ -19,5 +19,6 @@ def test_every_rpc_request_names_its_user() -> None:
         for method in service.methods
     ]
     assert len(methods) >= 24  # every service was found (24 RPCs when this was written)
-    unbound = [m.full_name for m in methods if not user_scoped(message_factory.GetMessageClass(m.input_type)())]
+    requests = {m.full_name: message_factory.GetMessageClass(m.input_type)() for m in methods}
+    unbound = [name for name, request in requests.items() if not user_scoped(request)]
     assert unbound == []
