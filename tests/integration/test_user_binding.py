@@ -187,3 +187,16 @@ def test_a_bound_watch_follows_its_user_only(bound: SidecarThread) -> None:
         for resp in admin.watch_session_events(after_event_id="0", user_id="bob", timeout=20):
             assert resp.event.user_id == "bob"
             break
+
+
+async def test_the_async_client_carries_the_user_token(bound: SidecarThread) -> None:
+    async with memlane.AsyncClient(
+        bound.target, token=TOKENS["writer"], user_token=user_token("carol"), timeout=20
+    ) as carol:
+        made = (await carol.create_session()).session
+        assert made.user_id == "carol"  # filled from the token
+        with pytest.raises(memlane.PermissionDeniedError):
+            await carol.list_sessions(user_id="alice")
+    async with memlane.AsyncClient(bound.target, token=TOKENS["writer"], timeout=20) as anonymous:
+        with pytest.raises(memlane.UnauthenticatedError):
+            await anonymous.list_sessions(user_id="carol")
