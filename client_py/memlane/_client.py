@@ -41,6 +41,7 @@ Resp_co = TypeVar("Resp_co", bound=ProtoMessage, covariant=True)
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT = 30.0
 AGENT_HEADER = "x-memlane-agent"
+USER_TOKEN_HEADER = "x-memlane-user-token"  # a signed end-user token (JWT), when the sidecar binds users
 
 _STUBS: dict[str, Callable[[Any], Any]] = {
     "sessions": spb_grpc.SessionServiceStub,
@@ -76,12 +77,14 @@ def _prepare(request: ProtoMessage) -> None:
         request.request_id = new_id()
 
 
-def _metadata(token: str | None, agent_id: str | None) -> tuple[tuple[str, str], ...]:
+def _metadata(token: str | None, agent_id: str | None, user_token: str | None) -> tuple[tuple[str, str], ...]:
     md: list[tuple[str, str]] = []
     if token:
         md.append(("authorization", f"Bearer {token}"))
     if agent_id:
         md.append((AGENT_HEADER, agent_id))
+    if user_token:
+        md.append((USER_TOKEN_HEADER, user_token))
     return tuple(md)
 
 
@@ -250,10 +253,17 @@ class _Transport:
     """What the descriptors need of a client: a channel's stubs, credentials, deadline and retries."""
 
     def __init__(
-        self, channel: Any, token: str | None, agent_id: str | None, timeout: float, retry: RetryPolicy | None
+        self,
+        channel: Any,
+        token: str | None,
+        agent_id: str | None,
+        timeout: float,
+        retry: RetryPolicy | None,
+        *,
+        user_token: str | None = None,
     ) -> None:
         self._channel = channel
-        self._metadata = _metadata(token, agent_id)
+        self._metadata = _metadata(token, agent_id, user_token)
         self._timeout = timeout
         self._retry = retry or RetryPolicy()
         self._stubs = {name: make(channel) for name, make in _STUBS.items()}
@@ -284,6 +294,7 @@ class Client(_Transport, _Rpcs):
         *,
         token: str | None = None,
         agent_id: str | None = None,
+        user_token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         credentials: grpc.ChannelCredentials | None = None,
@@ -295,7 +306,7 @@ class Client(_Transport, _Rpcs):
             if credentials
             else grpc.insecure_channel(target, options=opts)
         )
-        super().__init__(channel, token, agent_id, timeout, retry)
+        super().__init__(channel, token, agent_id, timeout, retry, user_token=user_token)
 
     def __enter__(self) -> Client:
         return self
@@ -344,6 +355,7 @@ class AsyncClient(_Transport, _Rpcs):
         *,
         token: str | None = None,
         agent_id: str | None = None,
+        user_token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         credentials: grpc.ChannelCredentials | None = None,
@@ -355,7 +367,7 @@ class AsyncClient(_Transport, _Rpcs):
             if credentials
             else grpc.aio.insecure_channel(target, options=opts)
         )
-        super().__init__(channel, token, agent_id, timeout, retry)
+        super().__init__(channel, token, agent_id, timeout, retry, user_token=user_token)
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -28,7 +28,9 @@ from memlane.v1 import (
 
 from .access.authenticate import Authenticator
 from .access.policy import PolicyFile
+from .access.user_token import UserTokenRules, load_jwks_file
 from .api.admin import AdminServicer
+from .api.binding import UserBinding
 from .api.checkpoints import CheckpointServicer
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
@@ -183,7 +185,11 @@ class Sidecar:
 
         metrics = RpcMetrics(self.registry)
         server = grpc.aio.server(
-            interceptors=[BoundaryInterceptor(metrics, self._authenticator(), UNAVAILABLE_ERRORS)],
+            interceptors=[
+                BoundaryInterceptor(
+                    metrics, self._authenticator(), UserBinding(self.sessions), UNAVAILABLE_ERRORS
+                )
+            ],
             options=[
                 ("grpc.max_receive_message_length", s.max_receive_message_bytes),
                 ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share it
@@ -433,7 +439,13 @@ class Sidecar:
                 "auth is disabled: serving loopback and Unix-socket callers only, identified by the "
                 "x-memlane-agent header; set auth_required and access_policy_file in production"
             )
-        return Authenticator(self.policy, required=s.auth_required)
+        rules = UserTokenRules(
+            required=s.user_token_required,
+            file_keys=load_jwks_file(Path(s.user_token_jwks_file)) if s.user_token_jwks_file else (),
+            issuer=s.user_token_issuer,
+            audience=s.user_token_audience,
+        )
+        return Authenticator(self.policy, required=s.auth_required, user_tokens=rules)
 
     def _tls_credentials(self) -> grpc.ServerCredentials | None:
         s = self.settings

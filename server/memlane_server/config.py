@@ -63,6 +63,11 @@ class Settings:
     tls_cert_file: str = ""  # serve TLS on every TCP listen address
     tls_key_file: str = ""
     tls_client_ca_file: str = ""  # set: clients must present a certificate signed by this CA (mTLS)
+    # End-user binding (access/user_token.py): a signed JWT in x-memlane-user-token whose sub is the user.
+    user_token_required: bool = False  # on: every call but an admin's must carry one
+    user_token_jwks_file: str = ""  # JWKS of the verifying keys (also: user_token_jwks in the policy file)
+    user_token_issuer: str = ""  # set: the token's iss must equal it
+    user_token_audience: str = ""  # set: the token's aud must contain it
     # --- context assembly
     context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
     context_window_turns: int = 20
@@ -149,6 +154,11 @@ def _check(settings: Settings) -> None:
         raise ConfigError("tls_cert_file needs tls_key_file")
     if settings.tls_client_ca_file and not settings.tls_cert_file:
         raise ConfigError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+    if settings.user_token_required and not (settings.user_token_jwks_file or settings.access_policy_file):
+        raise ConfigError(
+            "user_token_required needs verifying keys: user_token_jwks_file, or user_token_jwks in the "
+            "access_policy_file"
+        )
 
 
 def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:

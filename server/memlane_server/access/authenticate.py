@@ -1,13 +1,16 @@
 """Turns a call's credentials into a Caller: a bearer token, a verified client certificate (mTLS), or,
-with auth disabled for development, an agent header that is honoured only on loopback or a Unix socket."""
+with auth disabled for development, an agent header that is honoured only on loopback or a Unix socket.
+An end-user token (``x-memlane-user-token``), when present or required, binds the call to its user."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ..errors import PermissionDenied, Unauthenticated
-from .identity import UNRESTRICTED, Caller
+from .identity import UNRESTRICTED, Caller, CallerRole
 from .policy import PolicyFile
+from .user_token import USER_TOKEN_HEADER, UserTokenRules
 
 AGENT_HEADER = "x-memlane-agent"
 _READ_PREFIXES = ("Get", "List", "Search", "Watch", "Export")
@@ -26,11 +29,31 @@ def is_local_peer(peer: str) -> bool:
 
 
 class Authenticator:
-    def __init__(self, policy: PolicyFile, *, required: bool) -> None:
+    def __init__(
+        self, policy: PolicyFile, *, required: bool, user_tokens: UserTokenRules | None = None
+    ) -> None:
         self.policy = policy
         self.required = required
+        self.user_tokens = user_tokens or UserTokenRules()
 
     def authenticate(
+        self,
+        metadata: Sequence[tuple[str, str | bytes]],
+        peer: str,
+        auth_context: Mapping[str, Sequence[bytes]],
+    ) -> Caller:
+        caller = self._agent(metadata, peer, auth_context)
+        user_token = next((_text(v) for k, v in metadata if k == USER_TOKEN_HEADER), None)
+        if user_token is None:
+            if self.user_tokens.required and CallerRole.ADMIN not in caller.roles:
+                raise Unauthenticated(
+                    f"this sidecar binds every call to an end user: send a user token in {USER_TOKEN_HEADER}"
+                )
+            return caller
+        user = self.user_tokens.verify(user_token, self.policy.policy.user_keys)
+        return dataclasses.replace(caller, user_id=user)
+
+    def _agent(
         self,
         metadata: Sequence[tuple[str, str | bytes]],
         peer: str,
@@ -39,13 +62,13 @@ class Authenticator:
         token = header = None
         for key, value in metadata:
             if key == "authorization":
-                text = value.decode() if isinstance(value, bytes) else value
+                text = _text(value)
                 scheme, _, rest = text.partition(" ")
                 if scheme.lower() != "bearer" or not rest.strip():
                     raise Unauthenticated("the authorization header must be 'Bearer <token>'")
                 token = rest.strip()
             elif key == AGENT_HEADER:
-                header = value.decode() if isinstance(value, bytes) else value
+                header = _text(value)
         if token is not None:
             return self.policy.policy.caller_for_token(token)
         common_names = auth_context.get("x509_common_name")
@@ -61,6 +84,10 @@ class Authenticator:
         if header:
             return self.policy.policy.caller_for_agent(header, how="header")
         return UNRESTRICTED
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def check_method(caller: Caller, method: str) -> None:

@@ -33,6 +33,8 @@ class Caller:
     how: str = "token"  # token | mtls | header | local
     # A local caller with auth disabled and no agent header: a single-agent pod in development.
     unrestricted: bool = field(default=False)
+    # The end user this call is bound to by a verified user token ("" = not bound; see user_token.py).
+    user_id: str = ""
 
     @property
     def is_auditor(self) -> bool:
@@ -42,6 +44,11 @@ class Caller:
         if self.unrestricted or CallerRole.ADMIN in self.roles or (auditors_too and self.is_auditor):
             return
         raise PermissionDenied(f"agent {self.agent_id!r} may not {action}: it needs the admin role")
+
+    def check_user(self, user_id: str, field_name: str) -> None:
+        """A call bound to an end user touches that user's data only."""
+        if self.user_id and user_id != self.user_id:
+            raise PermissionDenied(f"{field_name} is not the end user this call is bound to (its user token)")
 
     def reads_for(self, agent_id: str) -> bool:
         """May this caller read ``agent_id``'s private data?"""

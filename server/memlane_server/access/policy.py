@@ -12,6 +12,8 @@ Kubernetes Secret in production). The file is re-read when it changes; no restar
       auditor-1: {roles: [auditor]}
     groups:
       research: [planner, researcher]         # members; adds to agents.<name>.groups
+    user_token_jwks:                          # optional: keys verifying end-user tokens (user_token.py)
+      keys: [{kty: OKP, crv: Ed25519, kid: login-1, x: 11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo}]
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jwt
 import yaml
 
 from ..errors import Unauthenticated
 from .identity import Caller, CallerRole
+from .user_token import KeysError, parse_jwks
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class _Token:
 class AccessPolicy:
     tokens: dict[str, _Token]  # sha256 hex of the token -> entry
     callers: dict[str, Caller]  # agent id -> identity (roles, groups, delegates)
+    user_keys: tuple[jwt.PyJWK, ...] = ()  # verify end-user tokens
 
     @staticmethod
     def parse(data: Any, source: str = "policy") -> AccessPolicy:
@@ -101,7 +106,13 @@ class AccessPolicy:
                 groups=frozenset(g for g, members in groups.items() if name in members),
                 delegates=frozenset(str(d) for d in spec.get("delegates") or []),
             )
-        return AccessPolicy(tokens, callers)
+        user_keys: tuple[jwt.PyJWK, ...] = ()
+        if data.get("user_token_jwks") is not None:
+            try:
+                user_keys = parse_jwks(data["user_token_jwks"], f"{source}: user_token_jwks")
+            except KeysError as exc:
+                raise PolicyError(str(exc)) from exc
+        return AccessPolicy(tokens, callers, user_keys)
 
     def caller_for_token(self, token: str, now: dt.datetime | None = None) -> Caller:
         entry = self.tokens.get(hashlib.sha256(token.encode()).hexdigest())

@@ -1,9 +1,10 @@
 """The boundary interceptor: every RPC passes through here once.
 
 It maps domain exceptions to gRPC status codes (servicers just raise), records per-RPC latency and
-status metrics, and turns an undecodable request (e.g. invalid UTF-8 in a string field) into
+status metrics, turns an undecodable request (e.g. invalid UTF-8 in a string field) into
 INVALID_ARGUMENT instead of grpc's generic INTERNAL, as it does a request holding an id outside the
-one id grammar (``request_ids``).
+one id grammar (``request_ids``), authenticates the caller and, for a call bound to an end user, holds
+the request to that user (``binding.UserBinding``) before any handler runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .. import errors
 from ..access.authenticate import Authenticator, check_method
 from ..access.identity import Caller, CallerToken, enter_caller, exit_caller
 from ..observability.metrics import RpcMetrics
+from .binding import UserBinding
 from .request_ids import check_request_ids
 
 log = logging.getLogger("memlane.api")
@@ -79,7 +81,9 @@ class _Boundary:
         self._start = time.perf_counter()
         try:
             self._owner._check(self._request)
-            self._token = enter_caller(self._owner._caller(self._context, self._name))
+            caller = self._owner._caller(self._context, self._name)
+            await self._owner._binding.check(self._request, caller)
+            self._token = enter_caller(caller)
         except Exception as exc:
             await self.__aexit__(type(exc), exc, None)
 
@@ -107,10 +111,12 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         self,
         metrics: RpcMetrics,
         authenticator: Authenticator,
+        binding: UserBinding,
         unavailable: tuple[type[BaseException], ...] = (),
     ) -> None:
         self._metrics = metrics
         self._auth = authenticator
+        self._binding = binding
         self._unavailable = unavailable
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
 

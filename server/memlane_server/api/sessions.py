@@ -61,6 +61,15 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         self._pipeline = pipeline
         self._resumer = resumer
 
+    async def _check_manage(
+        self, session_id: str, action: str, group: str = "", *, unless_ended: bool = False
+    ) -> None:
+        """NOT_FOUND for a missing session, then ``Caller.check_manage`` against the session's creator."""
+        current = await self._store.get(session_id)
+        if unless_ended and current.status in (SessionStatus.CLOSED, SessionStatus.EXPIRED):
+            return
+        current_caller().check_manage(current.agent_id, group, action)
+
     async def CreateSession(
         self, request: spb.CreateSessionRequest, context: _Ctx
     ) -> spb.CreateSessionResponse:
@@ -117,9 +126,9 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         s = request.session
         if not request.update_mask.paths:
             raise InvalidArgument("update_mask must name at least one field")
-        current = await self._store.get(s.session_id)
-        new_group = s.group if "group" in request.update_mask.paths else ""
-        current_caller().check_manage(current.agent_id, new_group, "update")
+        await self._check_manage(
+            s.session_id, "update", s.group if "group" in request.update_mask.paths else ""
+        )
         fields: dict[str, Any] = {}
         for path in request.update_mask.paths:
             if path in ("tags", "participants"):
@@ -142,8 +151,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         return spb.UpdateSessionResponse(session=session_to_pb(updated))
 
     async def CloseSession(self, request: spb.CloseSessionRequest, context: _Ctx) -> spb.CloseSessionResponse:
-        current = await self._store.get(request.session_id)
-        current_caller().check_manage(current.agent_id, "", "close")
+        await self._check_manage(request.session_id, "close")
         return spb.CloseSessionResponse(
             session=session_to_pb(await self._lifecycle.close(request.session_id))
         )
@@ -206,9 +214,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         self, request: spb.PromoteSessionRequest, context: _Ctx
     ) -> spb.PromoteSessionResponse:
         if request.close:  # closing through promotion is closing: the same rule as CloseSession
-            current = await self._store.get(request.session_id)
-            if current.status not in (SessionStatus.CLOSED, SessionStatus.EXPIRED):
-                current_caller().check_manage(current.agent_id, "", "close")
+            await self._check_manage(request.session_id, "close", unless_ended=True)
         await self._resumer.ensure_hot(request.session_id)
         remaining = context.time_remaining()
         # Wait for another sidecar's run for most of the call's deadline, leaving time to answer.

@@ -596,15 +596,14 @@ def _may_change(draft: MemoryDraft, target: MemoryItem) -> bool:
     group turn: see ``pipelines.promote``); it may only change items no wider than that audience. A draft
     with the default or a user-wide scope may change any of the agent's items.
     """
-    scope = MemoryScope(draft.scope) if isinstance(draft, NewMemory) and draft.scope else None
-    if scope is None or scope in (MemoryScope.USER, MemoryScope.SHARED):
+    if not isinstance(draft, NewMemory) or not draft.scope:
         return True
+    scope = MemoryScope(draft.scope)
     if scope is MemoryScope.GROUP:
-        assert isinstance(draft, NewMemory)
         return target.scope is MemoryScope.AGENT or (
             target.scope is MemoryScope.GROUP and target.group == draft.group
         )
-    return target.scope is MemoryScope.AGENT
+    return scope is not MemoryScope.AGENT or target.scope is MemoryScope.AGENT
 
 
 def _readable(who: Visibility) -> Expr:
