@@ -30,7 +30,6 @@ HELP: dict[str, str] = {
     "tls_key_file": "PEM private key of tls_cert_file.",
     "tls_client_ca_file": "PEM CA: clients must present a certificate it signed (mTLS).",
     "context_strategy": "How the history section of the context is built.",
-    "context_strategy_by_channel": "Per-channel strategies, e.g. voice=sliding_window,eval=full_buffer.",
     "context_window_turns": "Recent turns kept verbatim by the windowed strategies.",
     "context_reserved_output_tokens": "Tokens of the context window left for the model's answer.",
     "context_system_prompt": "System prompt used when a request sends none.",
@@ -78,4 +77,16 @@ HELP: dict[str, str] = {
     "pipeline_summary_tokens": "Budget of the summary written at session end.",
     "archive_uri": "Parquet archive directory or s3://bucket/prefix; empty: <data_dir>/archive.",
     "archive_retention_interval_seconds": "How often archives past their retention are deleted.",
+    "pipeline_max_failures": "Failed deliveries after which a session-end job is parked for an operator"
+    " (memlane jobs list-parked | retry-parked).",
+    "redis_wait_replicas": "Replicas that must confirm an append or create (Redis WAIT) before it is"
+    " acknowledged; 0 answers as soon as the primary has it.",
+    "redis_wait_timeout_ms": "How long an append waits for redis_wait_replicas confirmations before"
+    " answering UNAVAILABLE.",
+    "user_token_required": "Require a signed end-user token (x-memlane-user-token) on every call but an"
+    " admin's.",
+    "user_token_jwks_file": "JWKS file of the keys that verify end-user tokens (the policy file's"
+    " user_token_jwks works too).",
+    "user_token_issuer": "When set, an end-user token's iss must equal it.",
+    "user_token_audience": "When set, an end-user token's aud must contain it.",
 }

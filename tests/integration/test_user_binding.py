@@ -130,6 +130,7 @@ def test_a_token_for_alice_cannot_reach_bob(bound: SidecarThread) -> None:
         assert alice.get_profile(caller=mpb.Caller()).facts[0].content == "Alice sails."
         listed = {s.user_id for s in alice.list_sessions(page_size=100).sessions}
         assert listed == {"alice"}  # bob's session exists, but the binding filters the listing
+        alice.list_checkpoints(session_id=own)  # her own thread's checkpoints answer
 
         denied = {
             "create_session": lambda: alice.create_session(user_id="bob"),
@@ -156,6 +157,17 @@ def test_a_token_for_alice_cannot_reach_bob(bound: SidecarThread) -> None:
                 caller=mpb.Caller(user_id="bob"), kind=mpb.MEMORY_KIND_FACT, content="Bob hates jazz."
             ),
             "watch_session_events": lambda: next(iter(alice.watch_session_events(user_id="bob"))),
+            "get_checkpoint": lambda: alice.get_checkpoint(session_id=bob_sid),
+            "list_checkpoints": lambda: alice.list_checkpoints(session_id=bob_sid),
+            "copy_checkpoints": lambda: alice.copy_checkpoints(
+                source_session_id=bob_sid, target_session_id=own
+            ),
+            "copy_checkpoints(into bob)": lambda: alice.copy_checkpoints(
+                source_session_id=own, target_session_id=bob_sid
+            ),
+            "prune_checkpoints": lambda: alice.prune_checkpoints(session_ids=[own, bob_sid]),
+            "delete_checkpoints": lambda: alice.delete_checkpoints(session_id=bob_sid),
+            "delete_checkpoint_runs": lambda: alice.delete_checkpoint_runs(run_ids=["run-1"]),
         }
         for name, call in denied.items():
             with pytest.raises(memlane.PermissionDeniedError):

@@ -19,11 +19,24 @@ from __future__ import annotations
 from typing import Any
 
 from ..access.identity import Caller
-from ..errors import NotFound
+from ..errors import NotFound, PermissionDenied
 from ..sessions.store import SessionStore
 
 USER_FIELDS = ("user_id", "caller.user_id")
-SESSION_FIELDS = ("session_id", "session.session_id")
+SESSION_FIELDS = (
+    "session_id",
+    "session.session_id",
+    "source_session_id",  # CopyCheckpoints: both threads must be the user's
+    "target_session_id",
+    "session_ids",  # PruneCheckpoints (repeated)
+)
+# RPCs that name no user: operator work on the session-end queue, refused to everyone but admins.
+OPERATOR_RPCS = frozenset(
+    {"memlane.v1.AdminService.ListParkedJobs", "memlane.v1.AdminService.RetryParkedJobs"}
+)
+# RPCs whose reach crosses users by design (a run id may name threads of several users): refused to a
+# call bound to an end user rather than answered for a subset it cannot see.
+UNBOUND_ONLY = frozenset({"DeleteCheckpointRunsRequest"})
 
 
 def _field(message: Any, path: str) -> tuple[Any, str] | None:
@@ -49,6 +62,11 @@ class UserBinding:
         """Raises PermissionDenied unless every user the request names is ``caller.user_id``."""
         if not caller.user_id:
             return
+        if request.DESCRIPTOR.name in UNBOUND_ONLY:
+            raise PermissionDenied(
+                f"{request.DESCRIPTOR.name[: -len('Request')]} spans threads of every user; a call bound"
+                " to an end user may not make it"
+            )
         for path in USER_FIELDS:
             found = _field(request, path)
             if found is None:
@@ -59,10 +77,14 @@ class UserBinding:
             caller.check_user(getattr(holder, name), path)
         for path in SESSION_FIELDS:
             found = _field(request, path)
-            if found is None or not getattr(*found):
+            if found is None:
                 continue
-            try:
-                session = await self._sessions.get(getattr(*found))
-            except NotFound:
-                continue
-            caller.check_user(session.user_id, path)
+            value = getattr(*found)
+            for session_id in [value] if isinstance(value, str) else list(value):
+                if not session_id:
+                    continue
+                try:
+                    session = await self._sessions.get(session_id)
+                except NotFound:
+                    continue
+                caller.check_user(session.user_id, path)
