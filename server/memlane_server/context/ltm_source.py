@@ -9,7 +9,7 @@ from collections import OrderedDict
 from memlane_server.access.identity import Caller
 from memlane_server.ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 
-from .ltm_versions import VERSION_TTL_S, LtmVersions
+from .ltm_versions import LtmVersions
 from .sources import MemoryHit
 
 # The profile changes when a session ends (promotion) or an item is edited, not between two turns;
@@ -33,8 +33,8 @@ class LtmMemorySource:
     always passes them) a write on any sidecar takes effect on the next assembly here.
     """
 
-    # How long a remembered version counts as known; far below VERSION_TTL_S (see ltm_versions).
-    SEEN_TTL_S = min(3600.0, VERSION_TTL_S / 4)
+    # How long a remembered version counts as known (then the view is refreshed anyway).
+    SEEN_TTL_S = 3600.0
 
     def __init__(
         self,
@@ -46,17 +46,17 @@ class LtmMemorySource:
         self._memory = memory
         self._cross_channel = cross_channel_episodes
         self._versions = versions
-        self._profiles: OrderedDict[tuple[object, ...], tuple[float, int, list[MemoryHit]]] = OrderedDict()
+        self._profiles: OrderedDict[tuple[object, ...], tuple[float, bytes, list[MemoryHit]]] = OrderedDict()
         # user -> (version this sidecar's view is current with, until when that is trusted)
-        self._seen: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         # One version read per user in flight: profile and recall of one assembly share it.
-        self._reads: dict[str, asyncio.Future[int]] = {}
+        self._reads: dict[str, asyncio.Future[bytes]] = {}
 
-    async def _version(self, user_id: str) -> int:
+    async def _version(self, user_id: str) -> bytes:
         """The user's current LTM version; on a change, this sidecar's view of the store is refreshed
         and its cached profiles of the user dropped before anything is read."""
         if self._versions is None:
-            return 0
+            return b""
         read = self._reads.get(user_id)
         if read is None:
             read = self._reads[user_id] = asyncio.ensure_future(self._versions.read(user_id))

@@ -9,6 +9,7 @@ handle (it does not see other processes' writes until refreshed).
 from __future__ import annotations
 
 import logging
+import os
 from typing import cast
 
 import redis.asyncio as aioredis
@@ -18,8 +19,9 @@ from memlane_server.sessions.keys import KeySpace
 
 log = logging.getLogger("memlane.context")
 
-# A version key outlives every cache entry compared against it by far, so a key that expired and came
-# back as 0 can never be mistaken for the 0 a reader remembered (see LtmMemorySource.SEEN_TTL_S).
+# A version is a fresh random token, never a counter: a key that expired, or that erasure deleted (it
+# names the user), can never come back equal to a version some sidecar remembered. The TTL only
+# tidies up users who stopped writing.
 VERSION_TTL_S = 86_400
 
 
@@ -31,15 +33,12 @@ class LtmVersions:
     async def bump(self, user_id: str) -> None:
         """After a write. A failure is logged, not raised: the write itself landed, and cached profiles
         expire within seconds anyway (a Redis that is down fails the next assembly first)."""
-        key = self._keys.ltm_version(user_id)
         try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.incr(key)
-                pipe.expire(key, VERSION_TTL_S)
-                await pipe.execute()
+            await self._redis.set(self._keys.ltm_version(user_id), os.urandom(12), ex=VERSION_TTL_S)
         except RedisError as exc:
             log.warning("ltm version bump failed", extra={"detail": str(exc)})
 
-    async def read(self, user_id: str) -> int:
+    async def read(self, user_id: str) -> bytes:
+        """The user's current version; b"" when the user has no recent write."""
         raw = cast(bytes | None, await self._redis.get(self._keys.ltm_version(user_id)))
-        return int(raw or 0)
+        return raw or b""

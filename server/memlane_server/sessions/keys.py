@@ -91,8 +91,14 @@ class KeySpace:
         """ZSET: session ids of one user, scored by creation time."""
         return f"{self.prefix}:user:{{{user_id}}}:sessions"
 
+    def user_pattern(self, user_id: str) -> str:
+        """A SCAN pattern matching every per-user key (sessions index, LTM version, once-marks), with the
+        id's glob characters escaped: a user id is the caller's string, never a pattern."""
+        escaped = "".join("\\" + ch if ch in "*?[]\\^-" else ch for ch in user_id)
+        return f"{self.prefix}:user:{{{escaped}}}:*"
+
     def ltm_version(self, user_id: str) -> str:
-        """STRING counter: bumped on every long-term memory write of the user (context/ltm_versions.py)."""
+        """STRING token: replaced on every long-term memory write of the user (context/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
     def all_sessions(self) -> str:

@@ -693,7 +693,10 @@ class SessionStore:
                 counts["redis.traces"] += int(sizes[3 * j + 2])
                 self._meta_cache.pop(sid, None)
                 self._deadline_bumped.pop(sid, None)
-        await self.redis.delete(self.keys.user_sessions(user_id))
+        # Every per-user key (sessions index, LTM version, feedback once-marks): their names hold the id.
+        per_user = [k async for k in self.redis.scan_iter(match=self.keys.user_pattern(user_id), count=1000)]
+        for i in range(0, len(per_user), 500):
+            await self.redis.delete(*per_user[i : i + 500])
         counts["redis.stream_entries"] = await self._erase_stream_entries(set(sids), user_id)
         return counts
 
