@@ -44,6 +44,7 @@ def test_a_retried_feedback_counts_once(client: memlane.Client, user_id: str) ->
         caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_USEFUL, feedback_id="f-1"
     )
     assert client.get_memory(caller=caller(user_id), memory_id=mid).memory.useful_count == 3
+    assert client.forget_user(user_id=user_id).erased["redis.once_marks"] == 3  # erasure takes the marks too
     with pytest.raises(memlane.InvalidArgumentError, match="feedback_id"):
         client.record_feedback(
             caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_USEFUL, feedback_id="bad id\n"
