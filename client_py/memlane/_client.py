@@ -1,9 +1,10 @@
 """``Client`` (blocking) and ``AsyncClient`` (asyncio): one method per RPC, in snake_case.
 
 Each method takes the request message, or its fields as keyword arguments, plus ``timeout`` (seconds;
-the call's deadline). Writes get client-side ids when they have none, which makes every call safe to
-retry, so UNAVAILABLE is retried with backoff on unary calls (and on a stream before its first item);
-other codes raise the typed error at once. ``grpc.RpcError`` never escapes.
+the call's deadline). Writes get client-side ids when they have none (messages, sessions, feedback),
+which makes them safe to retry, so UNAVAILABLE is retried with backoff on unary calls (and on a stream
+before its first item); the two writes that cannot be made so without the caller's id are sent once
+(see ``_prepare``). Other codes raise the typed error at once. ``grpc.RpcError`` never escapes.
 
 The RPCs are declared once, in ``_Rpcs``, as descriptors; both clients inherit them and supply the
 transport (blocking or asyncio), so the two can never drift apart.
@@ -63,8 +64,14 @@ def _build(cls: type[Req], request: Req | None, fields: dict[str, Any]) -> Req:
         raise TypeError(f"{cls.__name__}: {exc}") from None
 
 
-def _prepare(request: ProtoMessage) -> None:
-    """Fills client-side ids so a retried write lands once."""
+def _prepare(request: ProtoMessage) -> bool:
+    """Fills client-side ids so a retried write lands once; returns whether the call is safe to retry.
+    Two writes are not without an id of the caller's: CreateMemory without ``memory_id`` (a retry could
+    store a second item) and ExtractMemories outside ``dry_run`` (a retry merges the same items again)."""
+    if isinstance(request, mpb.CreateMemoryRequest):
+        return bool(request.memory_id)
+    if isinstance(request, mpb.ExtractMemoriesRequest):
+        return request.dry_run
     if isinstance(request, spb.AppendMessagesRequest):
         for m in request.messages:
             if not m.message_id:
@@ -75,6 +82,7 @@ def _prepare(request: ProtoMessage) -> None:
         request.feedback_id = new_id()  # the server counts one piece of feedback once
     elif isinstance(request, spb.RemoveMessagesRequest) and not request.request_id:
         request.request_id = new_id()
+    return True
 
 
 def _metadata(token: str | None, agent_id: str | None, user_token: str | None) -> tuple[tuple[str, str], ...]:
@@ -271,10 +279,14 @@ class _Transport:
     def _rpc(self, spec: _Rpc[Any, Any]) -> Callable[..., Any]:
         return getattr(self._stubs[spec.service], spec.method)
 
-    def _retry_delay(self, exc: grpc.RpcError, attempt: int, *, started: bool = False) -> float:
+    def _retry_delay(
+        self, exc: grpc.RpcError, attempt: int, *, started: bool = False, safe: bool = True
+    ) -> float:
         """Seconds to wait before attempt ``attempt + 1``; raises the typed error when it is final.
-        A stream is only retried before its first item (a partial stream cannot be resumed)."""
-        if not started and exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
+        A stream is only retried before its first item (a partial stream cannot be resumed); a write
+        that is not safe to repeat (see ``_prepare``) is never retried."""
+        retryable = safe and not started and exc.code() in self._retry.retryable
+        if retryable and attempt < self._retry.max_attempts:
             return self._retry.backoff(attempt)
         raise from_rpc_error(exc) from None
 
@@ -318,14 +330,14 @@ class Client(_Transport, _Rpcs):
         self._channel.close()
 
     def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
-        _prepare(request)
+        safe = _prepare(request)
         rpc = self._rpc(spec)
         attempt = 1
         while True:
             try:
                 return rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                time.sleep(self._retry_delay(exc, attempt))
+                time.sleep(self._retry_delay(exc, attempt, safe=safe))
                 attempt += 1
 
     def _stream(self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None) -> Iterator[Any]:
@@ -379,14 +391,14 @@ class AsyncClient(_Transport, _Rpcs):
         await self._channel.close()
 
     async def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:
-        _prepare(request)
+        safe = _prepare(request)
         rpc = self._rpc(spec)
         attempt = 1
         while True:
             try:
                 return await rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                await asyncio.sleep(self._retry_delay(exc, attempt))
+                await asyncio.sleep(self._retry_delay(exc, attempt, safe=safe))
                 attempt += 1
 
     async def _stream(

@@ -132,10 +132,19 @@ _SENSIBLE: dict[str, list[str]] = {
 _ID = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,20}", fullmatch=True)
 
 
+_NUMBERS = st.sampled_from(
+    ["0", "1-0", "9" * 25, "18446744073709551616", "1-18446744073709551616", "-1", "1e9"]
+)
+_SUFFIXES = st.sampled_from(["\n", "\r\n", "\x00", " ", "'", '"', "\\", "*", "%", "}", "-", ":", "."])
+
+
 def _string(field: FieldDescriptor) -> st.SearchStrategy[str]:
+    """Mostly values that pass (so the fuzz gets past the first check), then near misses of them (a
+    trailing newline, a quote, a 64-bit overflow), then anything."""
     sensible = _SENSIBLE.get(field.name)
     good = st.sampled_from(sensible) if sensible else _ID
-    return st.one_of(*[good] * 6, _STRINGS)
+    near = st.one_of(st.tuples(st.one_of(good, _NUMBERS), _SUFFIXES).map("".join), _NUMBERS)
+    return st.one_of(*[good] * 5, near, near, _STRINGS)
 
 
 def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
@@ -212,8 +221,10 @@ def message_strategy(desc: Descriptor, depth: int = 0) -> st.SearchStrategy[dict
             )
         else:
             parts[field.name] = _value(field, depth)
-    required = {k: v for k, v in parts.items() if k in _USUALLY_SET}
-    optional = {k: v for k, v in parts.items() if k not in _USUALLY_SET}
+    # A request's own scalar fields are always set (each is what the fuzz is after); nested ones vary.
+    usual = {f.name for f in desc.fields if depth == 0 and f.type != FieldDescriptor.TYPE_MESSAGE}
+    required = {k: v for k, v in parts.items() if k in _USUALLY_SET or k in usual}
+    optional = {k: v for k, v in parts.items() if k not in required}
     return st.fixed_dictionaries(required, optional=optional)
 
 
@@ -284,7 +295,7 @@ def _call(client: memlane.Client, name: str, method: MethodDescriptor, request: 
     rpc = getattr(client, name)
     if method.server_streaming:
         # Streams may be endless (WatchSessionEvents): read a few items within a short deadline.
-        for n, _ in enumerate(rpc(request, timeout=0.5)):
+        for n, _ in enumerate(rpc(request, timeout=0.3)):
             if n >= 3:
                 break
     else:

@@ -103,8 +103,18 @@ def test_pages_are_bounded_in_bytes(start_server) -> None:  # type: ignore[no-un
         assert first.ByteSize() <= 4 * 1024 * 1024 + 64 * 1024
         pages = list(memlane.iter_pages(lambda t: c.list_messages(session_id=sid, page_token=t), "messages"))
         assert [m.seq for m in pages] == list(range(1, 21))
-        sessions = c.list_sessions(user_id="pages-user")
-        assert [s.session_id for s in sessions.sessions] == [sid]
+        # Sessions too: ten of about 500 KiB each (lists at their bounds) do not fit one page.
+        wide = [f"{i:03d}" + "t" * 1000 for i in range(256)]
+        made = {sid} | {
+            c.create_session(user_id="pages-user", tags=wide, participants=wide).session.session_id
+            for _ in range(10)
+        }
+        first_sessions = c.list_sessions(user_id="pages-user")
+        assert first_sessions.next_page_token and first_sessions.ByteSize() <= 4 * 1024 * 1024 + 600 * 1024
+        listed = list(
+            memlane.iter_pages(lambda t: c.list_sessions(user_id="pages-user", page_token=t), "sessions")
+        )
+        assert sorted(s.session_id for s in listed) == sorted(made)
 
 
 def _watch_first(c: memlane.Client, after: str) -> None:

@@ -44,6 +44,7 @@ def test_a_retried_feedback_counts_once(client: memlane.Client, user_id: str) ->
         caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_USEFUL, feedback_id="f-1"
     )
     assert client.get_memory(caller=caller(user_id), memory_id=mid).memory.useful_count == 3
+    assert client.forget_user(user_id=user_id).erased["redis.once_marks"] == 3  # erasure takes the marks too
     with pytest.raises(memlane.InvalidArgumentError, match="feedback_id"):
         client.record_feedback(
             caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_USEFUL, feedback_id="bad id\n"
@@ -114,3 +115,42 @@ def test_episodes_redact_birth_dates_and_addresses(client: memlane.Client, user_
     assert "[DATE_OF_BIRTH]" in content and "[IP_ADDRESS]" in content
     assert "1990" not in content and "10.20.30.40" not in content
     assert not any(m.memory.kind == mpb.MEMORY_KIND_FACT for m in out.memories)
+
+
+def test_memory_lists_maps_and_times_are_bounded(client: memlane.Client, user_id: str) -> None:
+    many = {f"k{i}": "v" for i in range(65)}
+    with pytest.raises(memlane.InvalidArgumentError, match="metadata has 65 entries"):
+        client.create_memory(
+            caller=caller(user_id), kind=mpb.MEMORY_KIND_FACT, content="User rows.", metadata=many
+        )
+    with pytest.raises(memlane.InvalidArgumentError, match=r"keywords\[0\] is longer"):
+        client.create_memory(
+            caller=caller(user_id), kind=mpb.MEMORY_KIND_FACT, content="User rows.", keywords=["k" * 2000]
+        )
+    with pytest.raises(memlane.InvalidArgumentError, match=r"occurred_at_unix_ms .* outside"):
+        client.create_memory(
+            caller=caller(user_id),
+            kind=mpb.MEMORY_KIND_FACT,
+            content="User rows.",
+            occurred_at_unix_ms=253_402_300_800_000,
+        )
+    with pytest.raises(memlane.InvalidArgumentError, match=r"messages\[0\]\.tool_call_ids has 300"):
+        client.extract_memories(
+            caller=caller(user_id),
+            messages=[
+                spb.Message(role=spb.ROLE_USER, content="I row.", tool_call_ids=[str(i) for i in range(300)])
+            ],
+        )
+    made = client.create_memory(
+        caller=caller(user_id),
+        kind=mpb.MEMORY_KIND_FACT,
+        content="User rows.",
+        metadata=dict(list(many.items())[:64]),
+    ).memory
+    with pytest.raises(memlane.InvalidArgumentError, match=r"memory\.metadata has 65"):
+        client.update_memory(
+            caller=caller(user_id),
+            memory=mpb.Memory(memory_id=made.memory_id, metadata=many),
+            update_mask={"paths": ["metadata"]},
+        )
+    assert len(client.get_memory(caller=caller(user_id), memory_id=made.memory_id).memory.metadata) == 64

@@ -149,7 +149,8 @@ class MemoryServiceServicer:
     def RecordFeedback(self, request, context):
         """Marks an item useful (raises importance, counts a use) or wrong (retires it: kept for audit,
         never served again).
-        Errors: INVALID_ARGUMENT (missing verdict), NOT_FOUND, UNAVAILABLE.
+        A retry with the same `feedback_id` counts once.
+        Errors: INVALID_ARGUMENT (missing verdict, malformed feedback_id), NOT_FOUND, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -158,7 +159,8 @@ class MemoryServiceServicer:
     def ExtractMemories(self, request, context):
         """Runs the configured extractor (and, if asked, episode building) over the given messages; stores
         the results unless dry_run.
-        Errors: INVALID_ARGUMENT (missing user_id or messages), UNAVAILABLE (store or LLM provider).
+        Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
+        RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -66,12 +66,14 @@ class MemoryServiceStub:
     RecordFeedback: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RecordFeedbackRequest, _memory_pb2.RecordFeedbackResponse]
     """Marks an item useful (raises importance, counts a use) or wrong (retires it: kept for audit,
     never served again).
-    Errors: INVALID_ARGUMENT (missing verdict), NOT_FOUND, UNAVAILABLE.
+    A retry with the same `feedback_id` counts once.
+    Errors: INVALID_ARGUMENT (missing verdict, malformed feedback_id), NOT_FOUND, UNAVAILABLE.
     """
     ExtractMemories: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ExtractMemoriesRequest, _memory_pb2.ExtractMemoriesResponse]
     """Runs the configured extractor (and, if asked, episode building) over the given messages; stores
     the results unless dry_run.
-    Errors: INVALID_ARGUMENT (missing user_id or messages), UNAVAILABLE (store or LLM provider).
+    Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
+    RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
     """
 
 @_typing.type_check_only
@@ -112,12 +114,14 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     RecordFeedback: _aio.UnaryUnaryMultiCallable[_memory_pb2.RecordFeedbackRequest, _memory_pb2.RecordFeedbackResponse]  # type: ignore[assignment]
     """Marks an item useful (raises importance, counts a use) or wrong (retires it: kept for audit,
     never served again).
-    Errors: INVALID_ARGUMENT (missing verdict), NOT_FOUND, UNAVAILABLE.
+    A retry with the same `feedback_id` counts once.
+    Errors: INVALID_ARGUMENT (missing verdict, malformed feedback_id), NOT_FOUND, UNAVAILABLE.
     """
     ExtractMemories: _aio.UnaryUnaryMultiCallable[_memory_pb2.ExtractMemoriesRequest, _memory_pb2.ExtractMemoriesResponse]  # type: ignore[assignment]
     """Runs the configured extractor (and, if asked, episode building) over the given messages; stores
     the results unless dry_run.
-    Errors: INVALID_ARGUMENT (missing user_id or messages), UNAVAILABLE (store or LLM provider).
+    Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
+    RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -203,7 +207,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_pb2.RecordFeedbackResponse, _abc.Awaitable[_memory_pb2.RecordFeedbackResponse]]:
         """Marks an item useful (raises importance, counts a use) or wrong (retires it: kept for audit,
         never served again).
-        Errors: INVALID_ARGUMENT (missing verdict), NOT_FOUND, UNAVAILABLE.
+        A retry with the same `feedback_id` counts once.
+        Errors: INVALID_ARGUMENT (missing verdict, malformed feedback_id), NOT_FOUND, UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -214,7 +219,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_pb2.ExtractMemoriesResponse, _abc.Awaitable[_memory_pb2.ExtractMemoriesResponse]]:
         """Runs the configured extractor (and, if asked, episode building) over the given messages; stores
         the results unless dry_run.
-        Errors: INVALID_ARGUMENT (missing user_id or messages), UNAVAILABLE (store or LLM provider).
+        Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
+        RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

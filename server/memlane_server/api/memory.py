@@ -3,6 +3,7 @@ boundary interceptor, which maps them to status codes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 import grpc
@@ -30,8 +31,10 @@ from ..ltm import (
     Visibility,
     default_scope,
 )
+from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_timestamp
 from ..sessions.model import Session
 from ..sessions.once import OnceMarks
+from ..sessions.store import now_ms
 from .convert import message_from_pb
 
 # grpcio is untyped; the alias documents what the handlers receive.
@@ -161,6 +164,15 @@ def memory_to_pb(m: MemoryItem) -> mpb.Memory:
     )
 
 
+_LIMITS = Limits()
+
+
+def _check_bounds(keywords: Sequence[str], metadata: Mapping[str, str], prefix: str) -> None:
+    """Lists and maps a caller sends are bounded like a message's (entries and bytes per entry)."""
+    check_list(keywords, f"{prefix}keywords", _LIMITS)
+    check_metadata(dict(metadata), f"{prefix}metadata", _LIMITS)
+
+
 class MemoryServicer(mpb_grpc.MemoryServiceServicer):
     def __init__(self, memory: MemoryService, extractor: Extractor, feedback_marks: OnceMarks) -> None:
         self._memory = memory
@@ -219,14 +231,12 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         who = _who(request.caller, write=True)
         if not 0.0 <= request.importance <= 1.0:
             raise InvalidArgument("importance must be between 0 and 1")
-        check_id(request.memory_id, "memory_id", required=False)
-        check_id(request.group, "group", required=False)
-        check_id(request.channel, "channel", required=False)
-        check_id(request.source_session_id, "source_session_id", required=False)
-        check_ids(list(request.source_message_ids), "source_message_ids")
         kind = _kind(request.kind)
         scope = _scope(request.scope) if request.scope else default_scope(kind)
         _check_scope_write(current_caller(), scope, who.agent_id, request.group, "memory")
+        _check_bounds(request.keywords, request.metadata, "")
+        check_list(request.source_message_ids, "source_message_ids", _LIMITS)
+        check_timestamp(request.occurred_at_unix_ms, "occurred_at_unix_ms", now_ms())
         draft = NewMemory(
             kind=kind.value,
             content=request.content,
@@ -278,6 +288,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         check_id(m.memory_id, "memory.memory_id")
         if "importance" in paths and not 0.0 <= m.importance <= 1.0:
             raise InvalidArgument("importance must be between 0 and 1")
+        _check_bounds(m.keywords, m.metadata, "memory.")
         patch = MemoryPatch(
             content=m.content if "content" in paths else None,
             keywords=list(m.keywords) if "keywords" in paths else None,
@@ -331,6 +342,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         check_id(request.session_id, "session_id", required=False)
         check_id(request.channel, "channel", required=False)
         messages = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
+        check_batch(messages, _LIMITS, now_ms())  # the same bounds as AppendMessages
         for i, msg in enumerate(messages):
             msg.message_id = msg.message_id or f"{request.session_id or 'inline'}:{i + 1}"
         session = Session(

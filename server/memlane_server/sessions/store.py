@@ -698,6 +698,9 @@ class SessionStore:
         for i in range(0, len(per_user), 500):
             await self.redis.delete(*per_user[i : i + 500])
         counts["redis.stream_entries"] = await self._erase_stream_entries(set(sids), user_id)
+        # Retry marks (RecordFeedback ids) name the user in their key; ids hold no glob characters.
+        marks = [k async for k in self.redis.scan_iter(match=self.keys.once("*", user_id, "*"), count=1000)]
+        counts["redis.once_marks"] = int(await self.redis.delete(*marks)) if marks else 0
         return counts
 
     async def _erase_stream_entries(self, session_ids: set[str], user_id: str) -> int:
