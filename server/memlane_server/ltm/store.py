@@ -104,6 +104,11 @@ class LanceMemoryStore:
         if missing:
             log.info("memory store: adding key columns %s", sorted(missing))
             await self._table.add_columns(missing)
+        # The indexes of 0.1 on the raw columns: replaced by those on the digests, and an index on
+        # user_id would keep an erased user's id on disk.
+        for ix in await self._table.list_indices():
+            if tuple(ix.columns) in (("user_id",), ("id",)):
+                await self._table.drop_index(ix.name)
 
     async def _ensure_scalar_indexes(self, *, rebuild: bool = False) -> None:
         have = {tuple(ix.columns) for ix in await self._table.list_indices()}
