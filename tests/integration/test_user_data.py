@@ -19,8 +19,8 @@ from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2
 from memlane_server.background import SidecarThread
 from memlane_server.infra.embedded_redis import server_binary
-from tests.conftest import wait_for
 from memlane_server.ltm import filters
+from tests.conftest import wait_for
 
 
 def _redis_bytes(url: str, prefix: str) -> bytes:
