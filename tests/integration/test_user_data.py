@@ -152,7 +152,10 @@ def test_forget_user_leaves_no_byte_under_the_data_dir(start_server, tmp_path: P
             content=f"User {a} owns a {mark_a} kite.",
             kind=memory_pb2.MEMORY_KIND_FACT,
         )
-        # Positive controls: before erasure the id and the marker are on disk, the AOF among them.
+        # Positive controls: before erasure the user has turn traces (the marker was injected into a
+        # prompt), and the id and the marker are on disk, the AOF among them.
+        traces = [r.data for r in c.export_user_data(user_id=a) if r.kind == "trace"]
+        assert traces and mark_a.encode() in b"".join(traces)
         for needle in (a.encode(), mark_a.encode()):
             holders = _files_holding(data, needle)
             assert any(h.startswith("redis/") for h in holders), holders
