@@ -69,8 +69,3 @@ def check_id(value: str, field: str, *, required: bool = True) -> None:
     if problem:
         # repr() of a printable-checked prefix: the message (and the log line it lands in) stays one line.
         raise InvalidArgument(f"{field} {value[:64]!r} is not a valid id: it {problem} ({GRAMMAR})")
-
-
-def check_ids(values: list[str] | tuple[str, ...], field: str) -> None:
-    for i, value in enumerate(values):
-        check_id(value, f"{field}[{i}]")

@@ -67,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
                 receipt = c.forget_user(user_id=args.user)
                 for kind, n in sorted(receipt.erased.items()):
                     print(f"{kind}\t{n}")
+                for rewritten in receipt.rewritten:
+                    print(f"rewritten\t{rewritten}")
+                for action in receipt.operator_actions:  # the erasure is not complete until these are done
+                    print(f"memlane: operator action needed: {action}", file=sys.stderr)
                 return 0
             return _export(c, args)
         except memlane.MemlaneError as exc:

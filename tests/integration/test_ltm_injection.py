@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import memlane
 from memlane.v1 import admin_pb2 as apb
 from memlane.v1 import memory_pb2 as mpb
+from memlane.v1 import session_pb2 as spb
 from tests.hostile import HOSTILE, hostile_ids
 
 # What a hostile call may get back: a precise refusal, never INTERNAL or UNKNOWN.
@@ -135,6 +136,14 @@ def test_hostile_calls_never_touch_another_users_rows(
         caller=who,
         memory=mpb.Memory(memory_id=target, content=f"Changed {content}", slot=content),
         update_mask={"paths": ["content", "slot"]},
+    )
+    _call(
+        client.extract_memories,
+        caller=who,
+        session_id=mid,
+        channel=group,
+        messages=[spb.Message(message_id=mid, role=spb.ROLE_USER, content=f"I live in Oslo. {content}")],
+        include_episodes=True,
     )
     _call(client.search_memories, caller=who, query=f"{content} canoe", limit=5)
     _call(client.get_profile, caller=who)

@@ -10,6 +10,7 @@ import lancedb
 import pyarrow as pa
 import pytest
 from lancedb.expr import col, lit
+from lancedb.index import Bitmap, BTree
 
 from memlane_server.ltm import LanceMemoryStore, MemoryItem, MemoryKind, MemoryScope, Visibility, filters
 from memlane_server.ltm.schema import TABLE_NAME, table_schema, to_row
@@ -77,11 +78,15 @@ async def test_a_table_without_digest_columns_is_migrated(tmp_path: Path) -> Non
     rows[0]["agent_id"] = None  # an old row may hold nulls: its digest is that of ""
     db = await lancedb.connect_async(uri)
     table = await db.create_table(TABLE_NAME, data=pa.Table.from_pylist(rows, schema=old_schema))
+    await table.create_index("user_id", config=Bitmap())  # as 0.1 indexed it
+    await table.create_index("id", config=BTree())
     table.close()  # type: ignore[no-untyped-call]
     db.close()  # type: ignore[no-untyped-call]
 
     store = await LanceMemoryStore.open(uri, NDIMS)
     assert keys <= set((await store.fetch_columns(None, ["id", *keys])).column_names)
+    indexed = {tuple(ix.columns) for ix in await store._table.list_indices()}
+    assert ("user_key",) in indexed and ("user_id",) not in indexed and ("id",) not in indexed
     for i, u in enumerate(["José", "a\\')) OR true --", "bob+tag@example.com"]):
         assert [x.id for x in await store.fetch(filters.owned_by(u))] == [f"mem-{i}"]
     assert [x.id for x in await store.fetch(filters.written_by("José", ""))] == ["mem-0"]

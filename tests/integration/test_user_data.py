@@ -5,7 +5,9 @@ transaction files, the archive), and leaves other users alone."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,8 +17,9 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2
 from memlane_server.background import SidecarThread
+from memlane_server.infra.embedded_redis import server_binary
 from memlane_server.ltm import filters
-from tests.conftest import redis_client
+from tests.conftest import redis_client, wait_for
 
 
 def _redis_bytes(url: str, prefix: str) -> bytes:
@@ -148,7 +151,10 @@ def test_forget_user_leaves_no_byte_under_the_data_dir(start_server, tmp_path: P
             content=f"User {a} owns a {mark_a} kite.",
             kind=memory_pb2.MEMORY_KIND_FACT,
         )
-        # Positive controls: before erasure the id and the marker are on disk, the AOF among them.
+        # Positive controls: before erasure the user has turn traces (the marker was injected into a
+        # prompt), and the id and the marker are on disk, the AOF among them.
+        traces = [r.data for r in c.export_user_data(user_id=a) if r.kind == "trace"]
+        assert traces and mark_a.encode() in b"".join(traces)
         for needle in (a.encode(), mark_a.encode()):
             holders = _files_holding(data, needle)
             assert any(h.startswith("redis/") for h in holders), holders
@@ -200,3 +206,42 @@ def test_only_admins_erase(start_server, tmp_path: Path) -> None:  # type: ignor
             auditor.forget_user(user_id="someone")
     with memlane.Client(secured.target, token="op") as op:
         assert dict(op.forget_user(user_id="someone").erased)["redis.sessions"] == 0
+
+
+@pytest.fixture()
+def external_redis(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Starts redis-server processes configured as an operator's Redis might be; yields a factory."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> str:
+        d = tmp_path / f"redis{len(procs)}"
+        d.mkdir()
+        sock = d / "redis.sock"
+        cmd = [server_binary(), "--port", "0", "--unixsocket", str(sock), "--dir", str(d), *args]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_for(sock.exists)
+        return f"unix://{sock}"
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(10)
+
+
+def test_external_redis_rewrites_where_permitted_and_says_what_is_left(  # type: ignore[no-untyped-def]
+    start_server, external_redis, tmp_path: Path
+) -> None:
+    refusing = external_redis("--appendonly", "yes", "--save", "", "--rename-command", "BGREWRITEAOF", "")
+    permitting = external_redis("--appendonly", "yes", "--save", "3600", "1", "--aof-use-rdb-preamble", "no")
+    for url, rewritten, action in [
+        (refusing, [], "BGREWRITEAOF did not complete"),
+        (permitting, ["redis.aof", "redis.rdb"], "snapshots"),
+    ]:
+        sidecar = start_server(redis_url=url, data_dir=str(tmp_path / f"d{len(rewritten)}"))
+        with memlane.Client(sidecar.target, timeout=60) as c:
+            user = f"gina{uuid.uuid4().hex[:8]}"
+            c.create_session(user_id=user)
+            receipt = c.forget_user(user_id=user)
+            assert receipt.erased["redis.sessions"] == 1
+            assert list(receipt.rewritten) == rewritten, receipt.operator_actions
+            assert any(action in a for a in receipt.operator_actions), receipt.operator_actions

@@ -14,7 +14,7 @@ from memlane.v1 import memory_pb2_grpc as mpb_grpc
 from ..access.identity import AGENT, GROUP, SESSION, Caller, current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..extraction import Extractor, build_episodes
-from ..ids import check_id, check_ids
+from ..ids import check_id
 from ..ltm import (
     Feedback,
     IngestOutcome,
@@ -86,9 +86,9 @@ def _scope(value: int, field: str = "scope") -> MemoryScope:
 def _who(requested: mpb.Caller, *, write: bool = False) -> Visibility:
     """The LTM view a request may use: the user it names, seen as the authenticated caller. The agent
     and groups in the request may narrow what the caller is, never widen it."""
+    # Every id field was checked against the grammar at the boundary (api/request_ids.py); these
+    # checks add what is required.
     check_id(requested.user_id, "caller.user_id")
-    check_id(requested.agent_id, "caller.agent_id", required=False)
-    check_ids(list(requested.groups), "caller.groups")
     me = current_caller()
     if me.unrestricted:
         return Visibility(requested.user_id, requested.agent_id, list(requested.groups))
@@ -125,7 +125,6 @@ def _filter(f: mpb.MemoryFilter, *, allow_retired: bool) -> MemoryFilter:
         raise InvalidArgument("filter.include_retired is only for ListMemories and GetMemory")
     if f.since_unix_ms and f.until_unix_ms and f.since_unix_ms >= f.until_unix_ms:
         raise InvalidArgument("filter.since_unix_ms must be before filter.until_unix_ms")
-    check_id(f.channel, "filter.channel", required=False)
     return MemoryFilter(
         kinds=[_kind(k, "filter.kinds") for k in f.kinds],
         scopes=[_scope(s, "filter.scopes") for s in f.scopes],
@@ -339,8 +338,6 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         who = _who(request.caller, write=True)
         if not request.messages:
             raise InvalidArgument("messages must not be empty")
-        check_id(request.session_id, "session_id", required=False)
-        check_id(request.channel, "channel", required=False)
         messages = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
         check_batch(messages, _LIMITS, now_ms())  # the same bounds as AppendMessages
         for i, msg in enumerate(messages):

@@ -23,7 +23,8 @@ In-process API (what assembly, the session-end pipeline and the gRPC servicer ca
 CRUD for the memory viewer: ``create``, ``get``, ``list_items`` (keyset pages), ``update``, ``delete``;
 ``feedback(who, id, Feedback.USEFUL | Feedback.WRONG)``; upkeep: ``prune()``, ``MemoryMaintenance``.
 
-Every read is filtered by ``user_id`` (``filters.visible_to``); retired items (superseded, marked
+Every read is filtered by the user (``filters.visible_to``, on the digest column ``user_key``: no caller
+string ever reaches a LanceDB predicate, see ``filters``); retired items (superseded, marked
 wrong, past ``valid_until``) are kept for audit but never returned by ``search`` or ``profile``.
 """
 

@@ -104,6 +104,11 @@ class LanceMemoryStore:
         if missing:
             log.info("memory store: adding key columns %s", sorted(missing))
             await self._table.add_columns(missing)
+        # The indexes of 0.1 on the raw columns: replaced by those on the digests, and an index on
+        # user_id would keep an erased user's id on disk.
+        for ix in await self._table.list_indices():
+            if tuple(ix.columns) in (("user_id",), ("id",)):
+                await self._table.drop_index(ix.name)
 
     async def _ensure_scalar_indexes(self, *, rebuild: bool = False) -> None:
         have = {tuple(ix.columns) for ix in await self._table.list_indices()}
@@ -164,19 +169,20 @@ class LanceMemoryStore:
 
         A delete only marks rows in a deletion file, and compaction rewrites a fragment only once
         enough of it is deleted; indexes keep the rows' terms and vectors until rebuilt; old versions,
-        manifests and transaction files keep the rest. So: delete, rewrite the other rows of every
-        fragment that held erased rows (that fragment is then wholly deleted and dropped), rebuild the
-        indexes, and drop every older version. Returns how many rows were erased. O(table): erasure is
-        rare, and this is what it costs to mean it.
+        manifests and transaction files keep the rest. So: move the other rows of every fragment that
+        holds erased rows into new fragments (an update that rewrites them unchanged), delete (those
+        fragments are then wholly deleted and dropped), rebuild the indexes, drop every older
+        version. In that order a crash at any step is repaired by a retry: the rows are found until
+        the delete, and the last two steps run on every call. Returns how many rows were erased.
+        O(table): erasure is rare, and this is what it costs to mean it.
         """
         found = await self._table.query().where(checked(where)).with_row_id().select(["id_key"]).to_arrow()
         # Tables here use unstable row ids, where a row id is its address: fragment id << 32 | offset.
-        fragments = sorted({int(rid) >> 32 for rid in found["_rowid"].to_pylist()})
+        for fragment in sorted({int(rid) >> 32 for rid in found["_rowid"].to_pylist()}):
+            span = (col("_rowid") >= lit(fragment << 32)) & (col("_rowid") < lit((fragment + 1) << 32))
+            await self._table.update(where=checked(span & ~where).to_sql(), updates_sql={"id": "id"})
         if found.num_rows:
             await self._table.delete(checked(where).to_sql())
-        for fragment in fragments:
-            span = (col("_rowid") >= lit(fragment << 32)) & (col("_rowid") < lit((fragment + 1) << 32))
-            await self._table.update(where=checked(span).to_sql(), updates_sql={"id": "id"})
         await self._ensure_scalar_indexes(rebuild=True)
         if ("vector",) in {tuple(ix.columns) for ix in await self._table.list_indices()}:
             await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"), replace=True)

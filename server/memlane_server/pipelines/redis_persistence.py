@@ -44,10 +44,19 @@ async def rewrite_persistence(redis: Redis, *, timeout_s: float = 300.0) -> Pers
             "snapshot (BGSAVE) if it keeps them, so erased data leaves its disk"
         )
         return report
+    snapshots = await _keeps_snapshots(redis, report)
     if int(info.get("aof_enabled", 0)):
         await _run(redis, "aof", report, timeout_s)
-    if await _keeps_snapshots(redis, report):
+    if snapshots:
         await _run(redis, "rdb", report, timeout_s)
+    if snapshots or (int(info.get("aof_enabled", 0)) and await _rdb_preamble(redis)):
+        # RDB encoding copies a stream's nodes as they are, with the entries XDEL marked deleted
+        # still inside until every entry of the node is gone (the embedded Redis avoids both).
+        report.operator_actions.append(
+            "Redis writes RDB-encoded data (snapshots, or aof-use-rdb-preamble yes), which can keep "
+            "stream entries deleted by the erasure (events, queue) until their stream node is freed: "
+            "set aof-use-rdb-preamble no and disable snapshots, or trim those streams"
+        )
     await _note_replicas(redis, report)
     return report
 
@@ -63,6 +72,13 @@ async def _keeps_snapshots(redis: Redis, report: PersistenceReport) -> bool:
         )
         return False
     return bool(str(save).strip())
+
+
+async def _rdb_preamble(redis: Redis) -> bool:
+    try:
+        return str((await redis.config_get("aof-use-rdb-preamble")).get("aof-use-rdb-preamble")) == "yes"
+    except ResponseError:
+        return True  # cannot tell: assume the default
 
 
 async def _run(redis: Redis, kind: str, report: PersistenceReport, timeout_s: float) -> None:
