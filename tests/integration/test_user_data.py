@@ -245,3 +245,30 @@ def test_external_redis_rewrites_where_permitted_and_says_what_is_left(  # type:
             assert receipt.erased["redis.sessions"] == 1
             assert list(receipt.rewritten) == rewritten, receipt.operator_actions
             assert any(action in a for a in receipt.operator_actions), receipt.operator_actions
+
+
+def test_a_user_id_with_glob_characters_erases_only_that_user(sidecar: SidecarThread, redis_url: str) -> None:
+    """Per-user keys are found by SCAN: the id's ``*`` must not match another user's keys."""
+    tag = uuid.uuid4().hex[:6]
+    glob_user, other = f"g{tag}*", f"g{tag}-other"
+    with memlane.Client(sidecar.target) as c:
+        for user in (glob_user, other):
+            mid = c.create_memory(
+                caller=memory_pb2.Caller(user_id=user), kind=memory_pb2.MEMORY_KIND_FACT, content="Likes tea."
+            ).memory.memory_id
+            c.record_feedback(
+                caller=memory_pb2.Caller(user_id=user),
+                memory_id=mid,
+                verdict=memory_pb2.FEEDBACK_VERDICT_USEFUL,
+            )
+        r = redis_client(redis_url)
+        prefix = sidecar.settings.key_prefix
+        others = sorted(r.scan_iter(match=f"{prefix}:user:{{{other}}}:*"))
+        assert len(others) >= 2  # positive control: the other user's LTM version and once-mark exist
+        receipt = c.forget_user(user_id=glob_user)
+        assert receipt.erased["redis.once_marks"] == 1
+        assert sorted(r.scan_iter(match=f"{prefix}:user:{{{other}}}:*")) == others
+        assert [m.content for m in c.get_profile(caller=memory_pb2.Caller(user_id=other)).facts] == [
+            "Likes tea."
+        ]
+        r.close()

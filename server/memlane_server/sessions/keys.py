@@ -129,7 +129,11 @@ class KeySpace:
 
     def once(self, scope: str, user_id: str, op_id: str) -> str:
         """Marks a client-chosen operation id as done (retry de-duplication); ids are validated."""
-        return f"{self.prefix}:user:{{{user_id}}}:once:{scope}:{op_id}"
+        return f"{self.once_prefix(user_id)}{scope}:{op_id}"
+
+    def once_prefix(self, user_id: str) -> str:
+        """What every once-mark of the user starts with (erasure counts them)."""
+        return f"{self.prefix}:user:{{{user_id}}}:once:"
 
     def events(self) -> str:
         """STREAM: lifecycle events (idle, closed, expired, promoted, archived, retired, resumed)."""

@@ -693,14 +693,13 @@ class SessionStore:
                 counts["redis.traces"] += int(sizes[3 * j + 2])
                 self._meta_cache.pop(sid, None)
                 self._deadline_bumped.pop(sid, None)
-        # Every per-user key (sessions index, LTM version, feedback once-marks): their names hold the id.
+        # Every per-user key (sessions index, LTM version, retry once-marks): their names hold the id.
         per_user = [k async for k in self.redis.scan_iter(match=self.keys.user_pattern(user_id), count=1000)]
         for i in range(0, len(per_user), 500):
             await self.redis.delete(*per_user[i : i + 500])
+        marks = self.keys.once_prefix(user_id).encode()
+        counts["redis.once_marks"] = sum(1 for k in per_user if k.startswith(marks))
         counts["redis.stream_entries"] = await self._erase_stream_entries(set(sids), user_id)
-        # Retry marks (RecordFeedback ids) name the user in their key; ids hold no glob characters.
-        marks = [k async for k in self.redis.scan_iter(match=self.keys.once("*", user_id, "*"), count=1000)]
-        counts["redis.once_marks"] = int(await self.redis.delete(*marks)) if marks else 0
         return counts
 
     async def _erase_stream_entries(self, session_ids: set[str], user_id: str) -> int:
