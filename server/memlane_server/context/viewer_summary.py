@@ -14,6 +14,9 @@ from memlane_server.sessions.model import ScopedSummary, Summary, VisibilityKind
 from memlane_server.summarizers.scoped import Scope
 from memlane_server.tokens import TokenCounter
 
+# A part's label ("In group ops, from agent planner:") in tokens, roughly; only decides whether to count.
+_LABEL_TOKENS = 12
+
 
 def can_read(viewer: Caller, scope: Scope) -> bool:
     return scope.visibility == VisibilityKind.SESSION or viewer.can_see(
@@ -62,11 +65,17 @@ def viewer_summary(
     parts = ([f"Shared:\n{summary.text}"] if summary.text else []) + [
         f"{_label(p)}\n{p.text}" for p in scoped
     ]
-    costs = counter.count_many(parts, model)
-    total = sum(costs)
-    if cap_tokens > 0 and total > cap_tokens:
-        shares = _fair_shares(costs, cap_tokens)
-        parts = [_cut(part, share, counter, model) for part, share in zip(parts, shares, strict=True)]
-        parts = [p for p in parts if "\n" in p]  # a part cut down to its label is left out
-    text = "\n\n".join(parts)
-    return replace(summary, text=text, token_count=counter.count(text, model), scoped=[])
+    # The stored counts (plus a label's worth) decide whether to cut: no tokenizing on the hot path
+    # unless something must go.
+    costs = ([summary.token_count + _LABEL_TOKENS] if summary.text else []) + [
+        p.token_count + _LABEL_TOKENS for p in scoped
+    ]
+    if cap_tokens > 0 and sum(costs) > cap_tokens:
+        costs = counter.count_many(parts, model)
+        if sum(costs) > cap_tokens:
+            shares = _fair_shares(costs, cap_tokens)
+            parts = [_cut(part, share, counter, model) for part, share in zip(parts, shares, strict=True)]
+            parts = [p for p in parts if "\n" in p]  # a part cut down to its label is left out
+            costs = counter.count_many(parts, model)
+    # token_count: the parts' counts (joins aside); assembly costs the block itself.
+    return replace(summary, text="\n\n".join(parts), token_count=sum(costs), scoped=[])
