@@ -84,7 +84,9 @@ async def test_each_scope_is_folded_apart_and_transient_turns_never() -> None:
 async def test_a_viewer_reads_exactly_the_scopes_the_access_rule_allows(
     viewer: Caller, sees: list[str], not_seen: list[str]
 ) -> None:
-    text = viewer_summary(await _folded(), viewer, COUNTER, "", 500).text
+    shown, cut = viewer_summary(await _folded(), viewer, COUNTER, "", 500)
+    text = shown.text
+    assert not cut
     assert all(s in text for s in sees), text
     assert all(s not in text for s in not_seen), text
 
@@ -118,7 +120,8 @@ async def test_over_the_cap_every_part_keeps_a_share() -> None:
         [_m(1, long_shared, VisibilityKind.SESSION), _m(2, ALPHA, VisibilityKind.AGENT, "alpha")],
         2000,
     )
-    shown = viewer_summary(s, Caller("alpha"), COUNTER, "", 120)
+    shown, cut = viewer_summary(s, Caller("alpha"), COUNTER, "", 120)
+    assert cut
     assert ALPHA in shown.text and "We decided the desk" in shown.text
     assert "We decided the mop" not in shown.text  # the long part was cut...
     assert COUNTER.count(shown.text) <= 120 + 4  # ...to what the private part left (plus the joins)

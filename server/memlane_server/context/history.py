@@ -166,7 +166,13 @@ class HistoryBuilder:
         grant = t.ledger.grant(Section.HISTORY)
         summary = t.session.summary
         if t.strategy in _SUMMARIZED:
-            summary = viewer_summary(summary, req.viewer, self._counter, t.model, self._summary_budget(grant))
+            summary, cut = viewer_summary(
+                summary, req.viewer, self._counter, t.model, self._summary_budget(grant)
+            )
+            if cut:
+                t.stats.truncations.append(
+                    Truncation(Section.HISTORY, "summary parts cut to the summary budget")
+                )
         hplan = select_history(
             t.strategy,
             summary,
@@ -206,7 +212,7 @@ class HistoryBuilder:
         folded = await fold_scoped(
             self.gap_summarizer, prev, leaving, budget, keep=None if store else readable
         )
-        shown = viewer_summary(folded, viewer, self._counter, t.model, budget)
+        shown, _ = viewer_summary(folded, viewer, self._counter, t.model, budget)
         plan.summary_text = shown.text
         plan.summary_through_seq = through
         if store and (folded.text or folded.scoped):

@@ -50,8 +50,9 @@ def _fair_shares(costs: list[int], cap: int) -> list[int]:
 
 def viewer_summary(
     summary: Summary, viewer: Caller, counter: TokenCounter, model: str, cap_tokens: int
-) -> Summary:
-    """``summary`` as ``viewer`` may read it: one text, the scoped parts labelled after the shared one.
+) -> tuple[Summary, bool]:
+    """``summary`` as ``viewer`` may read it: one text, the scoped parts labelled after the shared one,
+    and whether parts were cut to ``cap_tokens``.
 
     With several parts over ``cap_tokens`` the cap is shared max-min fairly (a part smaller than an equal
     share keeps all of it, the rest is split among the larger ones), so a long shared part never pushes a
@@ -61,7 +62,7 @@ def viewer_summary(
         p for p in summary.scoped if can_read(viewer, Scope(p.visibility, p.agent_id, p.group)) and p.text
     ]
     if not scoped:
-        return replace(summary, scoped=[])
+        return replace(summary, scoped=[]), False
     parts = ([f"Shared:\n{summary.text}"] if summary.text else []) + [
         f"{_label(p)}\n{p.text}" for p in scoped
     ]
@@ -70,12 +71,13 @@ def viewer_summary(
     costs = ([summary.token_count + _LABEL_TOKENS] if summary.text else []) + [
         p.token_count + _LABEL_TOKENS for p in scoped
     ]
+    cut = False
     if cap_tokens > 0 and sum(costs) > cap_tokens:
         costs = counter.count_many(parts, model)
-        if sum(costs) > cap_tokens:
+        if cut := sum(costs) > cap_tokens:
             shares = _fair_shares(costs, cap_tokens)
             parts = [_cut(part, share, counter, model) for part, share in zip(parts, shares, strict=True)]
             parts = [p for p in parts if "\n" in p]  # a part cut down to its label is left out
             costs = counter.count_many(parts, model)
     # token_count: the parts' counts (joins aside); assembly costs the block itself.
-    return replace(summary, text="\n\n".join(parts), token_count=sum(costs), scoped=[])
+    return replace(summary, text="\n\n".join(parts), token_count=sum(costs), scoped=[]), cut
