@@ -7,6 +7,7 @@ pipeline queue) carry their own tags and are only ever written with separate com
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 
@@ -54,8 +55,12 @@ class KeySpace:
         return f"{self.prefix}:user:{{{user_id}}}:sessions"
 
     def ltm_version(self, user_id: str) -> str:
-        """STRING counter: bumped on every long-term memory write of the user (context/ltm_versions.py)."""
-        return f"{self.prefix}:user:{{{user_id}}}:ltmver"
+        """STRING counter: bumped on every long-term memory write of the user (context/ltm_versions.py).
+
+        Named by a digest of the user id: it must outlive the user's erasure (the erasure bumps it, so
+        every sidecar drops what it cached), and an erased user's id must not stay behind in Redis."""
+        digest = hashlib.blake2b(user_id.encode(), digest_size=12).hexdigest()
+        return f"{self.prefix}:ltmver:{{{digest}}}"
 
     def all_sessions(self) -> str:
         """ZSET: every session id, scored by creation time."""
