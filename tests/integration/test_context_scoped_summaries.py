@@ -174,3 +174,21 @@ def test_a_client_summary_keeps_each_agents_private_turns_apart(start_server: Se
         others, _ = _assemble(beta, sid, big)
         assert "Nothing shared yet." in _summary(others)  # positive control: beta reads the shared part
         assert "PO-77341-ZX" not in _everything(others)
+
+
+def test_a_sliding_window_holds_the_viewers_own_last_turns(start_server: ServerFactory) -> None:
+    srv = start_server(ltm_enabled=False)
+    with (
+        memlane.Client(srv.target, agent_id="alpha", timeout=20) as alpha,
+        memlane.Client(srv.target, agent_id="beta", timeout=20) as beta,
+    ):
+        sid = alpha.create_session(
+            user_id="u-window", topology=Topology.TOPOLOGY_DISTRIBUTED
+        ).session.session_id
+        alpha.append_messages(session_id=sid, messages=[_turn(i, "alpha") for i in range(1, 11)])
+        beta.append_messages(session_id=sid, messages=[_turn(i, "beta") for i in range(11, 61)])
+        window = {**WINDOW, "strategy": cpb.CONTEXT_STRATEGY_SLIDING_WINDOW, "window_turns": 5}
+        blocks, _ = _assemble(alpha, sid, window)
+        assert [m.seq for m in blocks[4].messages] == [6, 7, 8, 9, 10]  # alpha's own last five
+        blocks, _ = _assemble(beta, sid, window)
+        assert [m.seq for m in blocks[4].messages] == [56, 57, 58, 59, 60]  # positive control

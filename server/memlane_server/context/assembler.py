@@ -160,7 +160,7 @@ class ContextAssembler:
                 if req.user_input
                 else _nothing()
             ),
-            asyncio.create_task(self._history.read(session, t.strategy, t.window_turns)),
+            asyncio.create_task(self._history.read(session, t.strategy, t.window_turns, req.viewer)),
         )
 
     async def assemble(self, req: AssembleRequest) -> AsyncIterator[Flush]:
