@@ -20,6 +20,7 @@ from memlane_server.config import build_settings
 from memlane_server.context import MemoryHit
 from tests.conftest import ServerFactory, delete_prefix
 from tests.peers.openai_compat import LoggedRequest, OpenAICompatServer
+from tests.synthetic_sessions import EARLY_ID, session_texts
 
 DECISION = "We decided to go with the annual plan and the blue colour."
 ORDER = "My order number is ORD-77123, please keep it handy."
@@ -149,6 +150,30 @@ def test_decision_and_order_number_reach_turn_300_with_hybrid_not_with_sliding_w
         client, session_id=sid, user_input="remind me", strategy=cpb.CONTEXT_STRATEGY_SLIDING_WINDOW, **WINDOW
     )
     assert "annual plan" not in _text(sliding) and "ORD-77123" not in _text(sliding)
+
+
+@pytest.mark.parametrize("shape", ["routine_numbers", "status_templates", "many_identifiers"])
+def test_an_identifier_stated_early_survives_a_long_session_of_filler(
+    client: memlane.Client, shape: str
+) -> None:
+    sid = client.create_session(user_id=f"u-{shape}").session.session_id
+    texts = session_texts(shape, seed=11, n=300)
+    through = 0
+    for lo in range(0, 300, 25):  # an agent loop: 25 turns, then a model call
+        batch = [
+            Message(role=Role.ROLE_USER if seq % 2 else Role.ROLE_ASSISTANT, content=text)
+            for seq, text in texts[lo : lo + 25]
+        ]
+        client.append_messages(session_id=sid, messages=batch)
+        _, stats = assemble(client, session_id=sid, **WINDOW)
+        if stats.summarization_scheduled:
+            through = _wait_summary(client, sid, through).through_seq
+    blocks, stats = assemble(client, session_id=sid, user_input="what is my purchase order?", **WINDOW)
+    summary = blocks[3].messages[0].content
+    assert blocks[4].messages[0].seq > 3 and stats.dropped_message_count == 0  # it left the recent turns
+    assert EARLY_ID in summary  # ...and stayed in the summary
+    # Positive control: the summary is full of the session's filler too, not just the identifier.
+    assert len(summary.splitlines()) > 5
 
 
 def test_summarization_triggers_at_75_percent_of_the_history_budget(client: memlane.Client) -> None:

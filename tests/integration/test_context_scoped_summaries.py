@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,7 +26,7 @@ POLICY = {
     "agents": {"boss": {"roles": ["orchestrator"], "delegates": ["alpha"]}},
     "groups": {"ops": ["alpha", "gamma"]},
 }
-WINDOW = dict(context_window_tokens=1000, reserved_output_tokens=200, system_prompt="")
+WINDOW: dict[str, Any] = dict(context_window_tokens=1000, reserved_output_tokens=200, system_prompt="")
 ALPHA_ID = "My purchase order is PO-77341-ZX."
 BETA_ID = "The beta vault code is BX-4410."
 FILLER = ("sounds good", "that makes sense", "tell me more", "nice weather here", "fair enough", "I see")
@@ -49,10 +50,12 @@ def _turn(i: int, who: str) -> Message:
     return Message(role=Role.ROLE_USER if i % 2 else Role.ROLE_ASSISTANT, content=text)
 
 
-def _assemble(c: memlane.Client, sid: str) -> tuple[list[cpb.ContextBlock], cpb.AssembleStats]:
+def _assemble(
+    c: memlane.Client, sid: str, window: dict[str, Any] = WINDOW
+) -> tuple[list[cpb.ContextBlock], cpb.AssembleStats]:
     blocks: list[cpb.ContextBlock] = []
     stats = None
-    for part in c.assemble_context(session_id=sid, **WINDOW):
+    for part in c.assemble_context(session_id=sid, **window):
         blocks.extend(part.blocks)
         if part.HasField("stats"):
             stats = part.stats
@@ -136,3 +139,56 @@ def test_selective_group_turns_reach_the_group_and_only_the_group(clients: dict[
     beta, _ = _assemble(clients["beta"], sid)
     assert "BX-4410" in _summary(beta)  # positive control: beta's own private turn
     assert "PO-77341-ZX" not in _everything(beta) and "alpha turn" not in _everything(beta)
+
+
+def test_a_client_summary_keeps_each_agents_private_turns_apart(start_server: ServerFactory) -> None:
+    srv = start_server(summarizer="client", ltm_enabled=False)
+    with (
+        memlane.Client(srv.target, agent_id="alpha", timeout=20) as alpha,
+        memlane.Client(srv.target, agent_id="beta", timeout=20) as beta,
+    ):
+        sid = alpha.create_session(
+            user_id="u-client", topology=Topology.TOPOLOGY_DISTRIBUTED
+        ).session.session_id
+        turns = [_turn(i, "alpha") for i in range(1, 81)]
+        turns[2] = Message(role=Role.ROLE_USER, content=ALPHA_ID)
+        alpha.append_messages(session_id=sid, messages=turns)
+        # A window the turns fit in, past the trigger ratio: a summary is asked for, not folded in.
+        blocks, _ = _assemble(alpha, sid, {**WINDOW, "context_window_tokens": 100_000})
+        history = blocks[4].token_count  # all 80 turns
+        big = {**WINDOW, "context_window_tokens": 200 + int(history / 0.85)}
+        _, stats = _assemble(alpha, sid, big)
+        rng = stats.summary_request
+        assert rng.after_seq == 0 and rng.through_seq > 3
+        # The agent summarizes the session-wide turns with its own model (there are none here).
+        alpha.submit_summary(
+            session_id=sid,
+            text="Nothing shared yet.",
+            after_seq=0,
+            through_seq=rng.through_seq,
+            through_message_id=rng.through_message_id,
+        )
+        blocks, stats = _assemble(alpha, sid, big)
+        assert blocks[4].messages[0].seq > 3 and stats.dropped_message_count == 0
+        assert "Nothing shared yet." in _summary(blocks) and "PO-77341-ZX" in _summary(blocks)
+        others, _ = _assemble(beta, sid, big)
+        assert "Nothing shared yet." in _summary(others)  # positive control: beta reads the shared part
+        assert "PO-77341-ZX" not in _everything(others)
+
+
+def test_a_sliding_window_holds_the_viewers_own_last_turns(start_server: ServerFactory) -> None:
+    srv = start_server(ltm_enabled=False)
+    with (
+        memlane.Client(srv.target, agent_id="alpha", timeout=20) as alpha,
+        memlane.Client(srv.target, agent_id="beta", timeout=20) as beta,
+    ):
+        sid = alpha.create_session(
+            user_id="u-window", topology=Topology.TOPOLOGY_DISTRIBUTED
+        ).session.session_id
+        alpha.append_messages(session_id=sid, messages=[_turn(i, "alpha") for i in range(1, 11)])
+        beta.append_messages(session_id=sid, messages=[_turn(i, "beta") for i in range(11, 61)])
+        window = {**WINDOW, "strategy": cpb.CONTEXT_STRATEGY_SLIDING_WINDOW, "window_turns": 5}
+        blocks, _ = _assemble(alpha, sid, window)
+        assert [m.seq for m in blocks[4].messages] == [6, 7, 8, 9, 10]  # alpha's own last five
+        blocks, _ = _assemble(beta, sid, window)
+        assert [m.seq for m in blocks[4].messages] == [56, 57, 58, 59, 60]  # positive control

@@ -6,7 +6,9 @@ import pytest
 
 from memlane_server.sessions.model import Message, Role
 from memlane_server.summarizers import ExtractiveSummarizer
+from memlane_server.summarizers.salience import STRONG_WEIGHT, shape, weight
 from memlane_server.tokens import TokenCounter
+from tests.synthetic_sessions import EARLY_ID, LATE_ID, SHAPES, session_texts
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +95,72 @@ def test_is_deterministic(summarizer: ExtractiveSummarizer) -> None:
 async def test_async_summarize_matches_sync(summarizer: ExtractiveSummarizer) -> None:
     r = await summarizer.summarize("", TURNS, 200)
     assert r.text == summarizer.summarize_sync("", TURNS, 200).text
+
+
+# ------------------------------------------------- long synthetic sessions: durable items survive
+
+
+def _session(shape: str, seed: int, n: int) -> list[Message]:
+    return [
+        _m(seq, Role.USER if seq % 2 else Role.ASSISTANT, text) for seq, text in session_texts(shape, seed, n)
+    ]
+
+
+def _incremental(summarizer: ExtractiveSummarizer, turns: list[Message], budget: int) -> str:
+    """As the server runs it: each call folds only the turns leaving the window into the last summary."""
+    text = ""
+    for lo in range(0, len(turns), 20):
+        r = summarizer.summarize_sync(text, turns[lo : lo + 20], budget)
+        assert r.token_count <= budget
+        text = r.text
+    return text
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_early_identifier_survives_a_long_session(
+    summarizer: ExtractiveSummarizer, shape: str, seed: int
+) -> None:
+    turns = _session(shape, seed, 300)
+    text = _incremental(summarizer, turns, 200)
+    assert "PO-77341-ZX" in text and "RL-55012-QT" in text, text  # the oldest and the newest
+    assert TokenCounter().count(text) <= 200
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_near_identical_turns_are_kept_once(summarizer: ExtractiveSummarizer, seed: int) -> None:
+    turns = _session("routine_numbers", seed, 120)
+    text = summarizer.summarize_sync("", turns, 4000).text  # room for everything: only dedupe drops
+    lines = [ln.split("] ", 1)[1] for ln in text.splitlines() if ln.startswith("- [")]
+    shapes = [shape(ln) for ln in lines if weight(ln) < STRONG_WEIGHT]
+    assert len(shapes) == len(set(shapes)), text
+    assert "I read page" in text  # positive control: the routine wording is kept, once, newest
+    newest = max(t.seq for t in turns if t.content.startswith("I read page"))
+    assert f"[#{newest} " in text
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_binding_cap_keeps_the_oldest_and_the_newest_identifiers(
+    summarizer: ExtractiveSummarizer, seed: int
+) -> None:
+    turns = _session("many_identifiers", seed, 80)
+    text = summarizer.summarize_sync("", turns, 250).text
+    kept = [t for t in turns if t.content in text]
+    assert len(kept) < len(turns) // 2  # the cap binds
+    codes = [t for t in turns if "reference is" in t.content]
+    assert codes[0].content in text and codes[-1].content in text
+    assert EARLY_ID in text and LATE_ID in text
+
+
+def test_routine_numbers_are_not_identifiers() -> None:
+    assert weight("I read page 212 of the manual.") < STRONG_WEIGHT
+    assert weight("It is the 21st at 10am.") < STRONG_WEIGHT
+    for durable in (
+        "My purchase order is PO-77341-ZX.",
+        "Order 4417 arrived damaged.",
+        "The budget is $400.",
+        "Ship 12 kg by 2025-05-03.",
+        "Meet on March 3rd.",
+        "Write to ana@example.com.",
+    ):
+        assert weight(durable) >= STRONG_WEIGHT, durable

@@ -184,9 +184,11 @@ class AssembleContextRequest(_message.Message):
     system_prompt: _builtins.str
     """The system prompt; unset: the configured one; set to "" for none."""
     strategy: Global___ContextStrategy.ValueType
-    """Unspecified: the session's, then the channel's, then the server's default."""
+    """Unspecified: the session's (metadata `memlane.context.strategy`), then the channel policy's, then
+    the server's `context_strategy`.
+    """
     window_turns: _builtins.int
-    """Sliding window size in turns (0: the server default)."""
+    """Sliding window size in turns (0: the channel policy's, then the server's `context_window_turns`)."""
     memory_limit: _builtins.int
     """How many memories to recall (0: the server default)."""
     render_text: _builtins.bool

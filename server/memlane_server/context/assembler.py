@@ -25,7 +25,7 @@ from memlane_server.tokens import TokenCounter
 from .budget import BudgetPolicy, Ledger, plan_budget, resolve_window
 from .client_summary import submit_summary
 from .compose import MEMORY_HEADING, PROFILE_HEADING, Costing, hits_block, render, text_block
-from .history import INLINE_COUNT_CHARS, HistoryBuilder, TurnState
+from .history import INLINE_COUNT_CHARS, HistoryBuilder, ReadHistory, TurnState
 from .model import AssembleRequest, AssembleStats, Block, Flush, Provenance, Section, Truncation, TurnTrace
 from .sources import MemoryHit, MemorySource, NoMemory
 from .strategy import resolve_strategy, resolve_window_turns
@@ -143,6 +143,26 @@ class ContextAssembler:
             t.stats.truncations.append(Truncation(Section.SYSTEM, "system prompt exceeds its cap", removed))
         return block, grant
 
+    def _start_reads(
+        self, t: TurnState
+    ) -> tuple[asyncio.Task[list[MemoryHit]], asyncio.Task[list[MemoryHit]], asyncio.Task[ReadHistory]]:
+        """Profile, recall and the history read, as tasks."""
+        session, req = t.session, t.req
+        viewer = req.viewer
+        if viewer.unrestricted and session.agent_id:
+            # No caller identity (auth off, no agent header): the session's own agent is the viewer.
+            viewer = replace(viewer, agent_id=session.agent_id)
+        limit = req.memory_limit or self._policy.memory_limit
+        return (
+            asyncio.create_task(self._memory.profile(session.user_id, viewer, t.plan.caps[Section.PROFILE])),
+            asyncio.create_task(
+                self._memory.recall(session.user_id, viewer, req.user_input, limit, session.channel)
+                if req.user_input
+                else _nothing()
+            ),
+            asyncio.create_task(self._history.read(session, t.strategy, t.window_turns, req.viewer)),
+        )
+
     async def assemble(self, req: AssembleRequest) -> AsyncIterator[Flush]:
         """Yields the system, profile, memory, summary and conversation blocks, in that order, batched
         into flushes: a flush goes out when the next section is not ready yet, so a slow section never
@@ -151,29 +171,11 @@ class ContextAssembler:
         started = time.perf_counter()
         created = now_ms()
         t = await self._start(req, created)
-        session, stats, ledger = t.session, t.stats, t.ledger
+        stats, ledger = t.stats, t.ledger
         blocks: list[Block] = []
 
         # Retrieval and the history read start now and overlap the blocks sent before them.
-        viewer = req.viewer
-        if viewer.unrestricted and session.agent_id:
-            # No caller identity (auth off, no agent header): the session's own agent is the viewer.
-            viewer = replace(viewer, agent_id=session.agent_id)
-        profile_task = asyncio.create_task(
-            self._memory.profile(session.user_id, viewer, t.plan.caps[Section.PROFILE])
-        )
-        recall_task = asyncio.create_task(
-            self._memory.recall(
-                session.user_id,
-                viewer,
-                req.user_input,
-                req.memory_limit or self._policy.memory_limit,
-                session.channel,
-            )
-            if req.user_input
-            else _nothing()
-        )
-        history_task = asyncio.create_task(self._history.read(session, t.strategy, t.window_turns))
+        profile_task, recall_task, history_task = self._start_reads(t)
         tasks = (profile_task, recall_task, history_task)
         try:
             block, grant = await self._system_block(t)
@@ -211,15 +213,7 @@ class ContextAssembler:
                 if req.render_text:
                     block.rendered_text = render(block)
                 blocks.append(block)
-            stats.total_tokens = sum(b.token_count for b in blocks)
-            stats.headroom_tokens = (
-                t.plan.window - t.plan.reserved_output - t.input_tokens - stats.total_tokens
-            )
-            stats.budgets = ledger.budgets
-            stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
-            # Stats (with the trace id) go out once the trace is stored, so a GetTurnTrace right after the
-            # stream always finds it.
-            await self._traces.put(TurnTrace(stats.trace_id, session.session_id, created, req, blocks, stats))
+            await self._finish(t, blocks, started, created)
             yield Flush([*ready, summary_block, conversation], stats)
         finally:
             for running in tasks:
@@ -227,6 +221,16 @@ class ContextAssembler:
             for running in tasks:
                 with contextlib.suppress(BaseException):
                     await running
+
+    async def _finish(self, t: TurnState, blocks: list[Block], started: float, created: int) -> None:
+        """Totals into the stats, and the trace stored: the stats (with the trace id) go out only after,
+        so a GetTurnTrace right after the stream always finds it."""
+        stats = t.stats
+        stats.total_tokens = sum(b.token_count for b in blocks)
+        stats.headroom_tokens = t.plan.window - t.plan.reserved_output - t.input_tokens - stats.total_tokens
+        stats.budgets = t.ledger.budgets
+        stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
+        await self._traces.put(TurnTrace(stats.trace_id, t.session.session_id, created, t.req, blocks, stats))
 
     def _emit(
         self,

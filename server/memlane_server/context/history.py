@@ -14,6 +14,7 @@ from collections import OrderedDict
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
+from memlane_server.access.identity import Caller
 from memlane_server.errors import Conflict
 from memlane_server.sessions.model import Message, Role, Session
 from memlane_server.sessions.store import SessionStore
@@ -100,19 +101,34 @@ class HistoryBuilder:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._counter.count_many, texts, model)
 
-    async def read(self, session: Session, strategy: Strategy, window_turns: int) -> ReadHistory:
+    async def read(
+        self, session: Session, strategy: Strategy, window_turns: int, viewer: Caller
+    ) -> ReadHistory:
         p = self._policy
         sid = session.session_id
         if not session.last_seq:
             return ReadHistory([], 0)
         if strategy == Strategy.SLIDING_WINDOW:
-            return ReadHistory(await self._store.tail(sid, max(1, window_turns)), 0)
+            return ReadHistory(await self._window(sid, max(1, window_turns), viewer), 0)
         after = session.summary.through_seq if strategy in _SUMMARIZED else 0
         pending = max(0, session.last_seq - after)
         if pending == 0:
             return ReadHistory([], 0)
         msgs = await self._recent.after(session, after, min(pending, p.max_scan_messages))
         return ReadHistory(msgs, max(0, pending - p.max_scan_messages))
+
+    async def _window(self, session_id: str, turns: int, viewer: Caller) -> list[Message]:
+        """The stored turns holding the viewer's last ``turns`` readable ones: in a distributed session
+        the newest turns may all be other agents' private ones, so the read widens (4x a step, up to
+        ``max_scan_messages``) until it holds enough or the session has no more."""
+        limit = self._policy.max_scan_messages
+        n = turns
+        while True:
+            msgs = await self._store.tail(session_id, n)
+            seen = sum(1 for m in msgs if viewer.can_see(m.visibility, m.source_agent_id, m.visibility_group))
+            if seen >= turns or len(msgs) < n or n >= limit:
+                return msgs
+            n = min(limit, n * 4)
 
     async def _message_costs(self, t: TurnState, msgs: list[Message]) -> list[int]:
         # Stored counts were made in the session's encoding; reuse them when the request's matches.
@@ -166,7 +182,13 @@ class HistoryBuilder:
         grant = t.ledger.grant(Section.HISTORY)
         summary = t.session.summary
         if t.strategy in _SUMMARIZED:
-            summary = viewer_summary(summary, req.viewer, self._counter, t.model, self._summary_budget(grant))
+            summary, cut = viewer_summary(
+                summary, req.viewer, self._counter, t.model, self._summary_budget(grant)
+            )
+            if cut:
+                t.stats.truncations.append(
+                    Truncation(Section.HISTORY, "summary parts cut to the summary budget")
+                )
         hplan = select_history(
             t.strategy,
             summary,
@@ -206,7 +228,7 @@ class HistoryBuilder:
         folded = await fold_scoped(
             self.gap_summarizer, prev, leaving, budget, keep=None if store else readable
         )
-        shown = viewer_summary(folded, viewer, self._counter, t.model, budget)
+        shown, _ = viewer_summary(folded, viewer, self._counter, t.model, budget)
         plan.summary_text = shown.text
         plan.summary_through_seq = through
         if store and (folded.text or folded.scoped):

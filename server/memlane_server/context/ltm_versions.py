@@ -19,9 +19,10 @@ from memlane_server.sessions.keys import KeySpace
 
 log = logging.getLogger("memlane.context")
 
-# A version is a fresh random token, never a counter: a key that expired, or that erasure deleted (it
-# names the user), can never come back equal to a version some sidecar remembered. The TTL only
-# tidies up users who stopped writing.
+# A version is a fresh random token, never a counter, and never "absent": a reader that finds no key
+# (expired, or deleted by erasure, since its name holds the user id) claims a fresh token first. So a
+# version some sidecar remembered can never come back, and the next assembly after any change or
+# erasure sees a new one. The TTL only tidies up users nobody reads.
 VERSION_TTL_S = 86_400
 
 
@@ -39,6 +40,10 @@ class LtmVersions:
             log.warning("ltm version bump failed", extra={"detail": str(exc)})
 
     async def read(self, user_id: str) -> bytes:
-        """The user's current version; b"" when the user has no recent write."""
-        raw = cast(bytes | None, await self._redis.get(self._keys.ltm_version(user_id)))
+        """The user's current version (one GET; two more round trips only when the key is missing)."""
+        key = self._keys.ltm_version(user_id)
+        raw = cast(bytes | None, await self._redis.get(key))
+        if raw is None:
+            await self._redis.set(key, os.urandom(12), ex=VERSION_TTL_S, nx=True)
+            raw = cast(bytes | None, await self._redis.get(key))
         return raw or b""

@@ -15,9 +15,11 @@ The summary is a list of sentences copied verbatim from the turns, filed under a
 
 Merging parses the previous summary back into items (an unfamiliar summary, e.g. one an LLM or the
 client wrote, is split into sentences and classified like new ones), so a new summary is made from the
-previous one plus the leaving turns only. Over budget, "Context" items go first (oldest first), then the
-verbatim-kept kinds by ascending value (names, open items, identifiers, constraints, decisions), oldest
-first; a hard truncation is the last resort.
+previous one plus the leaving turns only. Sentences that differ only in their numbers are near-identical
+and deduplicated (``rank``). Over budget, items leave by ascending value (``_victims``): a repeated
+wording's older instances, then "Context", names, open items, identifiers, constraints, decisions; within
+a kind the weakest identifier evidence (``salience``) first, and from the middle of the conversation
+outwards, so the oldest items survive as well as the newest. A hard truncation is the last resort.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from memlane_server.sessions.model import Message, Role
 from memlane_server.tokens import TokenCounter
 
 from .base import SummaryResult
+from .salience import STRONG_WEIGHT, shape, weight
 
 PROVIDER = "extractive"
 
@@ -76,23 +79,6 @@ _TODO = re.compile(
     r"i'?ll (?:send|check|get back|follow|call|email|look)|will send|pending|next step|still open)\b",
     re.IGNORECASE,
 )
-_IDENTIFIERS = (
-    re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+"),  # email used as an identifier
-    re.compile(r"\bhttps?://\S+|\bwww\.\S+", re.IGNORECASE),  # URL
-    re.compile(r"\b[A-Z]{1,6}[-_#]?\d{2,}[A-Z0-9-]*\b"),  # ORD-88231, INV2024-7, AB12345
-    re.compile(r"#\d{2,}\b"),  # #4521
-    re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"),  # dates
-    re.compile(
-        r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?\b",
-        re.IGNORECASE,
-    ),
-    re.compile(r"[$€£]\s?\d[\d,.]*|\b\d[\d,.]*\s?(?:usd|eur|gbp|%)", re.IGNORECASE),  # money, percent
-    re.compile(r"\b\d{3,}\b|\b\d+\.\d+\b"),  # long numbers, decimals (account, phone, version)
-    re.compile(
-        r"\b(?:order|ticket|case|invoice|account|booking|reference|ref|id)\s*(?:no\.?|number|#|:)",
-        re.IGNORECASE,
-    ),
-)
 # A capitalized word not at the start of its sentence is probably a name (person, product, place).
 _NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+(?: [A-Z][a-z]+)*")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9#])|\n+")
@@ -102,15 +88,30 @@ _SPACES = re.compile(r"\s+")
 _NOT_NAMES = frozenset({"I", "I'm", "I'll", "I've", "I'd", "OK", "Ok"})
 
 
+_TAG_SEQ = re.compile(r"^#(\d+)\b")
+# A wording seen this often (numbers aside) is routine: only its newest instance keeps its rank.
+_TEMPLATE_MIN = 3
+_ROUTINE = -1  # the rank of demoted items: below every kind, dropped first
+
+
 @dataclass(slots=True)
 class _Item:
     kind: Kind
     tag: str  # "#seq role" provenance, or "" for items of an unfamiliar previous summary
     text: str
-    order: int  # position in time: older items have smaller numbers
+    order: int  # position in this merge: previous summary first, then the leaving turns
+    rank: int = 0  # the kind's value, or _ROUTINE for a repeated wording's older instances
+    weight: int = 0  # identifier evidence (salience.weight)
 
     def line(self) -> str:
         return f"- [{self.tag}] {self.text}" if self.tag else f"- {self.text}"
+
+    @property
+    def when(self) -> tuple[int, int]:
+        """Time order: by the turn's seq when the tag names one (a parsed summary is grouped by
+        heading, not by time), then by position."""
+        m = _TAG_SEQ.match(self.tag)
+        return (int(m.group(1)) if m else 0, self.order)
 
 
 def classify(sentence: str, *, answered: bool) -> Kind:
@@ -121,7 +122,7 @@ def classify(sentence: str, *, answered: bool) -> Kind:
         return Kind.OPEN
     if _CONSTRAINT.search(sentence):
         return Kind.CONSTRAINT
-    if any(p.search(sentence) for p in _IDENTIFIERS):
+    if weight(sentence) >= STRONG_WEIGHT:
         return Kind.IDENTIFIER
     names = [n for n in _NAME.findall(sentence) if n not in _NOT_NAMES]
     if names:
@@ -188,10 +189,52 @@ def _items_from_turns(leaving: list[Message], start_order: int) -> list[_Item]:
     return items
 
 
+def rank(items: list[_Item]) -> list[_Item]:
+    """Deduplicates and ranks merged items (oldest first in, time order out).
+
+    Identical sentences are kept once. Sentences that differ only in their numbers ("page 12", "page
+    13") are near-identical: without a durable identifier only the newest is kept; with one (distinct
+    codes may all matter) they are all kept, but a wording repeated ``_TEMPLATE_MIN`` times or more is
+    routine, so its older instances rank below everything else."""
+    by_text: dict[str, _Item] = {}
+    for it in items:
+        by_text.setdefault(_norm(it.text), it)
+    unique = sorted(by_text.values(), key=lambda it: it.when)
+    shapes: dict[str, list[_Item]] = {}
+    for it in unique:
+        it.weight = weight(it.text)
+        it.rank = int(it.kind)
+        shapes.setdefault(shape(it.text), []).append(it)
+    out: list[_Item] = []
+    for it in unique:
+        group = shapes[shape(it.text)]
+        newest = group[-1] is it
+        if not newest and it.weight < STRONG_WEIGHT:
+            continue
+        if not newest and len(group) >= _TEMPLATE_MIN:
+            it.rank = _ROUTINE
+        out.append(it)
+    return out
+
+
+def _victims(items: list[_Item]) -> list[_Item]:
+    """The order in which items leave an over-budget summary: lowest rank first; within a rank, the
+    weakest identifier evidence first; then from the middle of the conversation outwards, so that the
+    oldest items (stated once, early: an order number, a name) stay alongside the newest."""
+    by_rank: dict[int, list[_Item]] = {}
+    for it in sorted(items, key=lambda it: it.when):
+        by_rank.setdefault(it.rank, []).append(it)
+    edge: dict[int, int] = {}
+    for group in by_rank.values():
+        for i, it in enumerate(group):
+            edge[id(it)] = min(i, len(group) - 1 - i)
+    return sorted(items, key=lambda it: (it.rank, it.weight, -edge[id(it)], it.when))
+
+
 def render(items: list[_Item]) -> str:
     out: list[str] = []
     for kind in _RENDER_ORDER:
-        lines = [it.line() for it in sorted(items, key=lambda it: it.order) if it.kind == kind]
+        lines = [it.line() for it in sorted(items, key=lambda it: it.when) if it.kind == kind]
         if lines:
             out.append(f"{_HEADINGS[kind]}:")
             out.extend(lines)
@@ -224,31 +267,22 @@ class ExtractiveSummarizer:
         )
         prev_items = _parse_previous(previous)
         new_items = _items_from_turns(leaving, start_order=len(prev_items))
-        items: list[_Item] = []
-        seen: set[str] = set()
-        for it in prev_items + new_items:
-            key = _norm(it.text)
-            if key in seen:
-                continue
-            seen.add(key)
-            items.append(it)
-        text = self._fit(items, budget)
+        text = self._fit(rank(prev_items + new_items), budget)
         out = self._counter.count(text, self._model)
         return SummaryResult(
             text=text, token_count=out, tokens_in=tokens_in, tokens_out=out, provider=PROVIDER
         )
 
     def _fit(self, items: list[_Item], budget: int) -> str:
+        """Drops the least valuable items until the rendered summary fits ``budget`` (see ``_victims``)."""
         if budget <= 0 or not items:
             return ""
         counts = self._counter.count_many([it.line() for it in items], self._model)
         cost = {id(it): c + 1 for it, c in zip(items, counts, strict=True)}  # +1: the newline
         heading_cost = 4  # "Identifiers:\n" and the like; a generous fixed estimate per heading
         total = sum(cost.values()) + heading_cost * len({it.kind for it in items})
-        # Drop order: lowest kind first; within a kind, oldest first (the newest is likeliest to matter).
-        victims = sorted(items, key=lambda it: (it.kind, it.order))
         kept = {id(it) for it in items}
-        for victim in victims:
+        for victim in _victims(items):
             if total <= budget:
                 break
             kept.discard(id(victim))
