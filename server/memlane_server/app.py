@@ -85,6 +85,8 @@ from .telemetry import (
     register_caches,
 )
 from .tokens import TokenCounter
+from .viewer import PREFIX as VIEWER_PREFIX
+from .viewer import Viewer, ViewerAccess
 
 log = logging.getLogger("memlane")
 
@@ -128,6 +130,7 @@ class Sidecar:
         )
         self.metrics = DomainMetrics(self.registry)
         self._sampler: Sampler | None = None
+        self._viewer: Viewer | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
         self._embedded: EmbeddedRedis | None = None
@@ -217,6 +220,8 @@ class Sidecar:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if s.admin_listen:
             self._admin = AdminHttpServer(self.registry, self._healthy)
+            if s.viewer_enabled:
+                self._mount_viewer(self._admin)
             self.admin_port = await self._admin.start(s.admin_listen)
         # Lifecycle jobs start once the sidecar serves: a job may resume sessions that clients then read.
         await self.lifecycle.start()
@@ -389,6 +394,18 @@ class Sidecar:
             resume=self.resumer.resume_if_retired,
         )
 
+    def _mount_viewer(self, admin: AdminHttpServer) -> None:
+        """The memory viewer reads through this sidecar's own gRPC API: over its Unix socket if it has
+        one, else over loopback TCP (a TLS-only TCP listener needs a Unix socket for the viewer)."""
+        local = [a for a in self.addresses if a.startswith("unix:")]
+        if not local and not self.settings.tls_cert_file:
+            local = [f"127.0.0.1:{a.rsplit(':', 1)[1]}" for a in self.addresses]
+        if not local:
+            log.warning("memory viewer disabled: with TLS it needs a unix: listen address to call the API")
+            return
+        self._viewer = Viewer(ViewerAccess(self.policy, auth_required=self.settings.auth_required), local[0])
+        admin.mount(VIEWER_PREFIX + "/", self._viewer)
+
     def _authenticator(self) -> Authenticator:
         s = self.settings
         self.policy = PolicyFile(
@@ -450,6 +467,8 @@ class Sidecar:
             await self.lifecycle.stop()
         if self._admin is not None:
             await self._admin.stop()
+        if self._viewer is not None:
+            await self._viewer.close()
         if self.context is not None:
             await self.context.aclose()  # background summarizations in flight
         if self._openai is not None:
