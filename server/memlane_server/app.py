@@ -24,6 +24,7 @@ from memlane.v1 import (
     session_service_pb2_grpc,
 )
 
+from . import telemetry
 from .access.authenticate import Authenticator
 from .access.policy import PolicyFile
 from .api.admin import AdminServicer
@@ -48,9 +49,8 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
 from .observability.admin_http import AdminHttpServer
-from .observability.domain import DomainMetrics, Sampler
+from .observability.domain import Sampler
 from .observability.metrics import RpcMetrics
-from .observability.process import new_registry
 from .pipelines import (
     LtmPromoter,
     PipelineConfig,
@@ -75,18 +75,8 @@ from .summarizers import (
     SummarizationMetrics,
     Summarizer,
 )
-from .telemetry import (
-    MeteredArchive,
-    MeteredPipeline,
-    MeteredPromoter,
-    MeteredStepSummarizer,
-    probes,
-    record_assembly,
-    register_caches,
-)
 from .tokens import TokenCounter
-from .viewer import PREFIX as VIEWER_PREFIX
-from .viewer import Viewer, ViewerAccess
+from .viewer import Viewer, viewer_for
 
 log = logging.getLogger("memlane")
 
@@ -125,10 +115,7 @@ class Sidecar:
         self._extractor_http: OpenAIExtractor | None = None
         self._openai: OpenAISummarizer | None = None
         self.context: ContextAssembler | None = None
-        self.registry = new_registry(
-            settings_summary={"summarizer": settings.summarizer, "extractor": settings.extractor}
-        )
-        self.metrics = DomainMetrics(self.registry)
+        self.registry, self.metrics = telemetry.new_metrics(settings)
         self._sampler: Sampler | None = None
         self._viewer: Viewer | None = None
         self.addresses: list[str] = []
@@ -189,7 +176,8 @@ class Sidecar:
             server,
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(
-            ContextServicer(self.context, on_stats=lambda st: record_assembly(self.metrics, st)), server
+            ContextServicer(self.context, on_stats=lambda st: telemetry.record_assembly(self.metrics, st)),
+            server,
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
@@ -221,25 +209,21 @@ class Sidecar:
         if s.admin_listen:
             self._admin = AdminHttpServer(self.registry, self._healthy)
             if s.viewer_enabled:
-                self._mount_viewer(self._admin)
+                self._viewer = viewer_for(self._admin, self.addresses, s, self.policy)
             self.admin_port = await self._admin.start(s.admin_listen)
         # Lifecycle jobs start once the sidecar serves: a job may resume sessions that clients then read.
         await self.lifecycle.start()
         if s.pipeline_enabled:
             await self.end_worker.start()
-        self._sampler = Sampler(
+        self._sampler = telemetry.start_sampler(
             self.metrics,
-            probes(
-                self.metrics,
-                redis=self.redis,
-                keys=self.keys,
-                sessions=self.sessions,
-                queue=self._end_queue,
-                ltm=self.ltm,
-            ),
-            s.metrics_sample_interval_seconds,
+            s,
+            redis=self.redis,
+            keys=self.keys,
+            sessions=self.sessions,
+            queue=self._end_queue,
+            ltm=self.ltm,
         )
-        self._sampler.start()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
 
     def _build_lifecycle(
@@ -264,16 +248,18 @@ class Sidecar:
         # Session end has no agent to summarize for it: the "client" provider falls back to extractive.
         # With the client provider the agent summarizes live turns; at session end nobody is there to
         # ask, so the tail is summarized extractively.
-        end_summarizer = MeteredStepSummarizer(
+        end_summarizer = telemetry.MeteredStepSummarizer(
             summarizer or ExtractiveSummarizer(tokens, s.default_model, self._executor), self.metrics
         )
         promoter = (
-            MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics)
+            telemetry.MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics)
             if self.ltm is not None and extractor is not None
             else None
         )
-        self.archive = MeteredArchive(s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics)
-        self.pipeline = MeteredPipeline(
+        self.archive = telemetry.MeteredArchive(
+            s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics
+        )
+        self.pipeline = telemetry.MeteredPipeline(
             self.redis,
             self.sessions,
             self.keys,
@@ -311,7 +297,9 @@ class Sidecar:
                 OnnxEmbedder.load, spec, intra_op_threads=s.embedding_threads
             )
         uri = s.ltm_uri or str(Path(s.data_dir) / "ltm")
-        self._ltm_store = await LanceMemoryStore.open(uri, self._embedder.ndims, cache_mb=s.ltm_cache_mb)
+        self._ltm_store = await telemetry.MeteredLanceStore.open_metered(
+            self.metrics, uri, self._embedder.ndims, cache_mb=s.ltm_cache_mb
+        )
         policy = MemoryPolicy(
             max_items_per_agent=s.ltm_max_items_per_agent,
             max_episodes_per_agent=s.ltm_max_episodes_per_agent,
@@ -333,7 +321,7 @@ class Sidecar:
             vector_index_min_rows=s.ltm_vector_index_min_rows,
         )
         self._ltm_maintenance.start()
-        register_caches(self.registry, self._embedder)
+        telemetry.register_caches(self.registry, self._embedder)
         if self._memory is None:
             self._memory = LtmMemorySource(self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes)
 
@@ -393,18 +381,6 @@ class Sidecar:
             executor=self._executor,
             resume=self.resumer.resume_if_retired,
         )
-
-    def _mount_viewer(self, admin: AdminHttpServer) -> None:
-        """The memory viewer reads through this sidecar's own gRPC API: over its Unix socket if it has
-        one, else over loopback TCP (a TLS-only TCP listener needs a Unix socket for the viewer)."""
-        local = [a for a in self.addresses if a.startswith("unix:")]
-        if not local and not self.settings.tls_cert_file:
-            local = [f"127.0.0.1:{a.rsplit(':', 1)[1]}" for a in self.addresses]
-        if not local:
-            log.warning("memory viewer disabled: with TLS it needs a unix: listen address to call the API")
-            return
-        self._viewer = Viewer(ViewerAccess(self.policy, auth_required=self.settings.auth_required), local[0])
-        admin.mount(VIEWER_PREFIX + "/", self._viewer)
 
     def _authenticator(self) -> Authenticator:
         s = self.settings
