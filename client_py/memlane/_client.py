@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import grpc
 from google.protobuf.message import Message as ProtoMessage
@@ -297,7 +297,14 @@ class _Transport:
         raise NotImplementedError
 
 
-class Client(_Transport, _Rpcs):
+if TYPE_CHECKING:  # the same RPCs with every keyword field typed (generated: scripts/gen_client_types.py)
+    from .v1.rpcs import AsyncRpcs as _AsyncRpcs
+    from .v1.rpcs import SyncRpcs as _SyncRpcs
+else:
+    _SyncRpcs = _AsyncRpcs = _Rpcs
+
+
+class Client(_Transport, _SyncRpcs):
     """Blocking client. Use as a context manager or call ``close()``."""
 
     def __init__(
@@ -358,7 +365,7 @@ class Client(_Transport, _Rpcs):
                 call.cancel()  # a consumer that stops early must not leave the stream open server-side
 
 
-class AsyncClient(_Transport, _Rpcs):
+class AsyncClient(_Transport, _AsyncRpcs):
     """asyncio client (grpc.aio). Use ``async with`` or ``await close()``."""
 
     def __init__(

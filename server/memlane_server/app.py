@@ -26,6 +26,7 @@ from memlane.v1 import (
     session_service_pb2_grpc,
 )
 
+from . import telemetry
 from .access.authenticate import Authenticator
 from .access.policy import PolicyFile
 from .access.user_token import UserTokenRules, load_jwks_file
@@ -54,9 +55,8 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
 from .observability.admin_http import AdminHttpServer
-from .observability.domain import DomainMetrics, Sampler
+from .observability.domain import Sampler
 from .observability.metrics import RpcMetrics
-from .observability.process import new_registry
 from .pipelines import (
     LtmPromoter,
     PipelineConfig,
@@ -86,16 +86,8 @@ from .summarizers import (
     SummarizationMetrics,
     Summarizer,
 )
-from .telemetry import (
-    MeteredArchive,
-    MeteredPipeline,
-    MeteredPromoter,
-    MeteredStepSummarizer,
-    probes,
-    record_assembly,
-    register_caches,
-)
 from .tokens import TokenCounter
+from .viewer import Viewer, viewer_for
 
 log = logging.getLogger("memlane")
 
@@ -134,11 +126,9 @@ class Sidecar:
         self._extractor_http: OpenAIExtractor | None = None
         self._openai: OpenAISummarizer | None = None
         self.context: ContextAssembler | None = None
-        self.registry = new_registry(
-            settings_summary={"summarizer": settings.summarizer, "extractor": settings.extractor}
-        )
-        self.metrics = DomainMetrics(self.registry)
+        self.registry, self.metrics = telemetry.new_metrics(settings)
         self._sampler: Sampler | None = None
+        self._viewer: Viewer | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
         self._embedded: EmbeddedRedis | None = None
@@ -210,7 +200,8 @@ class Sidecar:
             CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle, self.resumer), server
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(
-            ContextServicer(self.context, on_stats=lambda st: record_assembly(self.metrics, st)), server
+            ContextServicer(self.context, on_stats=lambda st: telemetry.record_assembly(self.metrics, st)),
+            server,
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
@@ -245,24 +236,22 @@ class Sidecar:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if s.admin_listen:
             self._admin = AdminHttpServer(self.registry, self._healthy)
+            if s.viewer_enabled:
+                self._viewer = viewer_for(self._admin, self.addresses, s, self.policy)
             self.admin_port = await self._admin.start(s.admin_listen)
         # Lifecycle jobs start once the sidecar serves: a job may resume sessions that clients then read.
         await self.lifecycle.start()
         if s.pipeline_enabled:
             await self.end_worker.start()
-        self._sampler = Sampler(
+        self._sampler = telemetry.start_sampler(
             self.metrics,
-            probes(
-                self.metrics,
-                redis=self.redis,
-                keys=self.keys,
-                sessions=self.sessions,
-                queue=self._end_queue,
-                ltm=self.ltm,
-            ),
-            s.metrics_sample_interval_seconds,
+            s,
+            redis=self.redis,
+            keys=self.keys,
+            sessions=self.sessions,
+            queue=self._end_queue,
+            ltm=self.ltm,
         )
-        self._sampler.start()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
 
     def _build_lifecycle(
@@ -287,16 +276,18 @@ class Sidecar:
         # Session end has no agent to summarize for it: the "client" provider falls back to extractive.
         # With the client provider the agent summarizes live turns; at session end nobody is there to
         # ask, so the tail is summarized extractively.
-        end_summarizer = MeteredStepSummarizer(
+        end_summarizer = telemetry.MeteredStepSummarizer(
             summarizer or ExtractiveSummarizer(tokens, s.default_model, self._executor), self.metrics
         )
         promoter = (
-            MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics)
+            telemetry.MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics)
             if self.ltm is not None and extractor is not None
             else None
         )
-        self.archive = MeteredArchive(s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics)
-        self.pipeline = MeteredPipeline(
+        self.archive = telemetry.MeteredArchive(
+            s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics
+        )
+        self.pipeline = telemetry.MeteredPipeline(
             self.redis,
             self.sessions,
             self.keys,
@@ -338,7 +329,9 @@ class Sidecar:
                 OnnxEmbedder.load, spec, intra_op_threads=s.embedding_threads
             )
         uri = s.ltm_uri or str(Path(s.data_dir) / "ltm")
-        self._ltm_store = await LanceMemoryStore.open(uri, self._embedder.ndims, cache_mb=s.ltm_cache_mb)
+        self._ltm_store = await telemetry.MeteredLanceStore.open_metered(
+            self.metrics, uri, self._embedder.ndims, cache_mb=s.ltm_cache_mb
+        )
         policy = MemoryPolicy(
             max_items_per_agent=s.ltm_max_items_per_agent,
             max_episodes_per_agent=s.ltm_max_episodes_per_agent,
@@ -364,7 +357,7 @@ class Sidecar:
             vector_index_min_rows=s.ltm_vector_index_min_rows,
         )
         self._ltm_maintenance.start()
-        register_caches(self.registry, self._embedder)
+        telemetry.register_caches(self.registry, self._embedder)
         if self._memory is None:
             self._memory = LtmMemorySource(
                 self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes, versions=versions
@@ -495,6 +488,8 @@ class Sidecar:
             await self.lifecycle.stop()
         if self._admin is not None:
             await self._admin.stop()
+        if self._viewer is not None:
+            await self._viewer.close()
         if self.context is not None:
             await self.context.aclose()  # background summarizations in flight
         if self._openai is not None:

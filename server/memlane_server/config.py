@@ -37,6 +37,7 @@ class Settings:
     log_level: str = "INFO"
     log_format: str = "auto"  # auto (text on a terminal, JSON otherwise) | json | text
     metrics_sample_interval_seconds: float = 15.0  # sessions by status, backlog, LTM items; 0 disables
+    viewer_enabled: bool = False  # the memory viewer (HTML) under /viewer/ on the admin port
     # --- storage
     data_dir: str = "./memlane-data"
     redis_url: str = (

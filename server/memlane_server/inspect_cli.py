@@ -98,7 +98,7 @@ def _health(args: argparse.Namespace) -> int:
 
 def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
     if args.sessions_command == "list":
-        status = 0
+        status = session_pb2.SessionStatus.SESSION_STATUS_UNSPECIFIED
         if args.status:
             status = session_pb2.SessionStatus.Value(f"SESSION_STATUS_{args.status.upper()}")
         for shown, s in enumerate(

@@ -12,6 +12,8 @@ HELP: dict[str, str] = {
     "log_format": "Log lines as JSON, as human-readable text, or auto (text on a terminal, JSON otherwise).",
     "metrics_sample_interval_seconds": "How often sessions by status, the session-end backlog and long-term"
     " memory items are counted for /metrics; 0 disables.",
+    "viewer_enabled": "Serve the memory viewer (HTML) under /viewer/ on the admin port: loopback browsers"
+    " only with auth off, an admin-role token with auth on.",
     "data_dir": "Directory of the embedded Redis, LanceDB and archives when no URI is set.",
     "redis_url": "Redis to use (redis://, rediss://, unix://); empty: an embedded Redis under data_dir.",
     "key_prefix": "Prefix of every Redis key, so several deployments can share one Redis.",

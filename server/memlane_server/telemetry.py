@@ -8,16 +8,22 @@ from __future__ import annotations
 import time
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import redis.asyncio as aioredis
+from lancedb.expr import Expr
 from prometheus_client import CollectorRegistry
 
+from .config import Settings
 from .context.model import AssembleStats, Section
 from .embedding import Embedder
 from .ltm import MemoryService
-from .ltm.model import MemoryKind
-from .observability.domain import CacheCollector, DomainMetrics, Probe
+from .ltm.model import MemoryItem, MemoryKind
+from .ltm.store import Hit, LanceMemoryStore
+from .observability.domain import CacheCollector, DomainMetrics, Probe, Sampler
+from .observability.process import new_registry
 from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
 from .sessions.end_queue import SessionEndQueue
 from .sessions.keys import KeySpace
@@ -25,12 +31,41 @@ from .sessions.model import Message, Session, SessionStatus
 from .sessions.store import SessionStore
 from .summarizers import Summarizer, SummaryResult
 
+T = TypeVar("T")
+
 # Counting sessions by status reads their documents: cap the sample so a huge keyspace costs a bounded
 # amount per interval (the newest sessions are the ones whose status moves).
 SESSION_SAMPLE_LIMIT = 20_000
 _PAGE = 500
 _STATUSES = [s.name.lower() for s in SessionStatus if s is not SessionStatus.UNSPECIFIED]
 _KINDS = [k.value for k in MemoryKind]
+
+
+def new_metrics(settings: Settings) -> tuple[CollectorRegistry, DomainMetrics]:
+    """A sidecar's registry (process collectors and build info included) and its domain metrics."""
+    registry = new_registry(
+        settings_summary={"summarizer": settings.summarizer, "extractor": settings.extractor}
+    )
+    return registry, DomainMetrics(registry)
+
+
+def start_sampler(
+    metrics: DomainMetrics,
+    settings: Settings,
+    *,
+    redis: aioredis.Redis,
+    keys: KeySpace,
+    sessions: SessionStore,
+    queue: SessionEndQueue,
+    ltm: MemoryService | None,
+) -> Sampler:
+    sampler = Sampler(
+        metrics,
+        probes(metrics, redis=redis, keys=keys, sessions=sessions, queue=queue, ltm=ltm),
+        settings.metrics_sample_interval_seconds,
+    )
+    sampler.start()
+    return sampler
 
 
 def probes(
@@ -159,3 +194,49 @@ class MeteredPipeline(SessionEndPipeline):
         self, session_id: str, reason: str, keep_job: Callable[[], Awaitable[None]]
     ) -> EndReport | None:
         return await self._metrics.step("job", super().handle_job(session_id, reason, keep_job))
+
+
+class MeteredLanceStore(LanceMemoryStore):
+    """The LanceDB store with the latency and failures of each call (``backend="lancedb"``). Built by
+    ``LanceMemoryStore.open`` (which constructs ``cls``); ``metrics`` is set right after."""
+
+    metrics: DomainMetrics | None = None
+
+    @classmethod
+    async def open_metered(
+        cls, metrics: DomainMetrics, uri: str, ndims: int, *, cache_mb: int = 0
+    ) -> MeteredLanceStore:
+        store = await cls.open(uri, ndims, cache_mb=cache_mb)
+        if not isinstance(store, MeteredLanceStore):  # open() builds ``cls``; a change there shows here
+            raise TypeError("LanceMemoryStore.open no longer builds its subclass")
+        store.metrics = metrics
+        return store
+
+    async def _timed(self, op: str, call: Awaitable[T]) -> T:
+        return await (self.metrics.backend_call("lancedb", op, call) if self.metrics is not None else call)
+
+    async def count(self, where: Expr | None = None) -> int:
+        return await self._timed("count", super().count(where))
+
+    async def add(self, items: list[MemoryItem]) -> None:
+        await self._timed("add", super().add(items))
+
+    async def upsert(self, items: list[MemoryItem]) -> None:
+        await self._timed("upsert", super().upsert(items))
+
+    async def update(self, where: Expr, values_sql: dict[str, str]) -> None:
+        await self._timed("update", super().update(where, values_sql))
+
+    async def delete(self, where: Expr) -> None:
+        await self._timed("delete", super().delete(where))
+
+    async def fetch(
+        self, where: Expr, *, with_vector: bool = False, limit: int | None = None
+    ) -> list[MemoryItem]:
+        return await self._timed("fetch", super().fetch(where, with_vector=with_vector, limit=limit))
+
+    async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
+        return await self._timed("keyword_search", super().keyword_search(text, where, limit))
+
+    async def vector_search(self, vector: npt.NDArray[np.float32], where: Expr, limit: int) -> list[Hit]:
+        return await self._timed("vector_search", super().vector_search(vector, where, limit))

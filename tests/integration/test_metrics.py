@@ -135,6 +135,9 @@ def test_domain_gauges_follow_the_stores(metered: SidecarThread, c: memlane.Clie
         assert c.search_memories(caller=caller, query="which seat does she like?").results
     text = scrape(metered)
     assert (sample(text, "memlane_cache_hits_total", cache="recall_embedding") or 0) > hits_before
+    # Every LanceDB call recall made is timed by operation.
+    for op in ("vector_search", "keyword_search"):
+        assert (sample(text, "memlane_backend_latency_seconds_count", backend="lancedb", op=op) or 0) >= 2
 
 
 def test_promtool_accepts_a_real_scrape(metered: SidecarThread, c: memlane.Client) -> None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import pytest
 import memlane
 from memlane_server.cli import main
 from memlane_server.config import CHOICES, Settings
+from memlane_server.observability.logs import configure
 from memlane_server.settings_help import HELP
 
 
@@ -67,3 +72,35 @@ def test_help_works_without_the_server_extras() -> None:
     assert out.returncode == 0, out.stderr
     for command in ("serve", "sessions", "trace", "health", "memories"):
         assert command in out.stdout
+
+
+@pytest.fixture()
+def root_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_logs_are_text_on_a_terminal_and_json_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    configure("INFO", "auto")
+    logging.getLogger("memlane.test").info("sidecar ready", extra={"port": 50051})
+    line = terminal.getvalue().strip()
+    assert "INFO" in line and "memlane.test: sidecar ready" in line and "port=50051" in line
+    assert not line.startswith("{")
+
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    configure("INFO", "auto")
+    logging.getLogger("memlane.test").info("sidecar ready", extra={"port": 50051})
+    record = json.loads(piped.getvalue())
+    assert record["msg"] == "sidecar ready" and record["port"] == 50051 and record["level"] == "info"

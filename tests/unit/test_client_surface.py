@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import runpy
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 import memlane
 from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, session_service_pb2
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
     "DEFAULT_TARGET", "NO_RETRY", "AbortedError", "AlreadyExistsError", "AsyncClient", "CancelledError",
@@ -98,3 +102,40 @@ def test_high_level_clients_share_one_surface() -> None:
 
 def test_version_is_exposed() -> None:
     assert memlane.__version__ and memlane.__version__[0].isdigit()
+
+
+def test_typed_rpc_surface_is_current() -> None:
+    gen = runpy.run_path(str(ROOT / "scripts" / "gen_client_types.py"))
+    assert (ROOT / "client_py" / "memlane" / "v1" / "rpcs.pyi").read_text() == gen["render"](), (
+        "run scripts/gen-protos (or scripts/gen_client_types.py) and commit client_py/memlane/v1/rpcs.pyi"
+    )
+
+
+def test_mypy_catches_a_misspelt_or_mistyped_field(tmp_path: Path) -> None:
+    mypy_api = pytest.importorskip("mypy.api")
+    good = (
+        "import memlane\n"
+        "async def f(c: memlane.Client, a: memlane.AsyncClient) -> None:\n"
+        "    s = c.create_session(user_id='u', topology=memlane.Topology.TOPOLOGY_SHARED).session\n"
+        "    await a.append_messages(session_id=s.session_id, messages=[memlane.Message(content='hi')])\n"
+    )
+    bad = good.replace("user_id='u'", "usr_id='u'").replace("content='hi')]", "content='hi')], page=3")
+    out = []
+    for name, code in (("good", good), ("bad", bad)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(code)
+        stdout, _, status = mypy_api.run(
+            [
+                "--strict",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--config-file",
+                str(ROOT / "pyproject.toml"),
+                str(path),
+            ]
+        )
+        out.append((status, stdout))
+    assert out[0][0] == 0, out[0][1]  # the correct call type-checks
+    assert out[1][0] == 1
+    assert 'Unexpected keyword argument "usr_id"' in out[1][1]
+    assert 'Unexpected keyword argument "page"' in out[1][1]

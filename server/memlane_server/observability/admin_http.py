@@ -1,6 +1,8 @@
-"""The admin HTTP endpoint: ``/metrics`` (Prometheus text format) and ``/healthz``.
+"""The admin HTTP endpoint: ``/metrics`` (Prometheus text format), ``/healthz``, and any mounted apps
+(the memory viewer under ``/viewer/``).
 
-A few dozen lines of asyncio instead of a web framework: two read-only routes on a separate port.
+A few dozen lines of asyncio instead of a web framework: a handful of routes on a separate port, one
+request per connection.
 """
 
 from __future__ import annotations
@@ -8,19 +10,83 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], Awaitable[bool]]
+MAX_BODY = 64 * 1024  # forms only: a few fields
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str  # percent-decoded, without the query
+    raw_path: str  # as sent (segments still encoded): split this, then unquote each segment
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-case names
+    form: dict[str, list[str]]
+    peer_host: str
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: str = "200 OK"
+    content_type: str = "text/html; charset=utf-8"
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+App = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+def _peer_host(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
+
+
+async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, *_ = lines[0].split(" ")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    raw_path, _, query = target.partition("?")
+    form: dict[str, list[str]] = {}
+    length = int(headers.get("content-length") or 0)
+    if length > MAX_BODY:
+        raise ValueError("request body too large")
+    if length:
+        body = await asyncio.wait_for(reader.readexactly(length), timeout=5)
+        if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return HttpRequest(
+        method=method,
+        path=unquote(raw_path),
+        raw_path=raw_path,
+        query=parse_qs(query, keep_blank_values=True),
+        headers=headers,
+        form=form,
+        peer_host=_peer_host(writer),
+    )
 
 
 class AdminHttpServer:
     def __init__(self, registry: CollectorRegistry, healthy: HealthCheck) -> None:
         self._registry = registry
         self._healthy = healthy
+        self._apps: dict[str, App] = {}
         self._server: asyncio.Server | None = None
+
+    def mount(self, prefix: str, app: App) -> None:
+        """Routes every request whose path starts with ``prefix`` (e.g. ``/viewer/``) to ``app``."""
+        self._apps[prefix] = app
 
     async def start(self, address: str) -> int:
         host, _, port = address.rpartition(":")
@@ -32,26 +98,41 @@ class AdminHttpServer:
             self._server.close()
             await self._server.wait_closed()
 
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        for prefix, app in self._apps.items():
+            if request.path.startswith(prefix) or request.path == prefix.rstrip("/"):
+                return await app(request)
+        if request.method != "GET":
+            return HttpResponse("405 Method Not Allowed", "text/plain", b"GET only\n")
+        if request.path == "/metrics":
+            body = await asyncio.to_thread(generate_latest, self._registry)
+            return HttpResponse("200 OK", CONTENT_TYPE_LATEST, body)
+        if request.path in ("/healthz", "/readyz"):
+            ok = await self._healthy()
+            return HttpResponse(
+                "200 OK" if ok else "503 Service Unavailable",
+                "text/plain",
+                b"ok\n" if ok else b"unavailable\n",
+            )
+        return HttpResponse("404 Not Found", "text/plain", b"not found\n")
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-            method, path, *_ = request.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-            path = path.split("?", 1)[0]
-            if method != "GET":
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                body = await asyncio.to_thread(generate_latest, self._registry)
-                status, ctype = "200 OK", CONTENT_TYPE_LATEST
-            elif path in ("/healthz", "/readyz"):
-                ok = await self._healthy()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "text/plain", b"ok\n" if ok else b"unavailable\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
+            response = await self._route(await _read_request(reader, writer))
+            head = (
+                f"HTTP/1.1 {response.status}\r\nContent-Type: {response.content_type}\r\n"
+                f"Content-Length: {len(response.body)}\r\n"
+                + "".join(f"{k}: {v}\r\n" for k, v in response.headers.items())
+            )
+            writer.write(head.encode("latin-1") + b"Connection: close\r\n\r\n" + response.body)
             await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+        except (
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            ValueError,
+        ):
             pass
         except Exception:
             log.exception("admin http request failed")

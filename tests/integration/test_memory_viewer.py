@@ -1,0 +1,281 @@
+"""The memory viewer on the admin port, against a real sidecar: each page over HTTP (content, escaping of
+hostile strings, delete and wipe behind CSRF and a confirmation, access rules), then every page loaded by
+headless Chromium with a screenshot saved per page."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import re
+import shutil
+import socket
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import pytest
+import yaml
+
+import memlane
+from memlane import MemoryKind, Message, Role
+from memlane.v1 import memory_pb2 as mpb
+from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory
+
+REQUIRE_TOOLS = os.environ.get("MEMLANE_REQUIRE_TOOLS") == "1"
+HOSTILE = "<script>alert('x')</script> & \"quotes\""
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: str
+
+
+def request(
+    port: int, path: str, *, form: dict[str, str] | None = None, headers: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+) -> Reply:  # fmt: skip
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    body = urlencode(form) if form is not None else None
+    hdrs = dict(headers or {})
+    if body is not None:
+        hdrs["Content-Type"] = "application/x-www-form-urlencoded"
+    conn.request("POST" if form is not None else "GET", path, body=body, headers=hdrs)
+    r = conn.getresponse()
+    out = Reply(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode())
+    conn.close()
+    return out
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
+
+
+@dataclass
+class Seeded:
+    port: int
+    user: str
+    open_sid: str
+    closed_sid: str
+    trace_id: str
+    memory_id: str
+
+
+@pytest.fixture(scope="module")
+def viewer(start_server: ServerFactory) -> SidecarThread:
+    return start_server(admin_listen="127.0.0.1:0", viewer_enabled=True)
+
+
+@pytest.fixture(scope="module")
+def seeded(viewer: SidecarThread) -> Seeded:
+    user = f"u:{uuid.uuid4().hex[:6]}@example.org"  # characters a URL must encode
+    with memlane.Client(viewer.target, timeout=30) as c:
+        open_sid = c.create_session(user_id=user, agent_id="support-bot").session.session_id
+        closed_sid = c.create_session(user_id=user, agent_id="support-bot").session.session_id
+        c.append_messages(
+            session_id=open_sid,
+            messages=[
+                Message(role=Role.ROLE_USER, content=f"My order 4417 arrived damaged. {HOSTILE}"),
+                Message(role=Role.ROLE_ASSISTANT, content="Sorry! A replacement is on its way."),
+            ],
+        )
+        c.close_session(session_id=closed_sid)
+        memory_id = c.create_memory(
+            caller=mpb.Caller(user_id=user, agent_id="support-bot"),
+            kind=MemoryKind.MEMORY_KIND_PREFERENCE,
+            content="Prefers email over phone calls.",
+        ).memory.memory_id
+        stats = None
+        for item in c.assemble_context(session_id=open_sid, user_input="how do I contact them by email?"):
+            if item.HasField("stats"):
+                stats = item.stats
+        assert stats is not None
+    return Seeded(viewer.sidecar.admin_port or 0, user, open_sid, closed_sid, stats.trace_id, memory_id)
+
+
+def seg(*parts: str) -> str:
+    return "/viewer/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def test_off_unless_enabled(start_server: ServerFactory) -> None:
+    plain = start_server(admin_listen="127.0.0.1:0")
+    assert request(plain.sidecar.admin_port or 0, "/viewer/").status == 404
+    assert request(plain.sidecar.admin_port or 0, "/healthz").status == 200  # the port does answer
+
+
+def test_pages_over_http(seeded: Seeded) -> None:
+    port = seeded.port
+    index = request(port, "/viewer/")
+    assert index.status == 200 and 'name="user"' in index.body
+    assert (
+        "Content-Security-Policy" in {k.title() for k in index.headers}
+        or "content-security-policy" in index.headers
+    )
+    jump = request(port, "/viewer/?" + urlencode({"user": seeded.user}))
+    assert jump.status == 303 and jump.headers["location"] == seg("users", seeded.user)
+
+    user = request(port, seg("users", seeded.user))
+    assert user.status == 200
+    assert seeded.open_sid in user.body and seeded.closed_sid in user.body
+    assert re.search(r'class="status-active">active<', user.body)
+    assert re.search(r'class="status-closed">closed<', user.body)
+
+    session = request(port, seg("sessions", seeded.open_sid))
+    assert session.status == 200
+    assert "My order 4417 arrived damaged." in session.body
+    assert "&lt;script&gt;" in session.body and "<script>" not in session.body
+    assert seeded.trace_id in session.body
+
+    trace = request(port, seg("sessions", seeded.open_sid, "traces", seeded.trace_id))
+    assert trace.status == 200
+    for provenance in ("system", "memory", "conversation"):
+        assert f"<h3>{provenance} · " in trace.body
+    assert "Prefers email over phone calls." in trace.body and seeded.memory_id in trace.body
+    assert re.search(r"\d+ tokens \(cap \d+\)", trace.body)
+
+    assert request(port, seg("sessions", "no-such-session")).status == 404
+    assert request(port, "/viewer/nowhere").status == 404
+
+
+def test_delete_a_memory_needs_the_form_token(seeded: Seeded) -> None:
+    port = seeded.port
+    page = request(port, seg("users", seeded.user, "memories"))
+    assert page.status == 200 and "Prefers email over phone calls." in page.body and "preference" in page.body
+    action = seg("users", seeded.user, "memories", seeded.memory_id, "delete")
+    forged = request(port, action, form={"csrf": "0" * 64})
+    assert forged.status == 403
+    assert "Prefers email" in request(port, seg("users", seeded.user, "memories")).body  # still there
+    done = request(port, action, form={"csrf": csrf_of(page.body)})
+    assert done.status == 303 and done.headers["location"] == seg("users", seeded.user, "memories")
+    assert "Prefers email" not in request(port, seg("users", seeded.user, "memories")).body
+
+
+def test_wipe_user_behind_a_confirmation(viewer: SidecarThread) -> None:
+    port = viewer.sidecar.admin_port or 0
+    user = f"wipe-{uuid.uuid4().hex[:6]}"
+    with memlane.Client(viewer.target, timeout=30) as c:
+        sid = c.create_session(user_id=user).session.session_id
+    confirm = request(port, seg("users", user, "wipe"))
+    assert confirm.status == 200 and "cannot be undone" in confirm.body
+    wrong = request(
+        port, seg("users", user, "wipe"), form={"csrf": csrf_of(confirm.body), "confirm": "someone"}
+    )
+    assert wrong.status == 400 and "nothing was erased" in wrong.body
+    assert sid in request(port, seg("users", user)).body  # positive control: still there
+    done = request(port, seg("users", user, "wipe"), form={"csrf": csrf_of(confirm.body), "confirm": user})
+    assert done.status == 200 and "Erased" in done.body and "redis.sessions" in done.body
+    assert sid not in request(port, seg("users", user)).body
+
+
+def _lan_address() -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            address = str(s.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_loopback_only_without_auth(start_server: ServerFactory) -> None:
+    lan = _lan_address()
+    if lan is None:
+        pytest.skip("this machine has no non-loopback address")
+    sidecar = start_server(admin_listen="0.0.0.0:0", viewer_enabled=True)
+    port = sidecar.sidecar.admin_port or 0
+    assert request(port, "/viewer/").status == 200  # loopback
+    refused = request(port, "/viewer/", host=lan)
+    assert refused.status == 403 and "loopback" in refused.body
+    assert request(port, "/healthz", host=lan).status == 200  # the same path from the same peer works
+
+
+def test_admin_token_when_auth_is_on(start_server: ServerFactory, tmp_path: Path) -> None:
+    admin, agent = f"tok-admin-{uuid.uuid4().hex[:6]}", f"tok-agent-{uuid.uuid4().hex[:6]}"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"sha256": hashlib.sha256(admin.encode()).hexdigest(), "agent": "ops"},
+                    {"sha256": hashlib.sha256(agent.encode()).hexdigest(), "agent": "bot"},
+                ],
+                "agents": {"ops": {"roles": ["admin", "auditor"]}},
+            }
+        )
+    )
+    sidecar = start_server(
+        admin_listen="127.0.0.1:0", viewer_enabled=True, auth_required=True, access_policy_file=str(policy)
+    )
+    port = sidecar.sidecar.admin_port or 0
+    anonymous = request(port, "/viewer/")
+    assert anonymous.status == 303 and anonymous.headers["location"] == "/viewer/login"
+    assert request(port, "/viewer/", headers={"Authorization": f"Bearer {agent}"}).status == 403
+    assert request(port, "/viewer/", headers={"Authorization": "Bearer nope"}).status == 303
+    assert request(port, "/viewer/login", form={"token": agent}).status == 401
+    login = request(port, "/viewer/login", form={"token": admin})
+    assert login.status == 303
+    cookie = login.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    with memlane.Client(sidecar.target, token=agent, timeout=30) as c:
+        sid = c.create_session(user_id="alice").session.session_id
+    page = request(port, seg("users", "alice"), headers={"Cookie": cookie.split(";")[0]})
+    assert page.status == 200 and sid in page.body
+
+
+# ------------------------------------------------------------------------------------------ browser
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if REQUIRE_TOOLS:
+            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    return path
+
+
+def browse(tool: str, url: str, profile: Path, *, screenshot: Path | None = None) -> str:
+    args = [
+        tool,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,900",
+    ]
+    args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    out = subprocess.run([*args, url], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_every_page_in_a_browser(seeded: Seeded, tmp_path: Path) -> None:
+    tool = chromium()
+    base = f"http://127.0.0.1:{seeded.port}"
+    pages = {
+        "index": ("/viewer/", "Memory viewer"),
+        "user": (seg("users", seeded.user), seeded.closed_sid),
+        "session": (seg("sessions", seeded.open_sid), "My order 4417 arrived damaged."),
+        "trace": (seg("sessions", seeded.open_sid, "traces", seeded.trace_id), "What the model saw"),
+        "memories": (seg("users", seeded.user, "memories"), "Long-term memories of"),
+        "wipe": (seg("users", seeded.user, "wipe"), "cannot be undone"),
+    }
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    for name, (path, expected) in pages.items():
+        dom = browse(tool, base + path, tmp_path / "profile")
+        assert expected in dom, f"{name}: {expected!r} not rendered"
+        assert "<script>alert" not in dom  # hostile content stays text
+        shot = shots / f"{name}.png"
+        browse(tool, base + path, tmp_path / "profile", screenshot=shot)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000, name
+    print(f"viewer screenshots: {shots}")
