@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mappin
 
 import google.protobuf.field_mask_pb2
 import memlane.v1.admin_pb2
+import memlane.v1.checkpoint_pb2
 import memlane.v1.context_pb2
 import memlane.v1.memory_pb2
 import memlane.v1.session_pb2
@@ -97,7 +98,22 @@ class SyncRpcs:
         source_agent_ids: Iterable[str] = ...,
         page_size: int = ...,
         page_token: str = ...,
+        participant_names: Iterable[str] = ...,
+        user_ids: Iterable[str] = ...,
     ) -> memlane.v1.session_service_pb2.ListMessagesResponse: ...
+
+    def remove_messages(
+        self,
+        request: memlane.v1.session_service_pb2.RemoveMessagesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        request_id: str = ...,
+        message_ids: Iterable[str] = ...,
+        last: int = ...,
+        all: bool = ...,
+    ) -> memlane.v1.session_service_pb2.RemoveMessagesResponse: ...
 
     def promote_session(
         self,
@@ -275,6 +291,7 @@ class SyncRpcs:
         caller: memlane.v1.memory_pb2.Caller = ...,
         memory_id: str = ...,
         verdict: memlane.v1.memory_pb2.FeedbackVerdict.ValueType = ...,
+        feedback_id: str = ...,
     ) -> memlane.v1.memory_pb2.RecordFeedbackResponse: ...
 
     def extract_memories(
@@ -309,6 +326,117 @@ class SyncRpcs:
         timeout: float | None = None,
         user_id: str = ...,
     ) -> memlane.v1.admin_pb2.ForgetUserResponse: ...
+
+    def list_parked_jobs(
+        self,
+        request: memlane.v1.admin_pb2.ListParkedJobsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> memlane.v1.admin_pb2.ListParkedJobsResponse: ...
+
+    def retry_parked_jobs(
+        self,
+        request: memlane.v1.admin_pb2.RetryParkedJobsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        parked_ids: Iterable[str] = ...,
+        all: bool = ...,
+    ) -> memlane.v1.admin_pb2.RetryParkedJobsResponse: ...
+
+    def put_checkpoint(
+        self,
+        request: memlane.v1.checkpoint_pb2.PutCheckpointRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        checkpoint_id: str = ...,
+        parent_checkpoint_id: str = ...,
+        checkpoint: memlane.v1.checkpoint_pb2.TypedValue = ...,
+        metadata_json: str = ...,
+        channel_versions: Mapping[str, str] = ...,
+        new_values: Iterable[memlane.v1.checkpoint_pb2.ChannelValue] = ...,
+    ) -> memlane.v1.checkpoint_pb2.PutCheckpointResponse: ...
+
+    def put_checkpoint_writes(
+        self,
+        request: memlane.v1.checkpoint_pb2.PutCheckpointWritesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        checkpoint_id: str = ...,
+        writes: Iterable[memlane.v1.checkpoint_pb2.PendingWrite] = ...,
+    ) -> memlane.v1.checkpoint_pb2.PutCheckpointWritesResponse: ...
+
+    def get_checkpoint(
+        self,
+        request: memlane.v1.checkpoint_pb2.GetCheckpointRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        checkpoint_id: str = ...,
+    ) -> memlane.v1.checkpoint_pb2.GetCheckpointResponse: ...
+
+    def list_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.ListCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        before_checkpoint_id: str = ...,
+        metadata_filter_json: str = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> memlane.v1.checkpoint_pb2.ListCheckpointsResponse: ...
+
+    def delete_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.DeleteCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+    ) -> memlane.v1.checkpoint_pb2.DeleteCheckpointsResponse: ...
+
+    def copy_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.CopyCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        source_session_id: str = ...,
+        target_session_id: str = ...,
+    ) -> memlane.v1.checkpoint_pb2.CopyCheckpointsResponse: ...
+
+    def prune_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.PruneCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_ids: Iterable[str] = ...,
+        strategy: memlane.v1.checkpoint_pb2.PruneStrategy.ValueType = ...,
+    ) -> memlane.v1.checkpoint_pb2.PruneCheckpointsResponse: ...
+
+    def delete_checkpoint_runs(
+        self,
+        request: memlane.v1.checkpoint_pb2.DeleteCheckpointRunsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        run_ids: Iterable[str] = ...,
+    ) -> memlane.v1.checkpoint_pb2.DeleteCheckpointRunsResponse: ...
 
 class AsyncRpcs:
     def create_session(
@@ -398,7 +526,22 @@ class AsyncRpcs:
         source_agent_ids: Iterable[str] = ...,
         page_size: int = ...,
         page_token: str = ...,
+        participant_names: Iterable[str] = ...,
+        user_ids: Iterable[str] = ...,
     ) -> Awaitable[memlane.v1.session_service_pb2.ListMessagesResponse]: ...
+
+    def remove_messages(
+        self,
+        request: memlane.v1.session_service_pb2.RemoveMessagesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        request_id: str = ...,
+        message_ids: Iterable[str] = ...,
+        last: int = ...,
+        all: bool = ...,
+    ) -> Awaitable[memlane.v1.session_service_pb2.RemoveMessagesResponse]: ...
 
     def promote_session(
         self,
@@ -576,6 +719,7 @@ class AsyncRpcs:
         caller: memlane.v1.memory_pb2.Caller = ...,
         memory_id: str = ...,
         verdict: memlane.v1.memory_pb2.FeedbackVerdict.ValueType = ...,
+        feedback_id: str = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.RecordFeedbackResponse]: ...
 
     def extract_memories(
@@ -610,3 +754,114 @@ class AsyncRpcs:
         timeout: float | None = None,
         user_id: str = ...,
     ) -> Awaitable[memlane.v1.admin_pb2.ForgetUserResponse]: ...
+
+    def list_parked_jobs(
+        self,
+        request: memlane.v1.admin_pb2.ListParkedJobsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> Awaitable[memlane.v1.admin_pb2.ListParkedJobsResponse]: ...
+
+    def retry_parked_jobs(
+        self,
+        request: memlane.v1.admin_pb2.RetryParkedJobsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        parked_ids: Iterable[str] = ...,
+        all: bool = ...,
+    ) -> Awaitable[memlane.v1.admin_pb2.RetryParkedJobsResponse]: ...
+
+    def put_checkpoint(
+        self,
+        request: memlane.v1.checkpoint_pb2.PutCheckpointRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        checkpoint_id: str = ...,
+        parent_checkpoint_id: str = ...,
+        checkpoint: memlane.v1.checkpoint_pb2.TypedValue = ...,
+        metadata_json: str = ...,
+        channel_versions: Mapping[str, str] = ...,
+        new_values: Iterable[memlane.v1.checkpoint_pb2.ChannelValue] = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.PutCheckpointResponse]: ...
+
+    def put_checkpoint_writes(
+        self,
+        request: memlane.v1.checkpoint_pb2.PutCheckpointWritesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        checkpoint_id: str = ...,
+        writes: Iterable[memlane.v1.checkpoint_pb2.PendingWrite] = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.PutCheckpointWritesResponse]: ...
+
+    def get_checkpoint(
+        self,
+        request: memlane.v1.checkpoint_pb2.GetCheckpointRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        checkpoint_id: str = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.GetCheckpointResponse]: ...
+
+    def list_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.ListCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        namespace: str = ...,
+        before_checkpoint_id: str = ...,
+        metadata_filter_json: str = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.ListCheckpointsResponse]: ...
+
+    def delete_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.DeleteCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.DeleteCheckpointsResponse]: ...
+
+    def copy_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.CopyCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        source_session_id: str = ...,
+        target_session_id: str = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.CopyCheckpointsResponse]: ...
+
+    def prune_checkpoints(
+        self,
+        request: memlane.v1.checkpoint_pb2.PruneCheckpointsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_ids: Iterable[str] = ...,
+        strategy: memlane.v1.checkpoint_pb2.PruneStrategy.ValueType = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.PruneCheckpointsResponse]: ...
+
+    def delete_checkpoint_runs(
+        self,
+        request: memlane.v1.checkpoint_pb2.DeleteCheckpointRunsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        run_ids: Iterable[str] = ...,
+    ) -> Awaitable[memlane.v1.checkpoint_pb2.DeleteCheckpointRunsResponse]: ...

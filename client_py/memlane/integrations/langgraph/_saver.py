@@ -299,9 +299,9 @@ class MemlaneSaver(BaseCheckpointSaver[str]):
         self._mirrored[session_id] = p.ids
 
 
-def _strategy(name: str) -> int:
+def _strategy(name: str) -> kpb.PruneStrategy.ValueType:
     if name == "keep_latest":
-        return int(kpb.PRUNE_STRATEGY_KEEP_LATEST)
+        return kpb.PRUNE_STRATEGY_KEEP_LATEST
     if name == "delete":
-        return int(kpb.PRUNE_STRATEGY_DELETE)
+        return kpb.PRUNE_STRATEGY_DELETE
     raise ValueError(f"unknown prune strategy {name!r}: use 'keep_latest' or 'delete'")

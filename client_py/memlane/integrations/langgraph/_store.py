@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from google.protobuf.field_mask_pb2 import FieldMask
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -57,7 +58,7 @@ _RECALL_LIMIT = 100
 @dataclass(frozen=True, slots=True)
 class _Place:
     caller: mpb.Caller
-    scope: int
+    scope: mpb.MemoryScope.ValueType
     group: str = ""
 
 
@@ -176,7 +177,7 @@ class MemlaneStore(BaseStore):
         self.client.update_memory(
             caller=place.caller,
             memory=mpb.Memory(memory_id=mid, content=content, metadata=metadata, valid_until_unix_ms=until),
-            update_mask={"paths": ["content", "metadata", "valid_until_unix_ms"]},
+            update_mask=FieldMask(paths=["content", "metadata", "valid_until_unix_ms"]),
         )
 
     def _refresh(self, asked: bool | None) -> bool:
@@ -190,7 +191,7 @@ class MemlaneStore(BaseStore):
             self.client.update_memory(
                 caller=place.caller,
                 memory=mpb.Memory(memory_id=m.memory_id, valid_until_unix_ms=_until(float(ttl))),
-                update_mask={"paths": ["valid_until_unix_ms"]},
+                update_mask=FieldMask(paths=["valid_until_unix_ms"]),
             )
 
     def _all(self, place: _Place) -> list[mpb.Memory]:
