@@ -96,6 +96,8 @@ def test_merge_crud_feedback(api: memlane.Client, user_id: str) -> None:
         update_mask={"paths": ["content"]},
     )
     assert api.get_memory(caller=caller(user_id), memory_id=mid).memory.content == "User likes jasmine tea."
+    found = api.search_memories(caller=caller(user_id), query="jasmine tea").results
+    assert [r.memory.memory_id for r in found] == [mid]  # positive control for the search below
     api.record_feedback(caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_WRONG)
     assert api.search_memories(caller=caller(user_id), query="jasmine tea").results == []
     api.delete_memory(caller=caller(user_id), memory_id=mid)

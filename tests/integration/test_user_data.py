@@ -15,6 +15,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2
 from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory, raw, stream_entries
 
 
 def _redis_bytes(url: str, prefix: str) -> bytes:
@@ -22,24 +23,24 @@ def _redis_bytes(url: str, prefix: str) -> bytes:
     r = redis.Redis.from_url(url)
     out = bytearray()
     for key in r.scan_iter(match=f"{prefix}:*", count=1000):
-        out += key
+        out += raw(key)
         kind = r.type(key)
         if kind == b"string":
-            out += r.get(key) or b""
+            out += raw(r.get(key) or b"")
         elif kind == b"hash":
             for k, v in r.hgetall(key).items():
-                out += k + v
+                out += raw(k) + raw(v)
         elif kind == b"zset":
             for m in r.zrange(key, 0, -1):
-                out += m
+                out += raw(m)
         elif kind == b"set":
             for m in r.smembers(key):
-                out += m
+                out += raw(m)
         elif kind == b"list":
             for m in r.lrange(key, 0, -1):
-                out += m
+                out += raw(m)
         elif kind == b"stream":
-            for _, fields in r.xrange(key):
+            for fields in stream_entries(r, key):
                 for k, v in fields.items():
                     out += k + v
     r.close()
@@ -75,7 +76,7 @@ def _fill(c: memlane.Client, user: str, marker: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sidecar(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def sidecar(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     return start_server(data_dir=str(tmp_path_factory.mktemp("erasure")))
 
 
@@ -125,7 +126,7 @@ def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -
         assert mark_b in _archive_text(data / "archive")
 
 
-def test_only_admins_erase(start_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_only_admins_erase(start_server: ServerFactory, tmp_path: Path) -> None:
     import yaml  # noqa: PLC0415
 
     policy = tmp_path / "policy.yaml"
