@@ -153,8 +153,9 @@ promote = false
         assert web.ttl_seconds == 1200
         other = c.create_session(user_id=user_id, channel="anything").session
         assert other.ttl_seconds == 2700
-        explicit = c.create_session(user_id=user_id, channel="web", ttl_seconds=30).session
-        assert explicit.ttl_seconds == 30
+        # Longer than the module runs: an expiry would start a promotion (LTM is on here) during teardown.
+        explicit = c.create_session(user_id=user_id, channel="web", ttl_seconds=3000).session
+        assert explicit.ttl_seconds == 3000
         with pytest.raises(memlane.InvalidArgumentError, match="ticket_id"):
             c.create_session(user_id=user_id, channel="jira")
         ticket = c.create_session(user_id=user_id, channel="jira", metadata={"ticket_id": "OPS-7"}).session
