@@ -183,8 +183,12 @@ async def test_client_id_is_idempotent_and_pii_rejected(memory: MemoryService) -
         await memory.create(U, NewMemory("fact", "User plays the violin.", memory_id="cello-1"))
     with pytest.raises(InvalidArgument, match="EMAIL"):
         await memory.create(U, NewMemory("fact", "User's email is x@y.com"))
+    kept = await memory.ingest(U, [NewMemory("fact", "User plays the viola.")])
+    assert [r.item.content for r in kept] == ["User plays the viola."]  # positive control: ingest stores
     skipped = await memory.ingest(U, [NewMemory("fact", "User's card is 4111 1111 1111 1111")])
     assert skipped == []
+    stored = (await memory.list_items(WHO, MemoryFilter(include_retired=True))).items
+    assert not any("4111" in i.content for i in stored) and any("viola" in i.content for i in stored)
 
 
 async def test_cap_prunes_lowest_score(tmp_path: Path, embedder: OnnxEmbedder) -> None:
