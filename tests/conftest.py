@@ -66,6 +66,24 @@ def delete_prefix(url: str, prefix: str) -> None:
 ServerFactory = Callable[..., SidecarThread]
 
 
+# These clients never set decode_responses, so every value comes back as the bytes the server stored;
+# redis-py's annotations say ``bytes | str``, and these helpers narrow them (and fail if that changes).
+def raw(value: object) -> bytes:
+    assert isinstance(value, bytes), value
+    return value
+
+
+def hget(r: redis.Redis, key: str, name: str) -> bytes | None:
+    """One hash field as stored, or None when absent."""
+    value = r.hget(key, name)
+    return None if value is None else raw(value)
+
+
+def stream_entries(r: redis.Redis, key: str) -> list[dict[bytes, bytes]]:
+    """Every entry of a stream, oldest first, as its field map."""
+    return [{raw(k): raw(v) for k, v in (fields or {}).items()} for _, fields in r.xrange(key) or []]
+
+
 def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
     """Polls ``check`` until it returns something truthy (returned), failing after ``timeout`` s."""
     deadline = time.monotonic() + timeout

@@ -6,7 +6,7 @@ pytest registers them there.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -25,10 +25,16 @@ async def embedder() -> AsyncIterator[OnnxEmbedder]:
 
 
 async def open_memory(
-    path: Path, embedder: OnnxEmbedder, policy: MemoryPolicy | None = None, **kwargs: object
+    path: Path,
+    embedder: OnnxEmbedder,
+    policy: MemoryPolicy | None = None,
+    *,
+    clock: Callable[[], int] | None = None,
 ) -> MemoryService:
     store = await LanceMemoryStore.open(str(path), embedder.ndims)
-    return MemoryService(store, embedder, policy, guard=find_pii, **kwargs)  # type: ignore[arg-type]
+    if clock is None:
+        return MemoryService(store, embedder, policy, guard=find_pii)
+    return MemoryService(store, embedder, policy, guard=find_pii, clock=clock)
 
 
 @pytest_asyncio.fixture

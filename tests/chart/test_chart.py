@@ -171,9 +171,12 @@ def test_manifests_match_the_kubernetes_schemas(manifests: list[dict[str, Any]])
             pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {path}: {exc.message}")
 
 
-def test_monitors_scrape_the_metrics_port(manifests: list[dict[str, Any]]) -> None:
+def test_monitors_scrape_the_metrics_port(manifests: list[dict[str, Any]], scenario: dict[str, Any]) -> None:
     ports = {p["name"]: p for _, c in memlane_containers(manifests) for p in c["ports"]}
     services = by_kind(manifests, "Service")
+    # Positive control: a scenario that enables a monitor renders it, so the checks below run.
+    for key, kind in (("serviceMonitor", "ServiceMonitor"), ("podMonitor", "PodMonitor")):
+        assert bool(by_kind(manifests, kind)) == bool(scenario.get(key, {}).get("enabled")), kind
     for sm in by_kind(manifests, "ServiceMonitor"):
         (endpoint,) = sm["spec"]["endpoints"]
         (svc,) = services
@@ -251,7 +254,9 @@ def test_probes_are_native_grpc_on_the_grpc_port(manifests: list[dict[str, Any]]
 
 
 def test_container_runs_as_non_root_on_a_read_only_root(manifests: list[dict[str, Any]]) -> None:
-    for spec, c in memlane_containers(manifests):
+    containers = list(memlane_containers(manifests))
+    assert containers
+    for spec, c in containers:
         sc = c["securityContext"]
         assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
         assert sc["readOnlyRootFilesystem"] is True
@@ -339,7 +344,9 @@ def test_secret_config_goes_to_a_secret_not_the_configmap() -> None:
         "MEMLANE_SUMMARIZER_API_KEY": "sk-1",
         "MEMLANE_REDIS_URL": "redis://r:6379/0",
     }
-    for cm in by_kind(docs, "ConfigMap"):
+    configmaps = by_kind(docs, "ConfigMap")
+    assert any(k.startswith("MEMLANE_") for cm in configmaps for k in cm["data"])  # the config is there
+    for cm in configmaps:
         assert "sk-1" not in json.dumps(cm) and "MEMLANE_REDIS_URL" not in cm["data"]
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import memlane
 from memlane import Message, Role, Topology, VisibilityKind
+from memlane.v1 import context_pb2 as cpb
 from memlane_server.access.authenticate import is_local_peer
 from memlane_server.background import SidecarThread
 from tests.conftest import ServerFactory, wait_for
@@ -235,7 +236,7 @@ write_op = st.tuples(
     ),
 )
 def test_no_message_crosses_a_visibility_boundary(
-    secured: SidecarThread, ops: list[tuple[str, int]], topology: int
+    secured: SidecarThread, ops: list[tuple[str, VisibilityKind.ValueType]], topology: Topology.ValueType
 ) -> None:
     user = f"prop-{uuid.uuid4().hex[:8]}"
     clients = {a: as_agent(secured, a) for a in READERS}
@@ -255,9 +256,28 @@ def test_no_message_crosses_a_visibility_boundary(
             except memlane.PermissionDeniedError:
                 assert vis == VisibilityKind.VISIBILITY_KIND_GROUP and writer not in GROUPS["research"]
         for reader, c in clients.items():
-            got = [m.content for m in c.list_messages(session_id=sid, page_size=1000).messages]
             want = [content for content, vis, src, group in expected if allowed(reader, vis, src, group)]
+            got = [m.content for m in c.list_messages(session_id=sid, page_size=1000).messages]
             assert got == want, (reader, expected)
+            # The same rule holds for what the reader's model would be shown (auditors read, never prompt).
+            assemble = cpb.AssembleContextRequest(
+                session_id=sid,
+                strategy=cpb.CONTEXT_STRATEGY_FULL_BUFFER,
+                context_window_tokens=8000,
+                reserved_output_tokens=100,
+            )
+            if reader == "auditor":
+                with pytest.raises(memlane.PermissionDeniedError, match="auditor"):
+                    list(c.assemble_context(assemble))
+                continue
+            shown = [
+                m.content
+                for r in c.assemble_context(assemble)
+                for b in r.blocks
+                if b.provenance == cpb.PROVENANCE_CONVERSATION
+                for m in b.messages
+            ]
+            assert shown == want, (reader, expected)
     finally:
         for c in clients.values():
             c.close()

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pyarrow.dataset as ds
 
 import memlane
 from memlane import Message, NativeMessage, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
-from tests.conftest import redis_client, wait_for
+from tests.conftest import ServerFactory, hget, redis_client, session_events, wait_for
 
 EV = spb.SessionEventType
 
 
-def test_archive_parquet_equals_the_transcript(start_server, tmp_path: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_archive_parquet_equals_the_transcript(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
     archive = tmp_path / "cold"
     srv = start_server(ltm_enabled=False, archive_uri=f"file://{archive}")
     with memlane.Client(srv.target, timeout=20) as c:
@@ -80,7 +81,7 @@ def test_archive_parquet_equals_the_transcript(start_server, tmp_path: Path, use
     assert srow["first_seq"] == 1 and srow["last_seq"] == 5 and srow["agent_id"] == "planner"
 
 
-def test_retention_deletes_old_archives(start_server, tmp_path: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_retention_deletes_old_archives(start_server: ServerFactory, tmp_path: Path, user_id: str) -> None:
     policies = tmp_path / "p.yaml"
     policies.write_text("channels:\n  brief: {archive_retention: 1s}\n  kept: {archive_retention: 30d}\n")
     srv = start_server(
@@ -103,8 +104,8 @@ def test_retention_deletes_old_archives(start_server, tmp_path: Path, user_id: s
 
 
 def test_retired_thread_resumes_from_the_archive(
-    start_server, redis_url: str, tmp_path: Path, user_id: str
-) -> None:  # type: ignore[no-untyped-def]
+    start_server: ServerFactory, redis_url: str, tmp_path: Path, user_id: str
+) -> None:
     policies = tmp_path / "p.yaml"
     policies.write_text("channels:\n  chat: {kind: messaging, hot_retention: 0, resume_turns: 3}\n")
     srv = start_server(ltm_enabled=False, channel_policies_file=str(policies))
@@ -124,9 +125,9 @@ def test_retired_thread_resumes_from_the_archive(
         )
         c.close_session(session_id=sid)
         # Hot retention 0: retired right after archiving; only the stub stays in Redis.
-        wait_for(lambda: "retired_at_ms" in json.loads(r.hget(keys.session(sid).doc, "extra") or b"{}"))
+        wait_for(lambda: "retired_at_ms" in json.loads(hget(r, keys.session(sid).doc, "extra") or b"{}"))
         assert not r.exists(keys.session(sid).messages) and not r.exists(keys.session(sid).order)
-        stub_summary = json.loads(r.hget(keys.session(sid).doc, "extra"))
+        stub_summary = json.loads(hget(r, keys.session(sid).doc, "extra") or b"{}")
         assert stub_summary["archive"][0]["transcript"].endswith(".parquet")
 
         resumed = c.get_session(session_id=sid).session  # transparently reloaded
@@ -144,18 +145,9 @@ def test_retired_thread_resumes_from_the_archive(
         assert len(second.archive_uris) == 2 and second.archive_uris[1].endswith(
             "0000000009-0000000009.parquet"
         )
-    types = [e.type for e in r_events(srv, sid)]
-    assert types.count(EV.SESSION_EVENT_TYPE_RETIRED) >= 1 and EV.SESSION_EVENT_TYPE_RESUMED in types
+    events = session_events(
+        srv.target, sid, lambda ev: any(e.type == EV.SESSION_EVENT_TYPE_RESUMED for e in ev)
+    )
+    types = [e.type for e in events]
+    assert EV.SESSION_EVENT_TYPE_RETIRED in types[: types.index(EV.SESSION_EVENT_TYPE_RESUMED)]
     r.close()
-
-
-def r_events(srv: Any, sid: str) -> list[spb.SessionEvent]:
-    with memlane.Client(srv.target) as c:
-        out = []
-        try:
-            for resp in c.watch_session_events(after_event_id="0", timeout=1.0):
-                if resp.event.session_id == sid:
-                    out.append(resp.event)
-        except memlane.DeadlineExceededError:
-            pass
-        return out

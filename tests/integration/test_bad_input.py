@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import grpc
 import pytest
 
@@ -9,16 +12,17 @@ import memlane
 from memlane import Message, NativeMessage, Role, VisibilityKind
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory
 
 
 @pytest.fixture(scope="module")
-def small(start_server) -> SidecarThread:  # type: ignore[no-untyped-def]
+def small(start_server: ServerFactory) -> SidecarThread:
     """A server with small limits so the limits are cheap to hit."""
     return start_server(max_message_bytes=1000, max_batch_messages=5, max_batch_bytes=3000)
 
 
 @pytest.fixture(scope="module")
-def c(small: SidecarThread):  # type: ignore[no-untyped-def]
+def c(small: SidecarThread) -> Iterator[memlane.Client]:
     with memlane.Client(small.target, timeout=10) as client:
         yield client
 
@@ -32,7 +36,7 @@ def _count(c: memlane.Client, sid: str) -> int:
     return c.get_session(session_id=sid).session.message_count
 
 
-def _user(text: str = "x", **kw: object) -> Message:
+def _user(text: str = "x", **kw: Any) -> Message:
     return Message(role=Role.ROLE_USER, content=text, **kw)
 
 
@@ -42,7 +46,7 @@ def _user(text: str = "x", **kw: object) -> Message:
         (lambda: [], memlane.InvalidArgumentError, "messages must not be empty"),
         (lambda: [Message(content="no role")], memlane.InvalidArgumentError, r"messages\[0\]\.role"),
         (
-            lambda: [_user(), Message(role=99, content="x")],
+            lambda: [_user(), Message(role=Role.ValueType(99), content="x")],
             memlane.InvalidArgumentError,
             r"messages\[1\]\.role",
         ),
@@ -89,9 +93,9 @@ def _user(text: str = "x", **kw: object) -> Message:
 def test_bad_messages_are_refused_whole(
     c: memlane.Client,
     sid: str,
-    make,
+    make: Callable[[], list[Message]],
     error: type[Exception],
-    match: str,  # type: ignore[no-untyped-def]
+    match: str,
 ) -> None:
     with pytest.raises(error, match=match):
         c.append_messages(session_id=sid, messages=make())
@@ -130,7 +134,9 @@ def test_bad_messages_are_refused_whole(
         (lambda c: c.list_sessions(status=42), memlane.InvalidArgumentError, "status 42"),
     ],
 )
-def test_bad_requests(c: memlane.Client, call, error: type[Exception], match: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_requests(
+    c: memlane.Client, call: Callable[[memlane.Client], object], error: type[Exception], match: str
+) -> None:
     with pytest.raises(error, match=match):
         call(c)
 

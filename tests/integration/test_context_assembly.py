@@ -55,7 +55,8 @@ def _session(client: memlane.Client, n: int, **kw: Any) -> str:
 
 
 def assemble(client: memlane.Client, **fields: Any) -> tuple[list[cpb.ContextBlock], cpb.AssembleStats]:
-    blocks, stats = [], None
+    blocks: list[cpb.ContextBlock] = []
+    stats: cpb.AssembleStats | None = None
     for item in client.assemble_context(**fields):
         assert stats is None, "a response after the stats"
         blocks.extend(item.blocks)

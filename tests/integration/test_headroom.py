@@ -8,7 +8,7 @@ counts are exact; each section stays within its cap; the conversation is the new
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -102,13 +102,13 @@ def test_headroom_invariant(
     clients: dict[str, memlane.Client],
     *,
     session: tuple[list[Message], int, str],
-    memories: list[tuple[int, str]],
+    memories: list[tuple[mpb.MemoryKind.ValueType, str]],
     window: int,
     reserved: int,
     user_input: str,
     input_is_last_turn: bool,
     caps: cpb.SectionCaps,
-    strategy: int,
+    strategy: cpb.ContextStrategy.ValueType,
     system: str,
     fallback: str,
     window_turns: int,
@@ -144,24 +144,42 @@ def test_headroom_invariant(
         strategy=strategy,
         window_turns=window_turns,
     )
+    input_cost = Costing(COUNTER, "").message(user_input) if user_input else 0
+    if reserved + input_cost > window:
+        # The reserved output and the input alone do not fit: nothing can be assembled, and it says so.
+        event("rejected: the reserved output and the input exceed the window")
+        with pytest.raises(memlane.InvalidArgumentError, match="exceed the context window"):
+            list(c.assemble_context(request))
+    else:
+        event("assembled")
+        check_assembly(
+            c.assemble_context(request),
+            turns=len(msgs),
+            request=request,
+            input_cost=input_cost,
+            input_is_last_turn=input_is_last_turn,
+        )
+
+
+def check_assembly(
+    responses: Iterable[cpb.AssembleContextResponse],
+    *,
+    turns: int,
+    request: cpb.AssembleContextRequest,
+    input_cost: int,
+    input_is_last_turn: bool,
+) -> None:
+    window, reserved = request.context_window_tokens, request.reserved_output_tokens
+    caps, strategy = request.caps, request.strategy
     blocks: list[cpb.ContextBlock] = []
     stats: cpb.AssembleStats | None = None
-    try:
-        for item in c.assemble_context(request):
-            assert stats is None, "a response after the stats"
-            blocks.extend(item.blocks)
-            if item.HasField("stats"):
-                stats = item.stats
-    except memlane.InvalidArgumentError:
-        # Only when the reserved output and the input alone do not fit: then nothing could be assembled.
-        costing = Costing(COUNTER, "")
-        assert reserved + (costing.message(user_input) if user_input else 0) > window
-        event("rejected: the reserved output and the input exceed the window")
-        return
+    for item in responses:
+        assert stats is None, "a response after the stats"
+        blocks.extend(item.blocks)
+        if item.HasField("stats"):
+            stats = item.stats
     assert stats is not None
-    event("assembled")
     costing = Costing(COUNTER, stats.model)
-    input_cost = costing.message(user_input) if user_input else 0
     assert stats.context_window_tokens == window and stats.reserved_output_tokens == reserved
     # The input is charged once: as extra input, or as the stored last turn it already is.
     assert stats.input_tokens in ({0, input_cost} if input_is_last_turn else {input_cost})
@@ -190,7 +208,7 @@ def test_headroom_invariant(
     if kept:
         assert kept == list(range(kept[0], kept[-1] + 1))
         if strategy != cpb.CONTEXT_STRATEGY_SLIDING_WINDOW:
-            assert kept[-1] == len(msgs)
+            assert kept[-1] == turns
 
 
 def test_a_roomy_budget_fills_every_section(clients: dict[str, memlane.Client]) -> None:

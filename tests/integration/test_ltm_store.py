@@ -107,6 +107,12 @@ async def test_users_and_scopes_never_mix(memory: MemoryService) -> None:
     await memory.create(
         Owner("alice", "a1"), NewMemory("fact", "Team dog is Max.", scope="group", group="g1")
     )
+    # Positive control: the same query finds the owner's items, its agent's private one included.
+    alice_own_agent = await memory.search(RecallQuery(Visibility("alice", "a1"), "dog", 10))
+    assert {h.item.content for h in alice_own_agent} == {
+        "User's dog is named Bruno.",
+        "Never mention the dog.",
+    }
     for who in (Visibility("bob", "a1"), Visibility("o'brien", "a1"), Visibility("alice' OR '1'='1", "a1")):
         assert await memory.search(RecallQuery(who, "dog", 10)) == []
     alice_other_agent = await memory.search(RecallQuery(Visibility("alice", "a2"), "dog", 10))
@@ -152,6 +158,8 @@ async def test_crud_pagination_feedback(memory: MemoryService) -> None:
         await memory.list_items(WHO, MemoryFilter(), page_token="garbage!")
     item = await memory.feedback(WHO, ids[0], Feedback.USEFUL)
     assert item.useful_count == 1 and item.importance == pytest.approx(0.6)
+    before = await memory.search(RecallQuery(WHO, "Town1", 10))
+    assert ids[1] in [h.item.id for h in before]  # positive control: the same query finds it
     await memory.feedback(WHO, ids[1], Feedback.WRONG)
     hits = await memory.search(RecallQuery(WHO, "Town1", 10))
     assert ids[1] not in [h.item.id for h in hits]
@@ -175,8 +183,12 @@ async def test_client_id_is_idempotent_and_pii_rejected(memory: MemoryService) -
         await memory.create(U, NewMemory("fact", "User plays the violin.", memory_id="cello-1"))
     with pytest.raises(InvalidArgument, match="EMAIL"):
         await memory.create(U, NewMemory("fact", "User's email is x@y.com"))
+    kept = await memory.ingest(U, [NewMemory("fact", "User plays the viola.")])
+    assert [r.item.content for r in kept] == ["User plays the viola."]  # positive control: ingest stores
     skipped = await memory.ingest(U, [NewMemory("fact", "User's card is 4111 1111 1111 1111")])
     assert skipped == []
+    stored = (await memory.list_items(WHO, MemoryFilter(include_retired=True))).items
+    assert not any("4111" in i.content for i in stored) and any("viola" in i.content for i in stored)
 
 
 async def test_cap_prunes_lowest_score(tmp_path: Path, embedder: OnnxEmbedder) -> None:

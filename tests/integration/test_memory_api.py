@@ -75,6 +75,31 @@ def test_users_never_see_each_others_items(api: memlane.Client, a: str, b: str) 
         assert all(m.user_id == who.user_id for m in listed)
 
 
+def test_agent_and_group_memories_reach_only_their_agents(api: memlane.Client, user_id: str) -> None:
+    tag = uuid.uuid4().hex[:8]
+    writer = mpb.Caller(user_id=user_id, agent_id="agent-a", groups=["ops"])
+    private = api.create_memory(
+        caller=writer, kind=mpb.MEMORY_KIND_FACT, scope=mpb.MEMORY_SCOPE_AGENT, content=f"Locker word {tag}."
+    ).memory
+    grouped = api.create_memory(
+        caller=writer,
+        kind=mpb.MEMORY_KIND_FACT,
+        scope=mpb.MEMORY_SCOPE_GROUP,
+        group="ops",
+        content=f"Team locker word {tag}.",
+    ).memory
+
+    def found(who: mpb.Caller) -> set[str]:
+        hits = api.search_memories(caller=who, query=f"locker word {tag}", limit=20).results
+        return {r.memory.memory_id for r in hits} & {private.memory_id, grouped.memory_id}
+
+    # Positive control: the writer finds both with the same query.
+    assert found(writer) == {private.memory_id, grouped.memory_id}
+    assert found(mpb.Caller(user_id=user_id, agent_id="agent-b", groups=["ops"])) == {grouped.memory_id}
+    assert found(mpb.Caller(user_id=user_id, agent_id="agent-b")) == set()
+    assert found(mpb.Caller(user_id=user_id, agent_id="agent-a")) == {private.memory_id}
+
+
 def test_merge_crud_feedback(api: memlane.Client, user_id: str) -> None:
     first = api.create_memory(
         caller=caller(user_id), kind=mpb.MEMORY_KIND_PREFERENCE, content="User likes green tea."
@@ -93,6 +118,8 @@ def test_merge_crud_feedback(api: memlane.Client, user_id: str) -> None:
         update_mask={"paths": ["content"]},
     )
     assert api.get_memory(caller=caller(user_id), memory_id=mid).memory.content == "User likes jasmine tea."
+    found = api.search_memories(caller=caller(user_id), query="jasmine tea").results
+    assert [r.memory.memory_id for r in found] == [mid]  # positive control for the search below
     api.record_feedback(caller=caller(user_id), memory_id=mid, verdict=mpb.FEEDBACK_VERDICT_WRONG)
     assert api.search_memories(caller=caller(user_id), query="jasmine tea").results == []
     api.delete_memory(caller=caller(user_id), memory_id=mid)

@@ -13,6 +13,7 @@ import yaml
 
 import memlane
 from memlane import Message, Role, Topology
+from tests.conftest import ServerFactory
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -55,7 +56,7 @@ def _creds(d: Path, client: str | None) -> grpc.ChannelCredentials:
     )
 
 
-def test_client_certificate_names_the_agent(start_server, pki: Path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_client_certificate_names_the_agent(start_server: ServerFactory, pki: Path, user_id: str) -> None:
     policy = pki / "policy.yaml"
     policy.write_text(yaml.safe_dump({"agents": {"researcher": {"groups": ["research"]}}}))
     server = start_server(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +14,12 @@ from memlane_server.cli import main
 
 
 def test_memories_export_and_forget(
-    server: SidecarThread, client: memlane.Client, user_id: str, capsys: pytest.CaptureFixture[str], tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+    server: SidecarThread,
+    client: memlane.Client,
+    user_id: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
     made = client.create_memory(
         caller=memory_pb2.Caller(user_id=user_id),
         content="The user keeps bees.",

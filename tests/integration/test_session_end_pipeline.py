@@ -23,7 +23,7 @@ import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.ltm.schema import TABLE_NAME
 from memlane_server.sessions.events import EventType
-from tests.conftest import delete_prefix, redis_client, wait_for
+from tests.conftest import ServerFactory, delete_prefix, hget, raw, redis_client, stream_entries, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 
@@ -69,8 +69,8 @@ class SidecarProcess:
         try:
             c.list_sessions(user_id="probe", page_size=1)
             return True
-        except memlane.MemlaneError:
-            return False
+        except (memlane.UnavailableError, memlane.DeadlineExceededError):
+            return False  # still starting; any other error is a real failure
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -101,7 +101,7 @@ def prefix(redis_url: str) -> Iterator[str]:
     delete_prefix(redis_url, p)
 
 
-def test_steps_discard_summarize_promote_archive(start_server, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_steps_discard_summarize_promote_archive(start_server: ServerFactory, user_id: str) -> None:
     srv = start_server()
     with memlane.Client(srv.target, timeout=30) as c:
         sid = c.create_session(user_id=user_id, agent_id="helper").session.session_id
@@ -142,11 +142,11 @@ def _items_at(uri: str, sid: str) -> list[dict[str, Any]]:
 
 
 def _events(r: redis.Redis, prefix: str) -> list[tuple[EventType, str]]:
-    return [(EventType(int(f[b"t"])), f[b"s"].decode()) for _, f in r.xrange(f"{prefix}:events")]
+    return [(EventType(int(f[b"t"])), f[b"s"].decode()) for f in stream_entries(r, f"{prefix}:events")]
 
 
-def test_two_sidecar_processes_end_each_session_once(  # type: ignore[no-untyped-def]
-    procs, prefix: str, redis_url: str, tmp_path: Path
+def test_two_sidecar_processes_end_each_session_once(
+    procs: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
     data = tmp_path / "shared"  # the archive is shared (as an s3:// root would be in production)
     common = {"ltm_enabled": "false", "lifecycle_sweep_interval_seconds": 0.2, "pipeline_concurrency": 4}
@@ -160,7 +160,8 @@ def test_two_sidecar_processes_end_each_session_once(  # type: ignore[no-untyped
             sids.append(sid)
     r = redis_client(redis_url)
     wait_for(
-        lambda: all(int(r.hget(f"{prefix}:{{{s}}}:doc", "promotion_state")) == ARCHIVED for s in sids), 20
+        lambda: all(int(hget(r, f"{prefix}:{{{s}}}:doc", "promotion_state") or 0) == ARCHIVED for s in sids),
+        20,
     )
     counts = collections.Counter(_events(r, prefix))
     for sid in sids:
@@ -175,8 +176,8 @@ def test_two_sidecar_processes_end_each_session_once(  # type: ignore[no-untyped
     r.close()
 
 
-def test_sigkill_mid_promotion_then_restart_completes(  # type: ignore[no-untyped-def]
-    procs, prefix: str, redis_url: str, tmp_path: Path
+def test_sigkill_mid_promotion_then_restart_completes(
+    procs: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
     data = tmp_path / "node"
     settings = {
@@ -205,17 +206,17 @@ def test_sigkill_mid_promotion_then_restart_completes(  # type: ignore[no-untype
     doc, state = f"{prefix}:{{{sid}}}:doc", f"{prefix}:{{{sid}}}:pipeline"
 
     def mid_promotion() -> bool:
-        promoting = int(r.hget(doc, "promotion_state") or 0) == PromotionState.PROMOTION_STATE_PROMOTING
-        return promoting and int(r.hget(state, "promoted_through") or 0) >= 60
+        promoting = int(hget(r, doc, "promotion_state") or 0) == PromotionState.PROMOTION_STATE_PROMOTING
+        return promoting and int(hget(r, state, "promoted_through") or 0) >= 60
 
     wait_for(mid_promotion, timeout=60)
     procs[0].kill()
-    through = int(r.hget(state, "promoted_through"))
+    through = int(hget(r, state, "promoted_through") or 0)
     assert 60 <= through < n, through
-    assert int(r.hget(doc, "promotion_state")) == PromotionState.PROMOTION_STATE_PROMOTING
+    assert int(hget(r, doc, "promotion_state") or 0) == PromotionState.PROMOTION_STATE_PROMOTING
 
     procs.append(SidecarProcess(tmp_path, "second", redis_url, prefix, data, **settings))
-    wait_for(lambda: int(r.hget(doc, "promotion_state")) == ARCHIVED, timeout=60)
+    wait_for(lambda: int(hget(r, doc, "promotion_state") or 0) == ARCHIVED, timeout=60)
 
     items = _items_at(str(data / "ltm"), sid)
     ids = [i["id"] for i in items]
@@ -225,7 +226,7 @@ def test_sigkill_mid_promotion_then_restart_completes(  # type: ignore[no-untype
     assert len(firsts) == len(set(firsts)) == n  # one episode per spoken turn, none twice
     facts = [(i["kind"], i["content"]) for i in items if i["kind"] != "episodic"]
     assert len(facts) == len(set(facts))
-    promoted = {m.decode() for m in r.smembers(f"{prefix}:{{{sid}}}:promoted")}
+    promoted = {raw(m).decode() for m in r.smembers(f"{prefix}:{{{sid}}}:promoted")}
     assert set(ids) <= promoted
 
     # A session without a channel sits in Hive's null partition, whose type cannot be inferred alone.

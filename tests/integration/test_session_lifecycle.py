@@ -12,7 +12,7 @@ import pytest
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
-from tests.conftest import ServerFactory, redis_client, session_events, wait_for
+from tests.conftest import ServerFactory, hget, redis_client, session_events, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 EV = spb.SessionEventType
@@ -66,8 +66,7 @@ def test_expiry_while_no_sidecar_was_running(
     r = redis_client(redis_url)
     wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=30)  # expired, nobody listening
     # No sidecar of this prefix runs, so nothing can have ended it: the doc still says ACTIVE...
-    status = r.hget(f"{prefix}:{{{sid}}}:doc", "status")
-    assert status is not None and int(status) == SessionStatus.SESSION_STATUS_ACTIVE
+    assert int(hget(r, f"{prefix}:{{{sid}}}:doc", "status") or 0) == SessionStatus.SESSION_STATUS_ACTIVE
     second = start_server(ltm_enabled=False, key_prefix=prefix, keyspace_events_configure=False)
     with memlane.Client(second.target) as c:
         # ...until one starts: it finds the expiry it missed and ends the session.
@@ -147,29 +146,36 @@ kind = "messaging"
 promote = false
 """,
     )
-    srv = start_server(channel_policies_file=policies, ltm_enabled=False)
+    srv = start_server(channel_policies_file=policies)
     with memlane.Client(srv.target, timeout=20) as c:
         web = c.create_session(user_id=user_id, channel="web").session
         assert web.ttl_seconds == 1200
         other = c.create_session(user_id=user_id, channel="anything").session
         assert other.ttl_seconds == 2700
-        explicit = c.create_session(user_id=user_id, channel="web", ttl_seconds=30).session
-        assert explicit.ttl_seconds == 30
+        # Longer than the module runs: an expiry would start a promotion (LTM is on here) during teardown.
+        explicit = c.create_session(user_id=user_id, channel="web", ttl_seconds=3000).session
+        assert explicit.ttl_seconds == 3000
         with pytest.raises(memlane.InvalidArgumentError, match="ticket_id"):
             c.create_session(user_id=user_id, channel="jira")
         ticket = c.create_session(user_id=user_id, channel="jira", metadata={"ticket_id": "OPS-7"}).session
         assert ticket.ttl_seconds == 0  # no time expiry: explicit close only
         keys = srv.sidecar.keys
         r = redis_client(redis_url)
-        recorded = json.loads(r.hget(keys.session(web.session_id).doc, "extra"))["policy"]
+        recorded = json.loads(hget(r, keys.session(web.session_id).doc, "extra") or b"{}")["policy"]
         assert recorded["kind"] == "web_chat" and recorded["context_strategy"] == "sliding_window"
+        assert r.exists(keys.session(web.session_id).alive)
         assert not r.exists(keys.session(ticket.session_id).alive)
         assert r.zscore(keys.deadlines(), ticket.session_id) is None
         assert r.zscore(keys.deadlines(), web.session_id) is not None
+        said = [Message(role=Role.ROLE_USER, content="I live in Lisbon.")]
+        # Positive control: on a channel that promotes, the same turn becomes a memory...
+        loud = c.create_session(user_id=user_id, channel="web").session.session_id
+        c.append_messages(session_id=loud, messages=said)
+        promoted = c.promote_session(session_id=loud, close=True)
+        assert promoted.session.promotion_state == ARCHIVED and list(promoted.promoted_memory_ids)
+        # ...and on one with promote = false it does not, though it is still archived.
         quiet = c.create_session(user_id=user_id, channel="quiet").session.session_id
-        c.append_messages(
-            session_id=quiet, messages=[Message(role=Role.ROLE_USER, content="I live in Lisbon.")]
-        )
+        c.append_messages(session_id=quiet, messages=said)
         out = c.promote_session(session_id=quiet, close=True)
         assert out.session.promotion_state == ARCHIVED and list(out.promoted_memory_ids) == []
         assert len(out.archive_uris) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+from typing import Any
 
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
@@ -11,13 +12,14 @@ from google.protobuf.field_mask_pb2 import FieldMask
 import memlane
 from memlane import Message, MessageOrder, NativeMessage, Role, SessionStatus
 from memlane.v1 import session_pb2
+from memlane_server.background import SidecarThread
 
 
-def _new(client: memlane.Client, user_id: str, **kw: object) -> str:
+def _new(client: memlane.Client, user_id: str, **kw: Any) -> str:
     return client.create_session(user_id=user_id, **kw).session.session_id
 
 
-def _msgs(n: int, start: int = 0, **kw: object) -> list[Message]:
+def _msgs(n: int, start: int = 0, **kw: Any) -> list[Message]:
     return [
         Message(role=Role.ROLE_USER if i % 2 == 0 else Role.ROLE_ASSISTANT, content=f"turn {i}", **kw)
         for i in range(start, start + n)
@@ -175,7 +177,7 @@ def test_filters_by_time_role_and_agent(client: memlane.Client, user_id: str) ->
         ],
     )
 
-    def contents(**kw: object) -> list[str]:
+    def contents(**kw: Any) -> list[str]:
         pages = memlane.iter_pages(
             lambda t: client.list_messages(session_id=sid, page_size=2, page_token=t, **kw), "messages"
         )
@@ -233,8 +235,8 @@ def test_update_and_close(client: memlane.Client, user_id: str) -> None:
         )
 
 
-def test_concurrent_appends_from_several_clients(server: object, user_id: str) -> None:
-    target = server.target  # type: ignore[attr-defined]
+def test_concurrent_appends_from_several_clients(server: SidecarThread, user_id: str) -> None:
+    target = server.target
     with memlane.Client(target) as c:
         sid = _new(c, user_id)
     writers, per_writer = 6, 40

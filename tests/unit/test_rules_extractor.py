@@ -69,6 +69,7 @@ def test_never_stores(text: str) -> None:
 
 
 def test_reads_only_the_user() -> None:
+    assert extract("I live in Paris.", role=Role.USER)  # positive control: the user's words are read
     assert extract("I live in Paris.", role=Role.ASSISTANT) == []
 
 

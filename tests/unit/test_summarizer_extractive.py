@@ -53,6 +53,8 @@ def test_answered_questions_are_not_open_items(summarizer: ExtractiveSummarizer)
         _m(1, Role.USER, "Could you compare the two options?"),
         _m(2, Role.ASSISTANT, "Sure, here it is."),
     ]
+    unanswered = summarizer.summarize_sync("", turns[:1], 200).text
+    assert "Open items:" in unanswered  # positive control: the same question, left open, is listed
     text = summarizer.summarize_sync("", turns, 200).text
     assert "Open items:" not in text
 
