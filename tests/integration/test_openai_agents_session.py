@@ -182,3 +182,13 @@ async def test_a_bad_session_id_is_refused_precisely(server: SidecarThread, bad:
     with pytest.raises(memlane.InvalidArgumentError):
         await session.add_items(ITEMS[:1])
     await session.close()
+
+
+async def test_a_closed_session_refuses_new_items(server: SidecarThread, client: memlane.Client) -> None:
+    session = MemlaneSession(f"oa-{uuid.uuid4()}", server.target)
+    await session.add_items(ITEMS[:1])  # positive control: writes land while it is open
+    client.close_session(session_id=session.session_id)
+    with pytest.raises(memlane.FailedPreconditionError):
+        await session.add_items(ITEMS[1:2])
+    assert await session.get_items() == ITEMS[:1]  # still readable
+    await session.close()
