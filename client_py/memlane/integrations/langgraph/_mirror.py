@@ -9,40 +9,23 @@ Only messages this mirror wrote are ever removed: they carry ``metadata[MIRROR_K
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.load import dumpd
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 
+from memlane.integrations.langchain._messages import to_message as lc_to_message
 from memlane.v1 import session_pb2 as pb
 from memlane.v1 import session_service_pb2 as spb
 
 MIRROR_KEY = "langgraph.channel"
 CHANNEL = "messages"
-NATIVE_FORMAT = "langchain"
-
-_ROLES = {"human": pb.ROLE_USER, "ai": pb.ROLE_ASSISTANT, "system": pb.ROLE_SYSTEM, "tool": pb.ROLE_TOOL}
 
 
 def to_message(m: BaseMessage) -> pb.Message:
-    role = _ROLES.get(m.type, pb.ROLE_USER)
-    tool_calls: list[str] = []
-    if isinstance(m, AIMessage):
-        tool_calls = [str(c["id"]) for c in m.tool_calls if c.get("id")]
-    elif isinstance(m, ToolMessage):
-        tool_calls = [m.tool_call_id]
-    return pb.Message(
-        message_id=str(m.id),
-        role=role,
-        content=m.text,
-        participant_name=m.name or "",
-        native=pb.NativeMessage(format=NATIVE_FORMAT, json=json.dumps(dumpd(m), default=str)),
-        tool_call_ids=tool_calls,
-        metadata={MIRROR_KEY: CHANNEL},
-    )
+    # Stored as MemlaneChatMessageHistory stores it, so either reads what the other wrote.
+    return lc_to_message(m, message_id=str(m.id), metadata={MIRROR_KEY: CHANNEL})
 
 
 @dataclass(slots=True)
