@@ -14,17 +14,18 @@ import memlane
 from memlane import Message, Role
 from memlane_server.background import SidecarThread
 from memlane_server.sessions.paging import query_fingerprint
+from tests.conftest import ServerFactory
 
 YEAR_10000_MS = 253_402_300_800_000
 
 
 @pytest.fixture(scope="module")
-def small(start_server) -> SidecarThread:  # type: ignore[no-untyped-def]
+def small(start_server: ServerFactory) -> SidecarThread:
     return start_server(ltm_enabled=False, max_message_bytes=1000, max_batch_bytes=3000)
 
 
 @pytest.fixture(scope="module")
-def c(small: SidecarThread):  # type: ignore[no-untyped-def]
+def c(small: SidecarThread):
     with memlane.Client(small.target, timeout=20) as client:
         yield client
 
@@ -91,7 +92,7 @@ def test_repeated_fields_are_bounded(c: memlane.Client, sid: str, user_id: str) 
     assert len(ok.participants) == 256 and len(ok.tags) == 256
 
 
-def test_pages_are_bounded_in_bytes(start_server) -> None:  # type: ignore[no-untyped-def]
+def test_pages_are_bounded_in_bytes(start_server: ServerFactory) -> None:
     srv = start_server(ltm_enabled=False)
     with memlane.Client(srv.target, timeout=60) as c:
         sid = c.create_session(user_id="pages-user").session.session_id
@@ -103,11 +104,13 @@ def test_pages_are_bounded_in_bytes(start_server) -> None:  # type: ignore[no-un
         assert first.ByteSize() <= 4 * 1024 * 1024 + 64 * 1024
         pages = list(memlane.iter_pages(lambda t: c.list_messages(session_id=sid, page_token=t), "messages"))
         assert [m.seq for m in pages] == list(range(1, 21))
-        # Sessions too: ten of about 500 KiB each (lists at their bounds) do not fit one page.
+        # Sessions too: sixteen of about 290 KiB each (lists at their bounds; participants are ids, so
+        # at most 128 characters) do not fit one page.
         wide = [f"{i:03d}" + "t" * 1000 for i in range(256)]
+        ids = [f"{i:03d}" + "p" * 120 for i in range(256)]
         made = {sid} | {
-            c.create_session(user_id="pages-user", tags=wide, participants=wide).session.session_id
-            for _ in range(10)
+            c.create_session(user_id="pages-user", tags=wide, participants=ids).session.session_id
+            for _ in range(16)
         }
         first_sessions = c.list_sessions(user_id="pages-user")
         assert first_sessions.next_page_token and first_sessions.ByteSize() <= 4 * 1024 * 1024 + 600 * 1024
