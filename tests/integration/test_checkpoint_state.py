@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -12,17 +13,18 @@ import redis
 import memlane
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
-from tests.conftest import wait_for
+from tests.conftest import ServerFactory, raw, wait_for
 
 
-def _put(c: memlane.Client, sid: str, cid: str, **fields: object) -> None:
+def _put(c: memlane.Client, sid: str, cid: str, namespace: str = "", metadata_json: str = "") -> None:
     c.put_checkpoint(
         session_id=sid,
         checkpoint_id=cid,
         checkpoint=kpb.TypedValue(type="json", data=b"{}"),
         channel_versions={"a": "1"},
         new_values=[kpb.ChannelValue(channel="a", version="1", value=kpb.TypedValue(type="json", data=b"1"))],
-        **fields,
+        namespace=namespace,
+        metadata_json=metadata_json,
     )
 
 
@@ -48,9 +50,9 @@ def test_hostile_names_are_refused_and_stored_names_are_exact(client: memlane.Cl
 
 
 def test_export_and_erasure_take_the_checkpoints(
-    start_server,
+    start_server: ServerFactory,
     redis_url: str,
-    user_id: str,  # type: ignore[no-untyped-def]
+    user_id: str,
 ) -> None:
     sidecar: SidecarThread = start_server()
     prefix = sidecar.settings.key_prefix
@@ -83,7 +85,9 @@ def test_export_and_erasure_take_the_checkpoints(
         r.close()
 
 
-def test_auditors_read_checkpoints_but_never_write_them(start_server, tmp_path, user_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_auditors_read_checkpoints_but_never_write_them(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
     import yaml  # noqa: PLC0415
 
     policy = tmp_path / "policy.yaml"
@@ -111,8 +115,9 @@ def test_auditors_read_checkpoints_but_never_write_them(start_server, tmp_path, 
 
 
 def test_a_retired_thread_gets_its_checkpoints_back(
-    start_server, redis_url: str, tmp_path, user_id: str
-) -> None:  # type: ignore[no-untyped-def]
+    start_server: ServerFactory, redis_url: str, tmp_path: Path, user_id: str
+) -> None:
+    from langchain_core.runnables import RunnableConfig  # noqa: PLC0415
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata  # noqa: PLC0415
 
     from memlane.integrations.langgraph import MemlaneSaver  # noqa: PLC0415
@@ -124,7 +129,7 @@ def test_a_retired_thread_gets_its_checkpoints_back(
     r = redis.Redis.from_url(redis_url)
     saver = MemlaneSaver(srv.target, user_id=user_id)
     thread = f"thread-{uuid.uuid4().hex[:8]}"
-    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     cp = generate_checkpoint(channel_values={"notes": ["keep", "me"]}, channel_versions={"notes": 1})
     stored = saver.put(config, cp, generate_metadata(step=3, run_id="r1"), {"notes": 1})
     saver.put_writes(stored, [("notes", "pending")], "task-1")
@@ -133,7 +138,7 @@ def test_a_retired_thread_gets_its_checkpoints_back(
         wait_for(lambda: "retired_at_ms" in json.loads(r.hget(keys.session(thread).doc, "extra") or b"{}"))
         # Retired: the hot state is gone from Redis, the archive holds it.
         assert not r.exists(keys.checkpoints(thread).index) and not r.exists(keys.checkpoints(thread).blobs)
-        extra = json.loads(r.hget(keys.session(thread).doc, "extra"))
+        extra = json.loads(raw(r.hget(keys.session(thread).doc, "extra")))
         assert extra["checkpoints_archive"].endswith(".parquet")
         archived = [x for x in c.export_user_data(user_id=user_id) if x.kind == "archive.checkpoints"]
         assert archived, "the archive's checkpoints show in the user's export"

@@ -34,8 +34,9 @@ def client(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory
         yield c
 
 
-def _session(c: memlane.Client, channel: str, n: int = 40, **kw: object) -> str:
-    sid = c.create_session(user_id=f"u-{uuid.uuid4().hex[:8]}", channel=channel, **kw).session.session_id
+def _session(c: memlane.Client, channel: str, n: int = 40, metadata: dict[str, str] | None = None) -> str:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    sid = c.create_session(user_id=user, channel=channel, metadata=metadata or {}).session.session_id
     c.append_messages(
         session_id=sid,
         messages=[
@@ -46,17 +47,24 @@ def _session(c: memlane.Client, channel: str, n: int = 40, **kw: object) -> str:
     return sid
 
 
-def _assemble(c: memlane.Client, sid: str, **kw: object) -> tuple[int, list[int]]:
+def _assemble(
+    c: memlane.Client,
+    sid: str,
+    strategy: cpb.ContextStrategy.ValueType = cpb.CONTEXT_STRATEGY_UNSPECIFIED,
+    window_turns: int = 0,
+) -> tuple[int, list[int]]:
     """The strategy used and the seqs of the verbatim turns."""
     seqs: list[int] = []
-    strategy = 0
-    for part in c.assemble_context(session_id=sid, context_window_tokens=8000, **kw):
+    used = 0
+    for part in c.assemble_context(
+        session_id=sid, context_window_tokens=8000, strategy=strategy, window_turns=window_turns
+    ):
         for block in part.blocks:
             if block.provenance == cpb.PROVENANCE_CONVERSATION:
                 seqs = [m.seq for m in block.messages]
         if part.HasField("stats"):
-            strategy = part.stats.strategy
-    return strategy, seqs
+            used = part.stats.strategy
+    return used, seqs
 
 
 def test_the_channel_policy_sets_strategy_and_window(client: memlane.Client) -> None:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane.v1 import context_pb2 as cpb
@@ -80,7 +81,7 @@ def test_update_takes_effect_on_the_next_assembly_on_both_sidecars(
     pair[1].update_memory(
         caller=_who(user),
         memory=mpb.Memory(memory_id=mid, content="User prefers black coffee."),
-        update_mask={"paths": ["content"]},
+        update_mask=FieldMask(paths=["content"]),
     )
     _gone_everywhere(pair, sid, "oolong")
     for c in pair:

@@ -164,6 +164,7 @@ def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
             st.floats(min_value=0.0, max_value=1.0),
         )
     if t == FieldDescriptor.TYPE_ENUM:
+        assert field.enum_type is not None  # every enum field has its descriptor
         known = st.sampled_from([v.number for v in field.enum_type.values])
         return st.one_of(*[known] * 6, st.integers(min_value=-(2**31), max_value=2**31 - 1))
     lo, hi = _INT_RANGES[t]
@@ -176,6 +177,7 @@ def _field_names(desc: Descriptor) -> list[str]:
 
 def _value(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
+        assert field.message_type is not None  # every message field has its descriptor
         if field.message_type.full_name == "google.protobuf.FieldMask":
             names = st.sampled_from(_all_field_names())
             paths = st.one_of(*[names] * 6, _STRINGS)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterator
+from typing import TypedDict, Unpack
 
 import orjson
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane import Message, Role
@@ -25,7 +28,7 @@ def small(start_server: ServerFactory) -> SidecarThread:
 
 
 @pytest.fixture(scope="module")
-def c(small: SidecarThread):
+def c(small: SidecarThread) -> Iterator[memlane.Client]:
     with memlane.Client(small.target, timeout=20) as client:
         yield client
 
@@ -35,7 +38,20 @@ def sid(c: memlane.Client, user_id: str) -> str:
     return c.create_session(user_id=user_id, channel="web").session.session_id
 
 
-def _user(text: str = "x", **kw: object) -> Message:
+class _Fields(TypedDict, total=False):
+    """The Message fields these tests vary."""
+
+    created_at_unix_ms: int
+    planning_steps: list[str]
+    invoked: list[str]
+    tool_call_ids: list[str]
+    metadata: dict[str, str]
+    participant_name: str
+    user_id: str
+    channel: str
+
+
+def _user(text: str = "x", **kw: Unpack[_Fields]) -> Message:
     return Message(role=Role.ROLE_USER, content=text, **kw)
 
 
@@ -84,7 +100,9 @@ def test_repeated_fields_are_bounded(c: memlane.Client, sid: str, user_id: str) 
     with pytest.raises(memlane.InvalidArgumentError, match="tags has 257"):
         c.create_session(user_id=user_id, tags=many)
     with pytest.raises(memlane.InvalidArgumentError, match=r"session\.tags has 257"):
-        c.update_session(session=memlane.Session(session_id=sid, tags=many), update_mask={"paths": ["tags"]})
+        c.update_session(
+            session=memlane.Session(session_id=sid, tags=many), update_mask=FieldMask(paths=["tags"])
+        )
     with pytest.raises(memlane.InvalidArgumentError, match=r"participants\[0\] .*is too long"):
         c.create_session(user_id=user_id, participants=["x" * 2000])
     # Controls: 256 entries are fine.

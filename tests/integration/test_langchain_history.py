@@ -27,6 +27,7 @@ from langchain_core.messages import (
     ToolMessageChunk,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 import memlane
@@ -71,21 +72,21 @@ EVERY_TYPE: list[BaseMessage] = [
     ToolMessage(
         "result", tool_call_id="c1", id="t1", name="lookup", status="error", artifact={"raw": [1, 2]}
     ),
-    FunctionMessage("out", name="fn", id="f1"),
-    ChatMessage("a critique", role="critic", id="c1x"),
+    FunctionMessage(content="out", name="fn", id="f1"),
+    ChatMessage(content="a critique", role="critic", id="c1x"),
     AIMessage("The answer.", id="a2"),
     AIMessageChunk(
-        "chunk",
+        content="chunk",
         id="ac1",
         tool_call_chunks=[{"name": "f", "args": '{"a"', "id": "c3", "index": 0, "type": "tool_call_chunk"}],
         usage_metadata={"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
         chunk_position="last",
     ),
-    HumanMessageChunk("hc", id="hc1"),
-    ToolMessageChunk("tc", tool_call_id="c9"),
-    SystemMessageChunk("sc"),
-    FunctionMessageChunk("fc", name="fn"),
-    ChatMessageChunk("cc", role="r"),
+    HumanMessageChunk(content="hc", id="hc1"),
+    ToolMessageChunk(content="tc", tool_call_id="c9"),
+    SystemMessageChunk(content="sc"),
+    FunctionMessageChunk(content="fc", name="fn"),
+    ChatMessageChunk(content="cc", role="r"),
     HumanMessage("the same text twice"),
     HumanMessage("the same text twice"),
 ]
@@ -171,7 +172,7 @@ def test_a_chain_with_message_history_sends_the_model_the_same_history(server: S
             input_messages_key="input",
             history_messages_key="history",
         )
-        cfg = {"configurable": {"session_id": f"lc-{uuid.uuid4()}"}}
+        cfg: RunnableConfig = {"configurable": {"session_id": f"lc-{uuid.uuid4()}"}}
         for text in ["Hi, I'm Dana.", "I live in Lisbon.", "Where do I live?"]:
             chain.invoke({"input": text}, cfg)
         return seen
@@ -210,7 +211,7 @@ def test_values_json_cannot_hold_come_back_as_none(server: SidecarThread) -> Non
     back = history.messages
     assert back[0] == AIMessage("hi", id="a1", additional_kwargs={"when": None, "n": 1})
     assert back[0] != msg  # the difference, shown
-    assert back[1].artifact is None and back[1].content == "out"  # type: ignore[attr-defined]
+    assert isinstance(back[1], ToolMessage) and back[1].artifact is None and back[1].content == "out"
     history.close()
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -135,7 +136,7 @@ def test_hostile_calls_never_touch_another_users_rows(
         client.update_memory,
         caller=who,
         memory=mpb.Memory(memory_id=target, content=f"Changed {content}", slot=content),
-        update_mask={"paths": ["content", "slot"]},
+        update_mask=FieldMask(paths=["content", "slot"]),
     )
     _call(
         client.extract_memories,

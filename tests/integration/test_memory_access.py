@@ -11,17 +11,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory
 
 AGENTS = ("researcher", "writer", "outsider", "auditor")
 TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in AGENTS}
 
 
 @pytest.fixture(scope="module")
-def secured(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     policy = {
         "tokens": [{"sha256": hashlib.sha256(TOKENS[a].encode()).hexdigest(), "agent": a} for a in AGENTS],
         "agents": {"auditor": {"roles": ["auditor"]}},
@@ -122,13 +124,15 @@ def test_update_may_not_move_an_item_into_a_scope_the_caller_may_not_write(
     # The outsider sees the user-scope fact but may not make it private to the writer (hiding it).
     with pytest.raises(memlane.PermissionDeniedError, match="not the calling agent"):
         agents["outsider"].update_memory(
-            caller=mpb.Caller(user_id=user_id), memory=hide, update_mask={"paths": ["scope"]}
+            caller=mpb.Caller(user_id=user_id), memory=hide, update_mask=FieldMask(paths=["scope"])
         )
     assert "User's cat is called Miso." in profile_texts(agents["researcher"], user_id)
     # Positive control: the owning agent may.
     moved = (
         agents["writer"]
-        .update_memory(caller=mpb.Caller(user_id=user_id), memory=hide, update_mask={"paths": ["scope"]})
+        .update_memory(
+            caller=mpb.Caller(user_id=user_id), memory=hide, update_mask=FieldMask(paths=["scope"])
+        )
         .memory
     )
     assert moved.scope == mpb.MEMORY_SCOPE_AGENT
@@ -148,12 +152,12 @@ def test_update_may_not_move_an_item_into_a_scope_the_caller_may_not_write(
     into_group = mpb.Memory(memory_id=note.memory_id, scope=mpb.MEMORY_SCOPE_GROUP)
     with pytest.raises(memlane.PermissionDeniedError, match="not a member of group 'research'"):
         agents["outsider"].update_memory(
-            caller=mpb.Caller(user_id=user_id), memory=into_group, update_mask={"paths": ["scope"]}
+            caller=mpb.Caller(user_id=user_id), memory=into_group, update_mask=FieldMask(paths=["scope"])
         )
     assert (
         agents["writer"]
         .update_memory(
-            caller=mpb.Caller(user_id=user_id), memory=into_group, update_mask={"paths": ["scope"]}
+            caller=mpb.Caller(user_id=user_id), memory=into_group, update_mask=FieldMask(paths=["scope"])
         )
         .memory.scope
         == mpb.MEMORY_SCOPE_GROUP

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 from hypothesis import HealthCheck, assume, given, settings
 
 import memlane
@@ -115,7 +116,7 @@ def test_merge_crud_feedback(api: memlane.Client, user_id: str) -> None:
     api.update_memory(
         caller=caller(user_id),
         memory=mpb.Memory(memory_id=mid, content="User likes jasmine tea."),
-        update_mask={"paths": ["content"]},
+        update_mask=FieldMask(paths=["content"]),
     )
     assert api.get_memory(caller=caller(user_id), memory_id=mid).memory.content == "User likes jasmine tea."
     found = api.search_memories(caller=caller(user_id), query="jasmine tea").results
@@ -127,7 +128,7 @@ def test_merge_crud_feedback(api: memlane.Client, user_id: str) -> None:
         api.get_memory(caller=caller(user_id), memory_id=mid)
     with pytest.raises(memlane.InvalidArgumentError):
         api.update_memory(
-            caller=caller(user_id), memory=mpb.Memory(memory_id=mid), update_mask={"paths": ["user_id"]}
+            caller=caller(user_id), memory=mpb.Memory(memory_id=mid), update_mask=FieldMask(paths=["user_id"])
         )
 
 

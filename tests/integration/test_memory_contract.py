@@ -4,6 +4,7 @@ are not remembered, dates of birth and IP addresses are not stored; real facts a
 from __future__ import annotations
 
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
@@ -151,6 +152,6 @@ def test_memory_lists_maps_and_times_are_bounded(client: memlane.Client, user_id
         client.update_memory(
             caller=caller(user_id),
             memory=mpb.Memory(memory_id=made.memory_id, metadata=many),
-            update_mask={"paths": ["metadata"]},
+            update_mask=FieldMask(paths=["metadata"]),
         )
     assert len(client.get_memory(caller=caller(user_id), memory_id=made.memory_id).memory.metadata) == 64

@@ -13,6 +13,7 @@ import yaml
 import memlane
 from memlane import Message, Role
 from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory
 
 
 def _session(client: memlane.Client, user_id: str, n: int) -> tuple[str, list[str]]:
@@ -86,7 +87,7 @@ TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in ("alpha", "beta", "audit
 
 
 @pytest.fixture(scope="module")
-def secured(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     path: Path = tmp_path_factory.mktemp("policy") / "policy.yaml"
     path.write_text(
         yaml.safe_dump(

@@ -16,13 +16,13 @@ from memlane_server.background import SidecarThread
 from memlane_server.cli import main
 from memlane_server.sessions.codec import FINGERPRINT_LEN
 from memlane_server.sessions.keys import KeySpace
-from tests.conftest import wait_for
+from tests.conftest import ServerFactory, raw, wait_for
 
 YEAR_10000_MS = 253_402_300_800_000
 
 
 @pytest.fixture(scope="module")
-def srv(start_server) -> SidecarThread:  # type: ignore[no-untyped-def]
+def srv(start_server: ServerFactory) -> SidecarThread:
     return start_server(
         ltm_enabled=False,
         pipeline_claim_timeout_seconds=1.0,
@@ -36,9 +36,10 @@ def _set_message_time(srv: SidecarThread, redis_url: str, sid: str, ms: int) -> 
     r = redis.Redis.from_url(redis_url)
     key = KeySpace(srv.settings.key_prefix).session(sid).messages
     for mid, payload in r.hgetall(key).items():
-        doc = orjson.loads(payload[FINGERPRINT_LEN:])
+        stored = raw(payload)
+        doc = orjson.loads(stored[FINGERPRINT_LEN:])
         doc["t"] = ms
-        r.hset(key, mid, payload[:FINGERPRINT_LEN] + orjson.dumps(doc))
+        r.hset(key, mid, stored[:FINGERPRINT_LEN] + orjson.dumps(doc))
     r.close()
 
 

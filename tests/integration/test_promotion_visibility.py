@@ -16,6 +16,7 @@ from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
 from tests.access_policy import as_agent, can_read_message, write_policy
+from tests.conftest import ServerFactory
 
 READERS = ("planner", "researcher", "writer", "outsider", "auditor")
 SESSION, AGENT, GROUP = (
@@ -26,7 +27,7 @@ SESSION, AGENT, GROUP = (
 
 
 @pytest.fixture(scope="module")
-def secured(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     path = write_policy(tmp_path_factory.mktemp("policy") / "policy.yaml")
     return start_server(auth_required=True, access_policy_file=str(path))
 
@@ -54,8 +55,14 @@ def assembled_ids(c: memlane.Client, session_id: str, query: str) -> set[str]:
     return ids
 
 
-def _say(c: memlane.Client, sid: str, text: str, **kw: object) -> str:
-    msg = Message(role=Role.ROLE_USER, content=text, **kw)  # type: ignore[arg-type]
+def _say(
+    c: memlane.Client,
+    sid: str,
+    text: str,
+    visibility: VisibilityKind.ValueType = VisibilityKind.VISIBILITY_KIND_UNSPECIFIED,
+    visibility_group: str = "",
+) -> str:
+    msg = Message(role=Role.ROLE_USER, content=text, visibility=visibility, visibility_group=visibility_group)
     return c.append_messages(session_id=sid, messages=[msg]).results[0].message_id
 
 
@@ -152,14 +159,15 @@ write_op = st.tuples(st.sampled_from(WRITERS), st.sampled_from([SESSION, AGENT, 
     ),
 )
 def test_no_memory_crosses_a_visibility_boundary_after_promotion(
-    secured: SidecarThread, ops, topology
-) -> None:  # type: ignore[no-untyped-def]
+    secured: SidecarThread, ops: list[tuple[str, VisibilityKind.ValueType]], topology: Topology.ValueType
+) -> None:
     user = f"prop-{uuid.uuid4().hex[:8]}"
     clients = {a: as_agent(secured, a) for a in READERS}
     try:
         sid = clients["planner"].create_session(user_id=user, topology=topology, group="research")
         sid_ = sid.session.session_id
-        written: dict[str, tuple[int, str, str]] = {}  # message id -> (visibility, source agent, group)
+        # message id -> (visibility, source agent, group)
+        written: dict[str, tuple[VisibilityKind.ValueType, str, str]] = {}
         for i, (writer, vis) in enumerate(ops):
             group = "research" if vis == GROUP else ""
             text = f"I really love {LIKES[i % len(LIKES)]} number {i}."

@@ -14,6 +14,7 @@ from memlane import Topology
 from memlane.v1 import session_pb2 as pb
 from memlane_server.background import SidecarThread
 from tests.access_policy import as_agent, write_policy
+from tests.conftest import ServerFactory
 
 OWNER = "researcher"  # planner orchestrates researcher; both are in group "research"
 REFUSED = ("writer", "outsider", "auditor")
@@ -32,7 +33,7 @@ FIELDS: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def secured(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     path = write_policy(tmp_path_factory.mktemp("policy") / "policy.yaml")
     return start_server(auth_required=True, access_policy_file=str(path))
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane import Message, Role
@@ -21,6 +23,7 @@ from memlane.v1 import session_pb2 as pb
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
 from tests.access_policy import TOKENS, write_policy
+from tests.conftest import ServerFactory
 
 POLICY_KEY = Ed25519PrivateKey.generate()  # its public half is inline in the policy file
 FILE_KEY = Ed25519PrivateKey.generate()  # its public half is in the JWKS file
@@ -43,7 +46,7 @@ def user_token(
 
 
 @pytest.fixture(scope="module")
-def bound(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def bound(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     d = tmp_path_factory.mktemp("binding")
     write_policy(d / "policy.yaml", user_token_jwks={"keys": [_jwk(POLICY_KEY, "policy-1")]})
     (d / "jwks.json").write_text(json.dumps({"keys": [_jwk(FILE_KEY, "file-1")]}))
@@ -75,7 +78,7 @@ def _tampered(sub: str, other: str) -> str:
     return f"{head}.{base64.urlsafe_b64encode(json.dumps(body).encode()).rstrip(b'=').decode()}.{sig}"
 
 
-BAD_TOKENS = {
+BAD_TOKENS: dict[str, Callable[[], str]] = {
     "expired": lambda: user_token("alice", ttl=-3600),
     "unknown key, trusted kid": lambda: user_token("alice", key=STRANGER_KEY),
     "unknown kid": lambda: user_token("alice", key=STRANGER_KEY, kid="other"),
@@ -132,7 +135,7 @@ def test_a_token_for_alice_cannot_reach_bob(bound: SidecarThread) -> None:
         assert listed == {"alice"}  # bob's session exists, but the binding filters the listing
         alice.list_checkpoints(session_id=own)  # her own thread's checkpoints answer
 
-        denied = {
+        denied: dict[str, Callable[[], object]] = {
             "create_session": lambda: alice.create_session(user_id="bob"),
             "create_session(id)": lambda: alice.create_session(session_id=bob_sid, user_id="alice"),
             "get_session": lambda: alice.get_session(session_id=bob_sid),
@@ -142,7 +145,7 @@ def test_a_token_for_alice_cannot_reach_bob(bound: SidecarThread) -> None:
             ),
             "list_messages": lambda: alice.list_messages(session_id=bob_sid),
             "update_session": lambda: alice.update_session(
-                session=pb.Session(session_id=bob_sid, tags=["x"]), update_mask={"paths": ["tags"]}
+                session=pb.Session(session_id=bob_sid, tags=["x"]), update_mask=FieldMask(paths=["tags"])
             ),
             "close_session": lambda: alice.close_session(session_id=bob_sid),
             "promote_session": lambda: alice.promote_session(session_id=bob_sid, close=True),

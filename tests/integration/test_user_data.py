@@ -19,7 +19,7 @@ from memlane.v1 import admin_pb2, memory_pb2
 from memlane_server.background import SidecarThread
 from memlane_server.infra.embedded_redis import server_binary
 from memlane_server.ltm import filters
-from tests.conftest import redis_client, wait_for
+from tests.conftest import ServerFactory, raw, redis_client, stream_entries, wait_for
 
 
 def _redis_bytes(url: str, prefix: str) -> bytes:
@@ -27,24 +27,24 @@ def _redis_bytes(url: str, prefix: str) -> bytes:
     r = redis_client(url)
     out = bytearray()
     for key in r.scan_iter(match=f"{prefix}:*", count=1000):
-        out += key
+        out += raw(key)
         kind = r.type(key)
         if kind == b"string":
-            out += r.get(key) or b""
+            out += raw(r.get(key) or b"")
         elif kind == b"hash":
             for k, v in r.hgetall(key).items():
-                out += k + v
+                out += raw(k) + raw(v)
         elif kind == b"zset":
             for m in r.zrange(key, 0, -1):
-                out += m
+                out += raw(m)
         elif kind == b"set":
             for m in r.smembers(key):
-                out += m
+                out += raw(m)
         elif kind == b"list":
             for m in r.lrange(key, 0, -1):
-                out += m
+                out += raw(m)
         elif kind == b"stream":
-            for _, fields in r.xrange(key):
+            for fields in stream_entries(r, key):
                 for k, v in fields.items():
                     out += k + v
     r.close()
@@ -86,7 +86,7 @@ def _fill(c: memlane.Client, user: str, marker: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sidecar(start_server, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:  # type: ignore[no-untyped-def]
+def sidecar(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     return start_server(data_dir=str(tmp_path_factory.mktemp("erasure")))
 
 
@@ -136,7 +136,7 @@ def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -
         assert mark_b in _archive_text(data / "archive")
 
 
-def test_forget_user_leaves_no_byte_under_the_data_dir(start_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_forget_user_leaves_no_byte_under_the_data_dir(start_server: ServerFactory, tmp_path: Path) -> None:
     """Embedded Redis (no redis_url): its append-only file lives under the data dir and must be
     rewritten. Every file is scanned raw, the user's id as well as their content."""
     data = tmp_path / "data"
@@ -178,7 +178,7 @@ def test_forget_user_leaves_no_byte_under_the_data_dir(start_server, tmp_path: P
         assert {"trace", "memory", "message"} <= {r.kind for r in exported}
 
 
-def test_only_admins_erase(start_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_only_admins_erase(start_server: ServerFactory, tmp_path: Path) -> None:
     import yaml  # noqa: PLC0415
 
     policy = tmp_path / "policy.yaml"
@@ -228,8 +228,8 @@ def external_redis(tmp_path: Path) -> Iterator[Callable[..., str]]:
         p.wait(10)
 
 
-def test_external_redis_rewrites_where_permitted_and_says_what_is_left(  # type: ignore[no-untyped-def]
-    start_server, external_redis, tmp_path: Path
+def test_external_redis_rewrites_where_permitted_and_says_what_is_left(
+    start_server: ServerFactory, external_redis: Callable[..., str], tmp_path: Path
 ) -> None:
     refusing = external_redis("--appendonly", "yes", "--save", "", "--rename-command", "BGREWRITEAOF", "")
     permitting = external_redis("--appendonly", "yes", "--save", "3600", "1", "--aof-use-rdb-preamble", "no")

@@ -18,7 +18,9 @@ BETA = "The beta vault code is BX-4410."
 OPS = "The ops runbook id is RB-2231."
 
 
-def _m(seq: int, text: str, vis: VisibilityKind, agent: str = "", group: str = "", **kw: bool) -> Message:
+def _m(
+    seq: int, text: str, vis: VisibilityKind, agent: str = "", group: str = "", *, transient: bool = False
+) -> Message:
     return Message(
         f"m{seq}",
         "s",
@@ -28,7 +30,7 @@ def _m(seq: int, text: str, vis: VisibilityKind, agent: str = "", group: str = "
         visibility=vis,
         source_agent_id=agent,
         visibility_group=group,
-        **kw,
+        transient=transient,
     )
 
 
