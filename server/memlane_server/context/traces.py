@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from memlane_server.access.identity import Caller, CallerRole
 from memlane_server.errors import InvalidArgument, NotFound
+from memlane_server.page_bytes import fitting
 from memlane_server.sessions.codec import decode_message
 from memlane_server.sessions.keys import KeySpace
 from memlane_server.sessions.model import Role
@@ -236,10 +237,23 @@ class TraceStore:
         if not page:
             return [], ""
         raws: Any = await self._redis.hmget(k.trace_data, [tid for tid, _ in page])
-        traces = await self._rehydrate(session_id, [decode_trace(r) for r in raws if r is not None])
+        stored = [(row, raw) for row, raw in zip(page, raws, strict=True) if raw is not None]
+        traces = await self._rehydrate(session_id, [decode_trace(raw) for _, raw in stored])
+        # Bounded in bytes too: rehydrated turns make a trace as heavy as the context it replays.
+        keep = fitting(len(raw) + _turn_bytes(t) for (_, raw), t in zip(stored, traces, strict=True))
+        traces = traces[:keep]
+        if keep < len(stored):
+            (last_id_s, last_score), _ = stored[keep - 1]
+            return traces, _page_token(last_score, last_id_s)
         last_id_s, last_score = page[-1]
         token = _page_token(last_score, last_id_s) if len(rows) > size else ""
         return traces, token
+
+
+def _turn_bytes(trace: TurnTrace) -> int:
+    return sum(
+        len(m.content.encode()) + len(m.native_json.encode()) for b in trace.blocks for m in b.messages
+    )
 
 
 def now_ms() -> int:

@@ -43,6 +43,7 @@ from memlane_server.ltm.policy import DAY_MS, MemoryPolicy, default_scope
 from memlane_server.ltm.ranking import fuse_and_rank, prune_score
 from memlane_server.ltm.store import Hit, LanceMemoryStore
 from memlane_server.ltm.usage import UsageRecorder
+from memlane_server.page_bytes import fitting
 
 log = logging.getLogger(__name__)
 
@@ -401,8 +402,8 @@ class MemoryService:
             where = where & filters.after_cursor(created, last_id)
         items = await self._store.fetch(where)
         items.sort(key=lambda i: filters.page_order(i.created_at_ms, i.id), reverse=True)
-        page = items[:page_size]
-        token = _encode_token(page[-1]) if len(items) > page_size else ""
+        page = items[: fitting(_item_bytes(i) for i in items[:page_size])]
+        token = _encode_token(page[-1]) if len(items) > len(page) else ""
         return MemoryPage(page, token, total)
 
     async def update(self, who: Visibility, memory_id: str, patch: MemoryPatch) -> MemoryItem:
@@ -639,3 +640,9 @@ def _decode_token(token: str) -> tuple[int, str]:
         return int(created), str(last_id)
     except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError) as exc:
         raise InvalidArgument("page_token is not valid") from exc
+
+
+def _item_bytes(item: MemoryItem) -> int:
+    """About what one item weighs on the wire: its strings plus a fixed allowance for ids and numbers."""
+    strings = [item.content, *item.keywords, *item.metadata.keys(), *item.metadata.values()]
+    return 256 + sum(len(s.encode()) for s in strings)

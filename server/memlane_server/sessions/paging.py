@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidArgument
+from ..page_bytes import MAX_PAGE_BYTES
+
+__all__ = ["MAX_PAGE_BYTES"]  # re-exported for the session store's page loops
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
-# A page also stops before it passes this many bytes (it always holds at least one item), well under the
-# 16 MiB a client receives by default, whatever the items weigh.
-MAX_PAGE_BYTES = 4 * 1024 * 1024
 MESSAGE_OVERHEAD_BYTES = 64  # ids, numbers and framing of one item beyond its strings
 
 
