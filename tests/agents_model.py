@@ -43,8 +43,10 @@ class ScriptedModel(Model):
     async def get_response(
         self, system_instructions: str | None, input: str | list[TResponseInputItem], *args: Any, **kw: Any
     ) -> ModelResponse:
-        items = [{"role": "user", "content": input}] if isinstance(input, str) else input
-        self.sent.append(Sent(system_instructions, copy.deepcopy(items)))  # type: ignore[arg-type]
+        items: list[TResponseInputItem] = (
+            [{"role": "user", "content": input}] if isinstance(input, str) else input
+        )
+        self.sent.append(Sent(system_instructions, copy.deepcopy(items)))
         return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kw: Any) -> AsyncIterator[TResponseStreamEvent]:

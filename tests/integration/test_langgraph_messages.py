@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
 import memlane
@@ -16,11 +16,17 @@ from memlane.integrations.langgraph import MemlaneSaver
 from memlane_server.background import SidecarThread
 
 
+def _id(m: AnyMessage) -> str:
+    """A message's id: add_messages gives every message in the state one."""
+    assert m.id is not None, m
+    return m.id
+
+
 def _graph(saver: MemlaneSaver) -> Any:
     def reply(state: MessagesState) -> dict[str, list[Any]]:
         last = state["messages"][-1]
         if last.content == "forget the first exchange":
-            return {"messages": [RemoveMessage(id=m.id) for m in state["messages"][:2]]}  # type: ignore[arg-type]
+            return {"messages": [RemoveMessage(id=_id(m)) for m in state["messages"][:2]]}
         return {"messages": [AIMessage(f"echo: {last.content}", id=f"ai-{last.id}")]}
 
     builder = StateGraph(MessagesState)

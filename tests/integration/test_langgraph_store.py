@@ -12,12 +12,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, Item
 from langgraph.store.memory import InMemoryStore
 
 from memlane.integrations.langgraph import MemlaneStore
 from memlane_server.background import SidecarThread
 from tests.conftest import wait_for
+
+
+def _value(item: Item | None) -> dict[str, Any]:
+    """The stored value of an item the test just put (so present)."""
+    assert item is not None
+    return item.value
 
 
 def _scenario(store: BaseStore, user: str) -> list[Any]:
@@ -35,11 +41,11 @@ def _scenario(store: BaseStore, user: str) -> list[Any]:
     store.put(prefs, "units", {"units": "metric", "level": 5})
     store.put(notes, "trip", {"text": "Trip to Porto in May", "tags": ["travel"]})
     store.put(agent, "draft", {"step": 1})
-    seen.append(store.get(prefs, "lang").value)  # type: ignore[union-attr]
+    seen.append(_value(store.get(prefs, "lang")))
     store.put(prefs, "lang", {"language": "Spanish", "level": 4})
-    seen.append(store.get(prefs, "lang").value)  # type: ignore[union-attr]
+    seen.append(_value(store.get(prefs, "lang")))
     seen.append(store.get(prefs, "missing"))
-    seen.append(store.get(agent, "draft").value)  # type: ignore[union-attr]
+    seen.append(_value(store.get(agent, "draft")))
     seen.append(obs(store.search(prefs)))
     seen.append(obs(store.search(prefs, filter={"level": {"$gt": 3}})))
     seen.append(obs(store.search(prefs, filter={"units": "metric"})))
@@ -75,7 +81,7 @@ async def test_async_batch_and_ttl(server: SidecarThread) -> None:
         await store.aput(("memories",), "long", {"text": "stays"})
         assert (await store.aget(("memories",), "short")) is not None  # positive control
         wait_for(lambda: store.get(("memories",), "short", refresh_ttl=False) is None, timeout=30)
-        assert (await store.aget(("memories",), "long")).value == {"text": "stays"}  # type: ignore[union-attr]
+        assert _value(await store.aget(("memories",), "long")) == {"text": "stays"}
         assert [i.key for i in await store.asearch(("memories",))] == ["long"]
     finally:
         store.close()

@@ -52,8 +52,8 @@ def test_a_retried_feedback_counts_once(client: memlane.Client, user_id: str) ->
         )
 
 
-def _turn(mid: str, text: str, role: int = spb.ROLE_USER) -> spb.Message:
-    return spb.Message(message_id=mid, role=role, content=text)  # type: ignore[arg-type]
+def _turn(mid: str, text: str, role: spb.Role.ValueType = spb.ROLE_USER) -> spb.Message:
+    return spb.Message(message_id=mid, role=role, content=text)
 
 
 def test_greetings_are_not_remembered_and_facts_are(client: memlane.Client, user_id: str) -> None:
