@@ -9,9 +9,12 @@ its keys afterwards, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -155,3 +158,20 @@ def client(server: SidecarThread) -> Iterator[memlane.Client]:
 @pytest.fixture()
 def user_id() -> str:
     return f"user-{uuid.uuid4().hex[:8]}"
+
+
+def run_example(name: str, target: str) -> str:
+    """Runs ``examples/<name>`` as a user would (its own process) against ``target``; returns its stdout
+    after checking it exited 0."""
+    script = Path(__file__).resolve().parents[1] / "examples" / name
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, str(script), target],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from memlane_server.background import SidecarThread
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langchain_history.py"
+from tests.conftest import run_example
 
 
 def test_langchain_example_runs_resumes_and_recalls(server: SidecarThread) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLE), server.target],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "resumed with 6 messages" in out.stdout  # 2 user turns, the call, its output, 2 replies
-    assert any("recalls:" in line and "Lisbon" in line for line in out.stdout.splitlines())
-    assert out.stdout.rstrip().endswith("ok")
+    stdout = run_example("langchain_history.py", server.target)
+    assert "resumed with 6 messages" in stdout  # 2 user turns, the call, its output, 2 replies
+    assert any("recalls:" in line and "Lisbon" in line for line in stdout.splitlines())
+    assert stdout.rstrip().endswith("ok")

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from memlane_server.background import SidecarThread
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_agent.py"
+from tests.conftest import run_example
 
 
 def test_langgraph_example_runs_resumes_and_recalls(server: SidecarThread) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLE), server.target],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "resumed with 4 messages" in out.stdout
-    assert "recalls:" in out.stdout and out.stdout.rstrip().endswith("ok")
+    stdout = run_example("langgraph_agent.py", server.target)
+    assert "resumed with 4 messages" in stdout
+    assert "recalls:" in stdout and stdout.rstrip().endswith("ok")
