@@ -21,7 +21,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from ._errors import from_rpc_error
 from ._ids import new_id
-from ._retry import RetryPolicy
+from ._retry import RetryPolicy, retry_hint
 from .v1 import admin_pb2 as apb
 from .v1 import admin_pb2_grpc as apb_grpc
 from .v1 import context_pb2 as cpb
@@ -220,8 +220,11 @@ class _Transport:
     def _retry_delay(self, exc: grpc.RpcError, attempt: int, *, started: bool = False) -> float:
         """Seconds to wait before attempt ``attempt + 1``; raises the typed error when it is final.
         A stream is only retried before its first item (a partial stream cannot be resumed)."""
-        if not started and exc.code() in self._retry.retryable and attempt < self._retry.max_attempts:
-            return self._retry.backoff(attempt)
+        if not started and attempt < self._retry.max_attempts:
+            if exc.code() in self._retry.retryable:
+                return self._retry.backoff(attempt)
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (hint := retry_hint(exc)) > 0:
+                return self._retry.backoff(attempt, hint)  # shed under load: come back when told
         raise from_rpc_error(exc) from None
 
     def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:

@@ -28,6 +28,7 @@ from memlane.v1 import (
 from .access.authenticate import Authenticator
 from .access.policy import PolicyFile
 from .api.admin import AdminServicer
+from .api.admission import AdmissionInterceptor, parse_limits
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
 from .api.memory import MemoryServicer
@@ -161,8 +162,14 @@ class Sidecar:
         self.context = self._build_context(tokens, summarizer)
 
         metrics = RpcMetrics(self.registry)
+        self.admission = AdmissionInterceptor(
+            parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
+        )
         server = grpc.aio.server(
-            interceptors=[BoundaryInterceptor(metrics, self._authenticator(), UNAVAILABLE_ERRORS)],
+            interceptors=[
+                self.admission,  # outermost: a shed call costs nothing more
+                BoundaryInterceptor(metrics, self._authenticator(), UNAVAILABLE_ERRORS),
+            ],
             options=[
                 ("grpc.max_receive_message_length", s.max_receive_message_bytes),
                 ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share it

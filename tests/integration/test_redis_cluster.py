@@ -46,9 +46,9 @@ class Cluster:
         c: Any = self.client
         slot = int(c.keyslot(key))
         for name, info in self.nodes().items():
-            if "master" in info["flags"] and "fail" not in info["flags"]:
-                if any(int(r[0]) <= slot <= int(r[-1]) for r in info["slots"]):
-                    return name
+            serving = any(int(r[0]) <= slot <= int(r[-1]) for r in info["slots"])
+            if serving and "master" in info["flags"] and "fail" not in info["flags"]:
+                return name
         raise AssertionError(f"no master serves slot {slot}")
 
     def nodes(self) -> dict[str, dict[str, Any]]:
