@@ -411,15 +411,21 @@ class Sidecar:
             return False
 
     async def stop(self) -> None:
-        """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls, then
-        close pools and the embedded Redis."""
+        """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls while
+        handing session-end jobs back, then close pools and the embedded Redis."""
         await self._health.enter_graceful_shutdown()
+        if hasattr(self, "admission"):
+            self.admission.draining = True  # refused calls get UNAVAILABLE: clients retry elsewhere
+        drains = []
+        if self._server is not None:
+            # New calls are refused from now on; calls in flight get the grace period to finish.
+            drains.append(self._server.stop(self.settings.shutdown_grace_seconds))
+        if hasattr(self, "end_worker"):
+            # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
+            drains.append(self.end_worker.stop())
+        await asyncio.gather(*drains)
         if hasattr(self, "policy"):
             await self.policy.stop()
-        if self._server is not None:
-            await self._server.stop(self.settings.shutdown_grace_seconds)
-        if hasattr(self, "end_worker"):
-            await self.end_worker.stop()  # unfinished jobs stay queued for another sidecar or a restart
         if hasattr(self, "lifecycle"):
             await self.lifecycle.stop()
         if self._admin is not None:

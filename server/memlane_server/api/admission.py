@@ -9,7 +9,9 @@ never takes the slots of cheap calls (GetSession, AppendMessages...) and the gRP
 gated at all. A server stream holds its slot until it ends, so streams are gated only when named
 (AssembleContext, ExportUserData); the ``*`` default never covers WatchSessionEvents, which lives long.
 
-Runs as the outermost interceptor: a shed call costs no decoding, authentication or handler work.
+Runs as the outermost interceptor: a shed call costs no decoding, authentication or handler work. It
+also refuses new calls with UNAVAILABLE once the sidecar starts draining (SIGTERM), while the calls
+already admitted finish.
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ class Gate:
         return int(min(5000.0, max(20.0, self.service_ms * waves)))
 
 
+async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "this sidecar is shutting down; retry (another one)")
+
+
+# Request bytes are not decoded: the call is refused whatever it carries.
+_REFUSE = grpc.unary_unary_rpc_method_handler(_refuse, request_deserializer=None, response_serializer=None)
+
+
 class AdmissionInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, limits: dict[str, int], max_queue: int, max_wait_ms: int, metrics: RpcMetrics) -> None:
         self._limits = limits
@@ -86,6 +96,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         self.gates: dict[str, Gate] = {}  # one per gated method, built on first use
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
         self.shed = 0  # calls answered RESOURCE_EXHAUSTED so far
+        self.draining = False  # set by the shutdown path: new memlane calls are refused
 
     def _gate(self, name: str, *, stream: bool) -> Gate | None:
         default = 0 if stream else self._limits.get(DEFAULT_KIND, 0)
@@ -103,6 +114,8 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
+        if self.draining and method.startswith("/memlane."):
+            return _REFUSE  # shutting down: UNAVAILABLE sends the client's retry to another sidecar
         cached = self._cache.get(method)
         if cached is not None:
             return cached
