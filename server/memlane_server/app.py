@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -410,16 +411,23 @@ class Sidecar:
         except Exception:
             return False
 
+    async def _drain_calls(self, grace: float) -> None:
+        """New calls get UNAVAILABLE (retried elsewhere) while the calls in flight finish, within
+        ``grace`` in all; then the gRPC server stops (long streams such as WatchSessionEvents end)."""
+        assert self._server is not None
+        start = time.monotonic()
+        if hasattr(self, "admission"):
+            await self.admission.drain(grace)
+        await self._server.stop(max(0.0, grace - (time.monotonic() - start)))
+
     async def stop(self) -> None:
         """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls while
         handing session-end jobs back, then close pools and the embedded Redis."""
         await self._health.enter_graceful_shutdown()
-        if hasattr(self, "admission"):
-            self.admission.draining = True  # refused calls get UNAVAILABLE: clients retry elsewhere
+        grace = self.settings.shutdown_grace_seconds
         drains = []
         if self._server is not None:
-            # New calls are refused from now on; calls in flight get the grace period to finish.
-            drains.append(self._server.stop(self.settings.shutdown_grace_seconds))
+            drains.append(self._drain_calls(grace))
         if hasattr(self, "end_worker"):
             # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
             drains.append(self.end_worker.stop())

@@ -17,6 +17,7 @@ already admitted finish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -96,7 +97,10 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         self.gates: dict[str, Gate] = {}  # one per gated method, built on first use
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
         self.shed = 0  # calls answered RESOURCE_EXHAUSTED so far
-        self.draining = False  # set by the shutdown path: new memlane calls are refused
+        self.draining = False  # set by drain(): new memlane calls are refused
+        self.in_flight = 0  # unary calls and named streams being served (what a drain waits for)
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def _gate(self, name: str, *, stream: bool) -> Gate | None:
         default = 0 if stream else self._limits.get(DEFAULT_KIND, 0)
@@ -125,7 +129,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         name = method.rsplit("/", 1)[-1]
         gate = self._gate(name, stream=handler.unary_unary is None)
         wrapped = handler
-        if gate is not None and handler.unary_unary is not None:
+        if handler.unary_unary is not None:  # counted for the drain even when ungated
             wrapped = grpc.unary_unary_rpc_method_handler(
                 self._gated(name, gate, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
@@ -155,16 +159,40 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
             trailing_metadata=((RETRY_AFTER_KEY, str(hint)),),
         )
 
+    async def drain(self, timeout_s: float) -> None:
+        """Refuses new calls (UNAVAILABLE: the client retries, elsewhere) and waits up to ``timeout_s``
+        for the calls in flight to finish. Refusing here, rather than stopping the gRPC server at once,
+        gives late callers a retryable UNAVAILABLE instead of the CANCELLED of a server shutting down."""
+        self.draining = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
+
+    def _enter(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def _exit(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._idle.set()
+
     def _gated(
-        self, name: str, gate: Gate, inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+        self, name: str, gate: Gate | None, inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await self._admit(name, gate, context)
-            held = time.perf_counter()
+            self._enter()
             try:
-                return await inner(request, context)
+                if gate is None:
+                    return await inner(request, context)
+                await self._admit(name, gate, context)
+                held = time.perf_counter()
+                try:
+                    return await inner(request, context)
+                finally:
+                    gate.leave(time.perf_counter() - held)
             finally:
-                gate.leave(time.perf_counter() - held)
+                self._exit()
 
         return call
 
@@ -172,12 +200,16 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         self, name: str, gate: Gate, inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            await self._admit(name, gate, context)
-            held = time.perf_counter()
+            self._enter()
             try:
-                async for item in inner(request, context):
-                    yield item
+                await self._admit(name, gate, context)
+                held = time.perf_counter()
+                try:
+                    async for item in inner(request, context):
+                        yield item
+                finally:
+                    gate.leave(time.perf_counter() - held)
             finally:
-                gate.leave(time.perf_counter() - held)
+                self._exit()
 
         return stream
