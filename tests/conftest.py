@@ -40,7 +40,7 @@ def redis_client(url: str) -> redis.Redis:
 def _answers(url: str) -> bool:
     try:
         return bool(redis_client(url).ping())
-    except redis.RedisError:
+    except (redis.RedisError, redis.exceptions.RedisClusterException):
         return False
 
 
@@ -50,6 +50,8 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if _answers(url):
         yield url
         return
+    if cluster_seed(url) is not None:  # asked for a cluster: never fall back to a single node silently
+        raise RuntimeError(f"MEMLANE_TEST_REDIS_URL={url} does not answer (scripts/redis-cluster start DIR)")
     embedded = EmbeddedRedis(tmp_path_factory.mktemp("redis"), persist=False)
     embedded.start()
     try:

@@ -22,7 +22,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from ._errors import from_rpc_error
 from ._ids import new_id
-from ._retry import RetryPolicy
+from ._retry import RetryPolicy, retry_hint
 from .v1 import admin_pb2 as apb
 from .v1 import admin_pb2_grpc as apb_grpc
 from .v1 import checkpoint_pb2 as kpb
@@ -285,9 +285,11 @@ class _Transport:
         """Seconds to wait before attempt ``attempt + 1``; raises the typed error when it is final.
         A stream is only retried before its first item (a partial stream cannot be resumed); a write
         that is not safe to repeat (see ``_prepare``) is never retried."""
-        retryable = safe and not started and exc.code() in self._retry.retryable
-        if retryable and attempt < self._retry.max_attempts:
-            return self._retry.backoff(attempt)
+        if safe and not started and attempt < self._retry.max_attempts:
+            if exc.code() in self._retry.retryable:
+                return self._retry.backoff(attempt)
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (hint := retry_hint(exc)) > 0:
+                return self._retry.backoff(attempt, hint)  # shed under load: come back when told
         raise from_rpc_error(exc) from None
 
     def _unary(self, spec: _Unary[Any, Any], request: ProtoMessage, timeout: float | None) -> Any:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from .access.authenticate import Authenticator
 from .access.policy import PolicyFile
 from .access.user_token import UserTokenRules, load_jwks_file
 from .api.admin import AdminServicer
+from .api.admission import AdmissionInterceptor, parse_limits
 from .api.binding import UserBinding
 from .api.checkpoints import CheckpointServicer
 from .api.context import ContextServicer
@@ -174,11 +176,15 @@ class Sidecar:
         self.context = self._build_context(tokens, summarizer)
 
         metrics = RpcMetrics(self.registry)
+        self.admission = AdmissionInterceptor(
+            parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
+        )
         server = grpc.aio.server(
             interceptors=[
+                self.admission,  # outermost: a shed call costs nothing more
                 BoundaryInterceptor(
                     metrics, self._authenticator(), UserBinding(self.sessions), UNAVAILABLE_ERRORS
-                )
+                ),
             ],
             options=[
                 ("grpc.max_receive_message_length", s.max_receive_message_bytes),
@@ -472,18 +478,31 @@ class Sidecar:
         except Exception:
             return False
 
+    async def _drain_calls(self, grace: float) -> None:
+        """New calls get UNAVAILABLE (retried elsewhere) while the calls in flight finish, within
+        ``grace`` in all; then the gRPC server stops (long streams such as WatchSessionEvents end)."""
+        assert self._server is not None
+        start = time.monotonic()
+        if hasattr(self, "admission"):
+            await self.admission.drain(grace)
+        await self._server.stop(max(0.0, grace - (time.monotonic() - start)))
+
     async def stop(self) -> None:
-        """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls, then
-        close pools and the embedded Redis."""
+        """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls while
+        handing session-end jobs back, then close pools and the embedded Redis."""
         await self._health.enter_graceful_shutdown()
         if self._sampler is not None:
             await self._sampler.stop()
+        grace = self.settings.shutdown_grace_seconds
+        drains = []
+        if self._server is not None:
+            drains.append(self._drain_calls(grace))
+        if hasattr(self, "end_worker"):
+            # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
+            drains.append(self.end_worker.stop())
+        await asyncio.gather(*drains)
         if hasattr(self, "policy"):
             await self.policy.stop()
-        if self._server is not None:
-            await self._server.stop(self.settings.shutdown_grace_seconds)
-        if hasattr(self, "end_worker"):
-            await self.end_worker.stop()  # unfinished jobs stay queued for another sidecar or a restart
         if hasattr(self, "lifecycle"):
             await self.lifecycle.stop()
         if self._admin is not None:

@@ -33,6 +33,11 @@ class Settings:
     listen: str = "127.0.0.1:50051"  # comma-separated; "unix:/path/to.sock" for a Unix socket
     admin_listen: str = "127.0.0.1:9464"  # /metrics and /healthz over HTTP; empty disables
     shutdown_grace_seconds: float = 5.0
+    # Admission (api/admission.py): calls in flight per RPC method ("*": any other), 0 = ungated; beyond
+    # that up to admission_max_queue wait admission_max_wait_ms, the rest get RESOURCE_EXHAUSTED at once.
+    admission_limits: str = "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,*=64"
+    admission_max_queue: int = 8
+    admission_max_wait_ms: int = 100
     max_receive_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "INFO"
     log_format: str = "auto"  # auto (text on a terminal, JSON otherwise) | json | text

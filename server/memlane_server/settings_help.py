@@ -91,4 +91,8 @@ HELP: dict[str, str] = {
     " user_token_jwks works too).",
     "user_token_issuer": "When set, an end-user token's iss must equal it.",
     "user_token_audience": "When set, an end-user token's aud must contain it.",
+    "admission_limits": "Calls in flight per RPC method (Method=N pairs, comma-separated; * for any"
+    " other; 0 ungated); beyond them calls queue briefly, then get RESOURCE_EXHAUSTED with a retry hint.",
+    "admission_max_queue": "Calls that may wait for a slot per RPC method before the rest are shed.",
+    "admission_max_wait_ms": "How long a queued call waits for a slot before it is shed.",
 }

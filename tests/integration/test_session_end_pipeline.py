@@ -60,8 +60,12 @@ class SidecarProcess:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.target = f"unix:{self.sock}"
-        with memlane.Client(self.target, timeout=2) as c:
-            wait_for(lambda: self._ready(c), timeout=60)
+        try:
+            with memlane.Client(self.target, timeout=2) as c:
+                wait_for(lambda: self._ready(c), timeout=60)
+        except BaseException:
+            self.kill()  # never ready: nobody else holds this process to stop it
+            raise
 
     def _ready(self, c: memlane.Client) -> bool:
         if self.proc.poll() is not None:

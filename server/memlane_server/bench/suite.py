@@ -24,6 +24,7 @@ from memlane.v1 import memory_pb2, session_service_pb2
 
 from ..scratch import drop_keys
 from .ltm_data import populate
+from .overload import overload
 from .runner import Latency, Process, aio_echo_call, echo_call, measure, start_echo, throughput
 
 TEXT = "Please book the 9:40 train to Lyon for two adults and email the tickets. " * 2
@@ -182,6 +183,13 @@ def run(quick: bool, redis_url: str, json_out: str | None) -> Report:
                     phases.set_postfix_str("session-end pipeline")
                     _pipeline(report, ltm.target, echo, 3 if quick else 10)
                     phases.update()
+                    overload(
+                        lambda lat: report.add(lat, echo(100)),
+                        report.throughput,
+                        ltm.target,
+                        "assembler",
+                        seconds,
+                    )
                     report.rss_mb[f"sidecar with LTM ({size:,} items)"] = ltm.proc.rss_mb()
     report.print()
     if json_out:

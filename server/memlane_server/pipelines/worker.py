@@ -88,6 +88,7 @@ class SessionEndWorker:
         self.consumer = consumer_name()
         self._tasks: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[None]] = set()
+        self._jobs: dict[asyncio.Task[None], EndJob] = {}  # the job each in-flight task runs
         self.completed = 0
 
     async def start(self) -> None:
@@ -104,14 +105,27 @@ class SessionEndWorker:
         ]
 
     async def stop(self) -> None:
-        """Cancels in-flight runs too: their jobs stay pending and another sidecar (or this one after a
-        restart) finishes them; every step is safe to repeat."""
+        """Cancels in-flight runs too (each releases its session lease as it unwinds) and hands their
+        jobs back to the queue, so another sidecar takes them at once rather than after the claim
+        timeout; every step is safe to repeat."""
+        running = dict(self._jobs)
         for t in [*self._tasks, *self._inflight]:
             t.cancel()
         for t in [*self._tasks, *self._inflight]:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._tasks = []
+        for task, job in running.items():
+            if task.cancelled() and job.session_id:
+                try:
+                    await self._queue.hand_back(job)
+                    log.info("handed a session-end job back", extra={"session_id": job.session_id})
+                except Exception:  # Redis gone: the claim timeout still hands it over
+                    log.warning("could not hand a job back", extra={"session_id": job.session_id})
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._jobs.pop(task, None)
 
     async def _consume(self) -> None:
         last_claim = 0.0
@@ -130,7 +144,8 @@ class SessionEndWorker:
                 for job in jobs:
                     task = asyncio.create_task(self._process(job))
                     self._inflight.add(task)
-                    task.add_done_callback(self._inflight.discard)
+                    self._jobs[task] = job
+                    task.add_done_callback(self._done)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -173,6 +173,16 @@ class SessionEndQueue:
             parked_at_ms=int(f[b"pt"]),
         )
 
+    async def hand_back(self, job: EndJob) -> None:
+        """Gives a job this sidecar took but will not finish (it is shutting down) back to the group at
+        once: the same job queued anew, the old entry acknowledged, atomically (one key, one slot), so
+        another sidecar reads it now instead of claiming it after the claim timeout."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.key, {"s": job.session_id, "r": job.reason, "at": job.enqueued_at_ms})
+            pipe.xack(self.key, GROUP, job.job_id)
+            pipe.xdel(self.key, job.job_id)
+            await pipe.execute()
+
     async def pending(self) -> int:
         info = await self._redis.xpending(self.key, GROUP)
         return int(info["pending"])

@@ -144,12 +144,15 @@ class KeySpace:
         return f"{self.prefix}:queue:session-end"
 
     def session_end_parked(self) -> str:
-        """Session-end jobs that failed too often, kept for an operator to inspect and retry."""
-        return f"{self.prefix}:queue:session-end:parked"
+        """STREAM: session-end jobs that failed too often, kept for an operator to inspect and retry.
+
+        Tagged with the queue's own name, so it shares the queue's slot on Redis Cluster: parking and
+        unparking move a job between the two in one MULTI."""
+        return f"{self.prefix}:{{{self.session_end_queue()}}}:parked"
 
     def session_end_failures(self) -> str:
-        """Failed runs per queued job id (HASH)."""
-        return f"{self.prefix}:queue:session-end:failures"
+        """HASH: failed runs per queued job id (the queue's slot, like ``session_end_parked``)."""
+        return f"{self.prefix}:{{{self.session_end_queue()}}}:failures"
 
     def idle_due(self) -> str:
         """ZSET: session id scored by when to check it for idleness next (ms)."""
