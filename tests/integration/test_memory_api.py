@@ -155,3 +155,28 @@ def test_pii_rejected_and_listing_pages(api: memlane.Client, user_id: str) -> No
         if not token:
             break
     assert len(seen) == len(set(seen)) == 5 and page.total_size == 5
+
+
+def test_the_same_words_for_another_audience_are_a_separate_memory(api: memlane.Client, user_id: str) -> None:
+    """A merge keeps its readers: a group fact worded like the writer's private one must not be folded
+    into it (the group would never see it), nor a private one into a group or user-wide item."""
+    writer = mpb.Caller(user_id=user_id, agent_id="agent-a", groups=["ops"])
+    words = f"The locker code word is tulip-{uuid.uuid4().hex[:6]}."
+    private = api.create_memory(
+        caller=writer, kind=mpb.MEMORY_KIND_FACT, scope=mpb.MEMORY_SCOPE_AGENT, content=words
+    ).memory
+    # Positive control: the same words for the same audience are one memory (merged).
+    again = api.create_memory(
+        caller=writer, kind=mpb.MEMORY_KIND_FACT, scope=mpb.MEMORY_SCOPE_AGENT, content=words
+    ).memory
+    assert again.memory_id == private.memory_id
+    grouped = api.create_memory(
+        caller=writer, kind=mpb.MEMORY_KIND_FACT, scope=mpb.MEMORY_SCOPE_GROUP, group="ops", content=words
+    ).memory
+    wide = api.create_memory(
+        caller=writer, kind=mpb.MEMORY_KIND_FACT, scope=mpb.MEMORY_SCOPE_USER, content=words
+    )
+    assert len({private.memory_id, grouped.memory_id, wide.memory.memory_id}) == 3
+    member = mpb.Caller(user_id=user_id, agent_id="agent-b", groups=["ops"])
+    hits = {r.memory.memory_id for r in api.search_memories(caller=member, query=words, limit=20).results}
+    assert hits == {grouped.memory_id, wide.memory.memory_id}

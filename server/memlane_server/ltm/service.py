@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +19,7 @@ from lancedb.expr import Expr
 from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
 from memlane_server.ltm import filters
-from memlane_server.ltm.conflicts import Action, decide
+from memlane_server.ltm.conflicts import Action, Decision, decide
 from memlane_server.ltm.model import (
     Feedback,
     IngestOutcome,
@@ -236,7 +237,7 @@ class MemoryService:
         vectors: npt.NDArray[np.float32],
         now: int,
     ) -> list[IngestResult]:
-        policy = self._policy
+        similarity = self._policy.duplicate_similarity
         mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
         existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
         ndims = self._embedder.ndims
@@ -263,18 +264,18 @@ class MemoryService:
                 if prior is not None:
                     results.append(IngestResult(prior, IngestOutcome.SKIPPED))
                     continue
-            # A draft may reword (merge) or retire (supersede) only items whose readers could all read
-            # where it came from: a private draft folded into a user-scope item would publish its wording.
+            # A draft may retire (supersede) only items whose readers could all read where it came from.
             peers = [i for i, e in enumerate(existing) if _may_change(draft, e)]
-            decision = decide(
-                kind,
-                draft.slot,
-                vector,
-                content=content,
-                existing=[existing[i] for i in peers],
-                existing_vectors=matrix[peers],
-                duplicate_similarity=policy.duplicate_similarity,
+            among = partial(
+                _decide, draft, kind, content, vector, existing=existing, matrix=matrix, similarity=similarity
             )
+            decision = among(peers=peers)
+            audience = _draft_audience(draft, kind)
+            if decision.target is not None and _item_audience(decision.target) != audience:
+                # A merge (rewording) keeps its readers: folded into an item for other readers, the draft
+                # would be published (narrow into wide) or hidden from its own readers (wide into narrow).
+                same = [i for i in peers if _item_audience(existing[i]) == audience]
+                decision = among(peers=same)
             if decision.action is Action.MERGE and decision.target is not None:
                 target = decision.target
                 self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
@@ -590,8 +591,48 @@ def _prune_view(row: dict[str, object]) -> MemoryItem:
     )
 
 
+def _audience(scope: MemoryScope, group: str) -> tuple[MemoryScope, str]:
+    """Who reads an item of the writing agent with this scope: USER and SHARED reach the same agents."""
+    if scope is MemoryScope.SHARED:
+        scope = MemoryScope.USER
+    return scope, group if scope is MemoryScope.GROUP else ""
+
+
+def _item_audience(item: MemoryItem) -> tuple[MemoryScope, str]:
+    return _audience(item.scope, item.group)
+
+
+def _decide(
+    draft: MemoryDraft,
+    kind: MemoryKind,
+    content: str,
+    vector: npt.NDArray[np.float32],
+    *,
+    peers: list[int],
+    existing: list[MemoryItem],
+    matrix: npt.NDArray[np.float32],
+    similarity: float,
+) -> Decision:
+    """``decide`` over the ``peers`` (indexes into ``existing`` and its vector ``matrix``)."""
+    return decide(
+        kind,
+        draft.slot,
+        vector,
+        content=content,
+        existing=[existing[i] for i in peers],
+        existing_vectors=matrix[peers],
+        duplicate_similarity=similarity,
+    )
+
+
+def _draft_audience(draft: MemoryDraft, kind: MemoryKind) -> tuple[MemoryScope, str]:
+    extra = draft if isinstance(draft, NewMemory) else None
+    scope = MemoryScope(extra.scope) if extra and extra.scope else default_scope(kind)
+    return _audience(scope, extra.group if extra else "")
+
+
 def _may_change(draft: MemoryDraft, target: MemoryItem) -> bool:
-    """Whether ``draft`` may merge into or supersede ``target`` (an item of the same user and agent).
+    """Whether ``draft`` may supersede ``target`` (an item of the same user and agent).
 
     A draft with an explicit agent or group scope came from a narrower audience (an agent-private or a
     group turn: see ``pipelines.promote``); it may only change items no wider than that audience. A draft
