@@ -82,7 +82,9 @@ async def test_async_invoke(server: SidecarThread, memories: tuple[str, dict[str
     retriever = MemlaneRetriever(target=server.target, user_id=user, k=2)
     docs = await retriever.ainvoke("What is Dana's job?")
     assert isinstance(docs[0], Document) and docs[0].id == ids["job"]
-    assert docs == retriever.invoke("What is Dana's job?")
+    # The same documents as the sync path (scores move a little between calls: recency and usage).
+    again = retriever.invoke("What is Dana's job?")
+    assert [(d.id, d.page_content) for d in docs] == [(d.id, d.page_content) for d in again]
 
 
 def test_a_retriever_with_an_empty_user_is_refused_precisely(server: SidecarThread) -> None:
