@@ -4,6 +4,8 @@ field by field of UpdateSession's mask, and for CloseSession and PromoteSession(
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane import Topology
+from memlane.v1 import checkpoint_pb2 as kpb
 from memlane.v1 import session_pb2 as pb
 from memlane_server.background import SidecarThread
 from tests.access_policy import as_agent, write_policy
@@ -130,3 +133,48 @@ def test_participants_describe_and_grant_nothing(secured: SidecarThread, user_id
     for reader in ("writer", "outsider"):  # listed and unlisted read the same: the session-wide turn
         with as_agent(secured, reader) as c:
             assert [m.content for m in c.list_messages(session_id=sid).messages] == ["for everyone"]
+
+
+def _put_checkpoint(c: memlane.Client, sid: str, cid: str, run: str) -> None:
+    c.put_checkpoint(
+        session_id=sid,
+        checkpoint_id=cid,
+        checkpoint=kpb.TypedValue(type="json", data=b"{}"),
+        metadata_json=json.dumps({"run_id": run}),
+    )
+
+
+def test_only_the_owner_its_orchestrator_and_admins_delete_a_sessions_checkpoints(
+    secured: SidecarThread, user_id: str
+) -> None:
+    """Deleting, pruning or deleting by run destroys a session's framework state: the rule of
+    CloseSession, not the write rule (any agent may write session-wide)."""
+    run = f"run-{uuid.uuid4().hex}"
+    destroy = {
+        "delete_checkpoints": lambda c, sid: c.delete_checkpoints(session_id=sid),
+        "prune_checkpoints(delete)": lambda c, sid: c.prune_checkpoints(
+            session_ids=[sid], strategy=kpb.PRUNE_STRATEGY_DELETE
+        ),
+        "prune_checkpoints(keep_latest)": lambda c, sid: c.prune_checkpoints(
+            session_ids=[sid], strategy=kpb.PRUNE_STRATEGY_KEEP_LATEST
+        ),
+        "delete_checkpoint_runs": lambda c, sid: c.delete_checkpoint_runs(run_ids=[run]),
+    }
+    for name, call in destroy.items():
+        for actor in (*REFUSED, *ALLOWED):
+            sid = _new_session(secured, user_id).session_id
+            with as_agent(secured, OWNER) as owner:
+                _put_checkpoint(owner, sid, "c1", run)
+                _put_checkpoint(owner, sid, "c2", run)
+            with as_agent(secured, actor) as c:
+                if actor in REFUSED:
+                    with pytest.raises(memlane.PermissionDeniedError):
+                        call(c, sid)
+                else:  # positive control: they may, and the checkpoints are gone
+                    call(c, sid)
+            with as_agent(secured, OWNER) as owner:
+                left = [x.checkpoint_id for x in owner.list_checkpoints(session_id=sid).checkpoints]
+            if actor in REFUSED:
+                assert sorted(left) == ["c1", "c2"], f"{actor} destroyed checkpoints by {name}"
+            else:
+                assert len(left) < 2, f"{actor} could not {name}"

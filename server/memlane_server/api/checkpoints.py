@@ -1,12 +1,14 @@
 """CheckpointService: a framework's own state per session (LangGraph checkpoints) over gRPC.
 
 Checkpoints are session-wide state: any caller that may use the session reads them, and writing them
-follows the write rule of a session-wide message (auditors never write).
+follows the write rule of a session-wide message (auditors never write). Destroying them (delete, prune,
+delete by run) is managing the session: the rule of CloseSession (``Caller.check_manage``), so one agent
+cannot wipe another agent's framework state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeAlias, TypeVar
 
 import grpc
@@ -72,6 +74,20 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self._sessions = sessions
         self._lifecycle = lifecycle
         self._hot = resumer.ensure_hot
+
+    async def _may_destroy(self, session_ids: Iterable[str]) -> None:
+        """PERMISSION_DENIED unless the caller may manage every named session (checked before anything is
+        deleted, so a refused call deletes nothing). A missing session has no state to protect."""
+        caller = current_caller()
+        if caller.unrestricted:
+            return
+        _may_write("checkpoints")
+        for session_id in session_ids:
+            try:
+                session = await self._sessions.get(session_id)
+            except NotFound:
+                continue
+            caller.check_manage(session.agent_id, "", "delete the checkpoints of")
 
     async def _resuming(self, session_id: str, op: Callable[[], Awaitable[T]]) -> T:
         """Runs ``op``; a retired thread (its state in the archive) is resumed once and ``op`` retried.
@@ -144,7 +160,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def DeleteCheckpoints(
         self, request: kpb.DeleteCheckpointsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointsResponse:
-        _may_write("checkpoints")
+        await self._may_destroy([request.session_id])
         return kpb.DeleteCheckpointsResponse(
             deleted=await self._checkpoints.delete_thread(request.session_id)
         )
@@ -179,7 +195,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def PruneCheckpoints(
         self, request: kpb.PruneCheckpointsRequest, context: _Ctx
     ) -> kpb.PruneCheckpointsResponse:
-        _may_write("checkpoints")
+        await self._may_destroy(request.session_ids)
         if request.strategy not in (kpb.PRUNE_STRATEGY_KEEP_LATEST, kpb.PRUNE_STRATEGY_DELETE):
             raise InvalidArgument("strategy must be PRUNE_STRATEGY_KEEP_LATEST or PRUNE_STRATEGY_DELETE")
         deleted = await self._checkpoints.prune(
@@ -190,7 +206,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def DeleteCheckpointRuns(
         self, request: kpb.DeleteCheckpointRunsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointRunsResponse:
-        _may_write("checkpoints")
+        await self._may_destroy(await self._checkpoints.run_sessions(list(request.run_ids)))
         return kpb.DeleteCheckpointRunsResponse(
             deleted=await self._checkpoints.delete_runs(list(request.run_ids))
         )
