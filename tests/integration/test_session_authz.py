@@ -178,3 +178,30 @@ def test_only_the_owner_its_orchestrator_and_admins_delete_a_sessions_checkpoint
                 assert sorted(left) == ["c1", "c2"], f"{actor} destroyed checkpoints by {name}"
             else:
                 assert len(left) < 2, f"{actor} could not {name}"
+
+
+def test_a_removal_receipt_is_replayed_only_to_whoever_could_remove_its_messages(
+    secured: SidecarThread, user_id: str
+) -> None:
+    """RemoveMessages keeps its answer (the removed messages) under the request id, so a retry gets it
+    again; another agent naming the same request id must not get the owner's private turns that way."""
+    sid = _new_session(secured, user_id).session_id  # distributed: turns are private to their writer
+    secret = f"secret-{uuid.uuid4().hex[:8]}"
+    rid = f"pop-{uuid.uuid4().hex[:8]}"
+    with as_agent(secured, OWNER) as owner:
+        owner.append_messages(session_id=sid, messages=[pb.Message(role=pb.ROLE_USER, content=secret)])
+        first = owner.remove_messages(session_id=sid, request_id=rid, last=1)
+        assert [m.content for m in first.removed] == [secret]
+        # positive control: the owner's own retry replays the answer
+        assert [m.content for m in owner.remove_messages(session_id=sid, request_id=rid, last=1).removed] == [
+            secret
+        ]
+    with as_agent(secured, "writer") as w:
+        w.append_messages(session_id=sid, messages=[pb.Message(role=pb.ROLE_USER, content="mine")])
+        with pytest.raises(memlane.PermissionDeniedError):
+            w.remove_messages(session_id=sid, request_id=rid, message_ids=["no-such-message"])
+        with pytest.raises(memlane.PermissionDeniedError):
+            w.remove_messages(session_id=sid, request_id=rid, last=1)  # its own last turn, the owner's id
+        # positive control: the writer removes its own turn under a request id of its own
+        own = w.remove_messages(session_id=sid, request_id=f"{rid}-w", last=1)
+        assert [m.content for m in own.removed] == ["mine"]

@@ -76,7 +76,13 @@ class MessageRemover:
         args: list[Any] = []
         for m in doomed:
             args += [m.message_id, m.token_count]
-        return await self._run(session_id, request_id, "ids", args)
+        out = await self._run(session_id, request_id, "ids", args)
+        # A request id already answered replays its stored answer whatever this call named: the caller
+        # gets it only if it could have removed every message in it (a retry by the remover), never
+        # another agent's private turns through a guessed or reused request id.
+        for m in out.removed:
+            self._check(caller, m)
+        return out
 
     @staticmethod
     def _check(caller: Caller, m: Message) -> None:
