@@ -17,7 +17,7 @@ from memlane.v1 import checkpoint_pb2 as kpb
 from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 
 from ..access.identity import SESSION, current_caller
-from ..errors import InvalidArgument, NotFound
+from ..errors import AlreadyExists, InvalidArgument, NotFound
 from ..pipelines import Resumer
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..sessions.lifecycle import Lifecycle
@@ -172,7 +172,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         await self._hot(request.source_session_id)
         source = await self._sessions.get(request.source_session_id)
         try:
-            await self._sessions.get(request.target_session_id)
+            target = await self._sessions.get(request.target_session_id)
         except NotFound:
             # The copy is a fork of the conversation: a new thread of the same user, agent and channel.
             draft = Session(
@@ -185,9 +185,13 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
                 topology=source.topology,
             )
             draft, policy_ttl = self._lifecycle.policies.apply(draft)
-            created, was_new = await self._sessions.create(draft, default_ttl_seconds=policy_ttl)
+            target, was_new = await self._sessions.create(draft, default_ttl_seconds=policy_ttl)
             if was_new:
-                await self._lifecycle.created(created)
+                await self._lifecycle.created(target)
+        if target.user_id != source.user_id:  # one user's state never lands in another user's thread
+            raise AlreadyExists(
+                f"target_session_id {request.target_session_id!r} is a session of another user"
+            )
         await self._hot(request.target_session_id)
         copied = await self._checkpoints.copy(request.source_session_id, request.target_session_id)
         return kpb.CopyCheckpointsResponse(copied=copied)
