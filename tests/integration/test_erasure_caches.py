@@ -7,6 +7,7 @@ from __future__ import annotations
 import memlane
 from memlane import Message, Role
 from memlane_server.background import SidecarThread
+from memlane_server.context.ltm_source import LtmMemorySource
 
 
 def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
@@ -21,8 +22,10 @@ def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
     list(client.assemble_context(session_id=sid, user_input="what do I keep?", model="gpt-4o"))
     context = server.sidecar.context
     assert context is not None
-    recounts = context._history._recounts  # noqa: SLF001
-    seen = context._memory._seen  # type: ignore[attr-defined]  # noqa: SLF001
+    recounts = context._history._recounts
+    memory = context._memory
+    assert isinstance(memory, LtmMemorySource)
+    seen = memory._seen
     assert any(k[0] == sid for k in recounts) and user_id in seen  # positive control
     client.forget_user(user_id=user_id)
     assert not any(k[0] == sid for k in recounts)
