@@ -205,3 +205,50 @@ def test_a_removal_receipt_is_replayed_only_to_whoever_could_remove_its_messages
         # positive control: the writer removes its own turn under a request id of its own
         own = w.remove_messages(session_id=sid, request_id=f"{rid}-w", last=1)
         assert [m.content for m in own.removed] == ["mine"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # distributed: the owner's private memory; its orchestrator and auditors read it
+        (Topology.TOPOLOGY_DISTRIBUTED, "", {OWNER, "planner", "auditor"}, {OWNER}),
+        # selective: the group's (planner and researcher), auditors read it
+        (Topology.TOPOLOGY_SELECTIVE, "research", {OWNER, "planner", "auditor"}, {OWNER, "planner"}),
+        # shared: session-wide (positive control: every agent reads, every non-auditor writes)
+        (
+            Topology.TOPOLOGY_SHARED,
+            "",
+            {*REFUSED, *ALLOWED},
+            {OWNER, "planner", "writer", "outsider", "admin"},
+        ),
+    ],
+)
+def test_checkpoints_follow_the_topologys_visibility(
+    secured: SidecarThread, user_id: str, case: tuple[Topology.ValueType, str, set[str], set[str]]
+) -> None:
+    """A framework checkpoint holds the agent's whole state (its private turns too): in a distributed
+    session another agent must not read it through GetCheckpoint, ListCheckpoints or CopyCheckpoints."""
+    topology, group, readers, writers = case
+    with as_agent(secured, OWNER) as owner:
+        sid = owner.create_session(user_id=user_id, topology=topology, group=group).session.session_id
+        _put_checkpoint(owner, sid, "c1", f"run-{uuid.uuid4().hex}")
+    for actor in (*REFUSED, *ALLOWED):
+        with as_agent(secured, actor) as c:
+            if actor in readers:
+                assert c.get_checkpoint(session_id=sid, checkpoint_id="c1").found, actor
+                assert "c1" in [x.checkpoint_id for x in c.list_checkpoints(session_id=sid).checkpoints]
+            else:
+                with pytest.raises(memlane.PermissionDeniedError):
+                    c.get_checkpoint(session_id=sid)
+                with pytest.raises(memlane.PermissionDeniedError):
+                    c.list_checkpoints(session_id=sid)
+                with pytest.raises(memlane.PermissionDeniedError):
+                    c.copy_checkpoints(source_session_id=sid, target_session_id=f"fork-{uuid.uuid4().hex}")
+            if actor in writers:
+                _put_checkpoint(c, sid, f"c-{actor}", "r")
+            else:
+                with pytest.raises(memlane.PermissionDeniedError):
+                    _put_checkpoint(c, sid, f"c-{actor}", "r")
+    with as_agent(secured, "auditor") as a:
+        written = {x.checkpoint_id for x in a.list_checkpoints(session_id=sid).checkpoints}
+    assert written == {"c1", *(f"c-{w}" for w in writers)}

@@ -1,9 +1,12 @@
 """CheckpointService: a framework's own state per session (LangGraph checkpoints) over gRPC.
 
-Checkpoints are session-wide state: any caller that may use the session reads them, and writing them
-follows the write rule of a session-wide message (auditors never write). Destroying them (delete, prune,
-delete by run) is managing the session: the rule of CloseSession (``Caller.check_manage``), so one agent
-cannot wipe another agent's framework state.
+Checkpoints carry the visibility the session's topology gives its messages (``default_visibility``): in
+a shared session they are session-wide, in a distributed one private to the session's agent (its
+orchestrator and auditors read them too), in a selective one its group's. Reading them follows
+``Caller.can_see`` and writing them ``Caller.check_write`` on that visibility (auditors never write), so
+a checkpoint holding an agent's private turns is not a way around the access rule. Destroying them
+(delete, prune, delete by run) is managing the session: the rule of CloseSession
+(``Caller.check_manage``), so one agent cannot wipe another agent's framework state.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ import grpc
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 
-from ..access.identity import SESSION, current_caller
-from ..errors import AlreadyExists, InvalidArgument, NotFound
+from ..access.identity import AGENT, SESSION, current_caller
+from ..errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
 from ..pipelines import Resumer
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
-from ..sessions.store import SessionStore
+from ..sessions.store import SessionStore, default_visibility
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 T = TypeVar("T")
@@ -66,6 +69,29 @@ def _may_write(what: str) -> None:
     current_caller().check_write(SESSION, "", "", what)
 
 
+async def _check_scope(sessions: SessionStore, session_id: str, field_name: str, *, write: bool) -> None:
+    """PERMISSION_DENIED unless the caller may read (or write) checkpoints of the session, whose
+    topology decides their visibility. A missing session is left to the handler (NOT_FOUND, or none)."""
+    caller = current_caller()
+    if caller.unrestricted:
+        return
+    if write:
+        _may_write(field_name)
+    try:
+        s = await sessions.get(session_id)
+    except NotFound:
+        return
+    vis, group = default_visibility(s)
+    owner = s.agent_id if vis == AGENT else ""
+    if write:
+        caller.check_write(vis, owner, group, field_name)
+    elif not caller.can_see(vis, s.agent_id, group):
+        raise PermissionDenied(
+            f"{field_name}: the checkpoints of session {session_id!r} are "
+            + (f"private to agent {s.agent_id!r}" if vis == AGENT else f"visible to group {group!r} only")
+        )
+
+
 class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     def __init__(
         self, checkpoints: CheckpointStore, sessions: SessionStore, lifecycle: Lifecycle, resumer: Resumer
@@ -101,7 +127,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def PutCheckpoint(
         self, request: kpb.PutCheckpointRequest, context: _Ctx
     ) -> kpb.PutCheckpointResponse:
-        _may_write("checkpoint")
+        await _check_scope(self._sessions, request.session_id, "session_id", write=True)
         cp = Checkpoint(
             session_id=request.session_id,
             namespace=request.namespace,
@@ -118,7 +144,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def PutCheckpointWrites(
         self, request: kpb.PutCheckpointWritesRequest, context: _Ctx
     ) -> kpb.PutCheckpointWritesResponse:
-        _may_write("checkpoint writes")
+        await _check_scope(self._sessions, request.session_id, "session_id", write=True)
         writes = [Write(w.task_id, w.index, w.channel, _typed(w.value), w.task_path) for w in request.writes]
         stored = await self._resuming(
             request.session_id,
@@ -131,6 +157,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def GetCheckpoint(
         self, request: kpb.GetCheckpointRequest, context: _Ctx
     ) -> kpb.GetCheckpointResponse:
+        await _check_scope(self._sessions, request.session_id, "session_id", write=False)
         cp = await self._resuming(
             request.session_id,
             lambda: self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id),
@@ -142,6 +169,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def ListCheckpoints(
         self, request: kpb.ListCheckpointsRequest, context: _Ctx
     ) -> kpb.ListCheckpointsResponse:
+        await _check_scope(self._sessions, request.session_id, "session_id", write=False)
         rows, token = await self._resuming(
             request.session_id,
             lambda: self._checkpoints.list_page(
@@ -168,7 +196,8 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def CopyCheckpoints(
         self, request: kpb.CopyCheckpointsRequest, context: _Ctx
     ) -> kpb.CopyCheckpointsResponse:
-        _may_write("checkpoints")
+        await _check_scope(self._sessions, request.source_session_id, "source_session_id", write=False)
+        await _check_scope(self._sessions, request.target_session_id, "target_session_id", write=True)
         await self._hot(request.source_session_id)
         source = await self._sessions.get(request.source_session_id)
         try:
