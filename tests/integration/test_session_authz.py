@@ -202,6 +202,8 @@ def test_a_removal_receipt_is_replayed_only_to_whoever_could_remove_its_messages
             w.remove_messages(session_id=sid, request_id=rid, message_ids=["no-such-message"])
         with pytest.raises(memlane.PermissionDeniedError):
             w.remove_messages(session_id=sid, request_id=rid, last=1)  # its own last turn, the owner's id
+        with pytest.raises(memlane.PermissionDeniedError):  # every message left is its own
+            w.remove_messages(session_id=sid, request_id=rid, all=True)
         # positive control: the writer removes its own turn under a request id of its own
         own = w.remove_messages(session_id=sid, request_id=f"{rid}-w", last=1)
         assert [m.content for m in own.removed] == ["mine"]
