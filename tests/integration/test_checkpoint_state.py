@@ -150,3 +150,26 @@ def test_a_retired_thread_gets_its_checkpoints_back(
         assert c.get_session(session_id=thread).session.status == memlane.SessionStatus.SESSION_STATUS_ACTIVE
     saver.close()
     r.close()
+
+
+def test_checkpoints_are_never_copied_into_another_users_session(
+    client: memlane.Client, user_id: str
+) -> None:
+    """CopyCheckpoints into an existing session of another user would put one user's framework state in
+    another's thread (their agent reads it, and erasing the first user leaves it there)."""
+    other = f"{user_id}-other"
+    marker = f"wombat{uuid.uuid4().hex[:8]}"
+    src = client.create_session(user_id=user_id).session.session_id
+    _put(client, src, "c1", metadata_json=json.dumps({"note": marker}))
+    foreign = client.create_session(user_id=other).session.session_id
+    with pytest.raises(memlane.AlreadyExistsError, match="target_session_id"):
+        client.copy_checkpoints(source_session_id=src, target_session_id=foreign)
+    assert not client.get_checkpoint(session_id=foreign).found
+    assert [x.data for x in client.export_user_data(user_id=other) if marker.encode() in x.data] == []
+    # positive controls: into the same user's existing session, and into a new one made for that user
+    same = client.create_session(user_id=user_id).session.session_id
+    assert client.copy_checkpoints(source_session_id=src, target_session_id=same).copied == 1
+    assert marker in client.get_checkpoint(session_id=same).checkpoint.metadata_json
+    fresh = f"fork-{uuid.uuid4().hex}"
+    assert client.copy_checkpoints(source_session_id=src, target_session_id=fresh).copied == 1
+    assert client.get_session(session_id=fresh).session.user_id == user_id

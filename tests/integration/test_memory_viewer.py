@@ -279,3 +279,21 @@ def test_every_page_in_a_browser(seeded: Seeded, tmp_path: Path) -> None:
         browse(tool, base + path, tmp_path / "profile", screenshot=shot)
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000, name
     print(f"viewer screenshots: {shots}")
+
+
+def test_without_auth_a_rebound_host_name_is_refused(seeded: Seeded) -> None:
+    """DNS rebinding: a web page on evil.example re-points its name at 127.0.0.1, so the browser on the
+    operator's machine reaches the loopback viewer from the page's own origin and can read every user's
+    data and the form token. Only loopback host names are served with auth off."""
+    port = seeded.port
+    for host in ("127.0.0.1", f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):  # positive controls
+        ok = request(port, seg("users", seeded.user), headers={"Host": host})
+        assert ok.status == 200 and seeded.open_sid in ok.body, host
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+        page = request(port, seg("users", seeded.user), headers={"Host": host})
+        assert page.status == 403 and seeded.open_sid not in page.body, host
+        wipe = request(
+            port, seg("users", seeded.user, "wipe"), form={"csrf": "0" * 64, "confirm": seeded.user}
+        )
+        assert wipe.status == 403, host
+    assert seeded.open_sid in request(port, seg("users", seeded.user)).body  # nothing was wiped

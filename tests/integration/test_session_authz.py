@@ -4,6 +4,8 @@ field by field of UpdateSession's mask, and for CloseSession and PromoteSession(
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane import Topology
+from memlane.v1 import checkpoint_pb2 as kpb
 from memlane.v1 import session_pb2 as pb
 from memlane_server.background import SidecarThread
 from tests.access_policy import as_agent, write_policy
@@ -130,3 +133,124 @@ def test_participants_describe_and_grant_nothing(secured: SidecarThread, user_id
     for reader in ("writer", "outsider"):  # listed and unlisted read the same: the session-wide turn
         with as_agent(secured, reader) as c:
             assert [m.content for m in c.list_messages(session_id=sid).messages] == ["for everyone"]
+
+
+def _put_checkpoint(c: memlane.Client, sid: str, cid: str, run: str) -> None:
+    c.put_checkpoint(
+        session_id=sid,
+        checkpoint_id=cid,
+        checkpoint=kpb.TypedValue(type="json", data=b"{}"),
+        metadata_json=json.dumps({"run_id": run}),
+    )
+
+
+def test_only_the_owner_its_orchestrator_and_admins_delete_a_sessions_checkpoints(
+    secured: SidecarThread, user_id: str
+) -> None:
+    """Deleting, pruning or deleting by run destroys a session's framework state: the rule of
+    CloseSession, not the write rule (any agent may write session-wide)."""
+    run = f"run-{uuid.uuid4().hex}"
+    destroy = {
+        "delete_checkpoints": lambda c, sid: c.delete_checkpoints(session_id=sid),
+        "prune_checkpoints(delete)": lambda c, sid: c.prune_checkpoints(
+            session_ids=[sid], strategy=kpb.PRUNE_STRATEGY_DELETE
+        ),
+        "prune_checkpoints(keep_latest)": lambda c, sid: c.prune_checkpoints(
+            session_ids=[sid], strategy=kpb.PRUNE_STRATEGY_KEEP_LATEST
+        ),
+        "delete_checkpoint_runs": lambda c, sid: c.delete_checkpoint_runs(run_ids=[run]),
+    }
+    for name, call in destroy.items():
+        for actor in (*REFUSED, *ALLOWED):
+            sid = _new_session(secured, user_id).session_id
+            with as_agent(secured, OWNER) as owner:
+                _put_checkpoint(owner, sid, "c1", run)
+                _put_checkpoint(owner, sid, "c2", run)
+            with as_agent(secured, actor) as c:
+                if actor in REFUSED:
+                    with pytest.raises(memlane.PermissionDeniedError):
+                        call(c, sid)
+                else:  # positive control: they may, and the checkpoints are gone
+                    call(c, sid)
+            with as_agent(secured, OWNER) as owner:
+                left = [x.checkpoint_id for x in owner.list_checkpoints(session_id=sid).checkpoints]
+            if actor in REFUSED:
+                assert sorted(left) == ["c1", "c2"], f"{actor} destroyed checkpoints by {name}"
+            else:
+                assert len(left) < 2, f"{actor} could not {name}"
+
+
+def test_a_removal_receipt_is_replayed_only_to_whoever_could_remove_its_messages(
+    secured: SidecarThread, user_id: str
+) -> None:
+    """RemoveMessages keeps its answer (the removed messages) under the request id, so a retry gets it
+    again; another agent naming the same request id must not get the owner's private turns that way."""
+    sid = _new_session(secured, user_id).session_id  # distributed: turns are private to their writer
+    secret = f"secret-{uuid.uuid4().hex[:8]}"
+    rid = f"pop-{uuid.uuid4().hex[:8]}"
+    with as_agent(secured, OWNER) as owner:
+        owner.append_messages(session_id=sid, messages=[pb.Message(role=pb.ROLE_USER, content=secret)])
+        first = owner.remove_messages(session_id=sid, request_id=rid, last=1)
+        assert [m.content for m in first.removed] == [secret]
+        # positive control: the owner's own retry replays the answer
+        assert [m.content for m in owner.remove_messages(session_id=sid, request_id=rid, last=1).removed] == [
+            secret
+        ]
+    with as_agent(secured, "writer") as w:
+        w.append_messages(session_id=sid, messages=[pb.Message(role=pb.ROLE_USER, content="mine")])
+        with pytest.raises(memlane.PermissionDeniedError):
+            w.remove_messages(session_id=sid, request_id=rid, message_ids=["no-such-message"])
+        with pytest.raises(memlane.PermissionDeniedError):
+            w.remove_messages(session_id=sid, request_id=rid, last=1)  # its own last turn, the owner's id
+        with pytest.raises(memlane.PermissionDeniedError):  # every message left is its own
+            w.remove_messages(session_id=sid, request_id=rid, all=True)
+        # positive control: the writer removes its own turn under a request id of its own
+        own = w.remove_messages(session_id=sid, request_id=f"{rid}-w", last=1)
+        assert [m.content for m in own.removed] == ["mine"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # distributed: the owner's private memory; its orchestrator and auditors read it
+        (Topology.TOPOLOGY_DISTRIBUTED, "", {OWNER, "planner", "auditor"}, {OWNER}),
+        # selective: the group's (planner and researcher), auditors read it
+        (Topology.TOPOLOGY_SELECTIVE, "research", {OWNER, "planner", "auditor"}, {OWNER, "planner"}),
+        # shared: session-wide (positive control: every agent reads, every non-auditor writes)
+        (
+            Topology.TOPOLOGY_SHARED,
+            "",
+            {*REFUSED, *ALLOWED},
+            {OWNER, "planner", "writer", "outsider", "admin"},
+        ),
+    ],
+)
+def test_checkpoints_follow_the_topologys_visibility(
+    secured: SidecarThread, user_id: str, case: tuple[Topology.ValueType, str, set[str], set[str]]
+) -> None:
+    """A framework checkpoint holds the agent's whole state (its private turns too): in a distributed
+    session another agent must not read it through GetCheckpoint, ListCheckpoints or CopyCheckpoints."""
+    topology, group, readers, writers = case
+    with as_agent(secured, OWNER) as owner:
+        sid = owner.create_session(user_id=user_id, topology=topology, group=group).session.session_id
+        _put_checkpoint(owner, sid, "c1", f"run-{uuid.uuid4().hex}")
+    for actor in (*REFUSED, *ALLOWED):
+        with as_agent(secured, actor) as c:
+            if actor in readers:
+                assert c.get_checkpoint(session_id=sid, checkpoint_id="c1").found, actor
+                assert "c1" in [x.checkpoint_id for x in c.list_checkpoints(session_id=sid).checkpoints]
+            else:
+                with pytest.raises(memlane.PermissionDeniedError):
+                    c.get_checkpoint(session_id=sid)
+                with pytest.raises(memlane.PermissionDeniedError):
+                    c.list_checkpoints(session_id=sid)
+                with pytest.raises(memlane.PermissionDeniedError):
+                    c.copy_checkpoints(source_session_id=sid, target_session_id=f"fork-{uuid.uuid4().hex}")
+            if actor in writers:
+                _put_checkpoint(c, sid, f"c-{actor}", "r")
+            else:
+                with pytest.raises(memlane.PermissionDeniedError):
+                    _put_checkpoint(c, sid, f"c-{actor}", "r")
+    with as_agent(secured, "auditor") as a:
+        written = {x.checkpoint_id for x in a.list_checkpoints(session_id=sid).checkpoints}
+    assert written == {"c1", *(f"c-{w}" for w in writers)}

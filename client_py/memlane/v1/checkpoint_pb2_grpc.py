@@ -29,6 +29,10 @@ class CheckpointServiceStub:
     """Framework state kept with a session (a "thread" in LangGraph's words): versioned, opaque checkpoints
     with metadata, parent links, per-task pending writes and namespaces. The state lives under the
     session's own Redis keys, so it shares the session's lifecycle, erasure and export.
+    Checkpoints take the visibility the session's topology gives its messages (session-wide when shared,
+    the session's agent's when distributed, its group's when selective): reads follow the read rule,
+    writes the write rule on it. Deleting them is managing the session (its agent, an orchestrator for
+    it, an admin).
     """
 
     def __init__(self, channel):
@@ -83,12 +87,16 @@ class CheckpointServiceServicer:
     """Framework state kept with a session (a "thread" in LangGraph's words): versioned, opaque checkpoints
     with metadata, parent links, per-task pending writes and namespaces. The state lives under the
     session's own Redis keys, so it shares the session's lifecycle, erasure and export.
+    Checkpoints take the visibility the session's topology gives its messages (session-wide when shared,
+    the session's agent's when distributed, its group's when selective): reads follow the read rule,
+    writes the write rule on it. Deleting them is managing the session (its agent, an orchestrator for
+    it, an admin).
     """
 
     def PutCheckpoint(self, request, context):
         """Stores one checkpoint (a retry with the same id stores the same bytes again).
         Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
-        PERMISSION_DENIED (auditor).
+        PERMISSION_DENIED (auditor, or the session's checkpoints are not the caller's to write).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,7 +114,7 @@ class CheckpointServiceServicer:
     def GetCheckpoint(self, request, context):
         """One checkpoint with its channel values and pending writes; the newest of the namespace when
         checkpoint_id is empty. `found` is false when there is none (or no such session).
-        Errors: INVALID_ARGUMENT.
+        Errors: INVALID_ARGUMENT, PERMISSION_DENIED (another agent's or group's checkpoints).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,7 +122,7 @@ class CheckpointServiceServicer:
 
     def ListCheckpoints(self, request, context):
         """A session's checkpoints, newest first, filtered by namespace, metadata equality and `before`.
-        Errors: INVALID_ARGUMENT (bad filter JSON, bad page token).
+        Errors: INVALID_ARGUMENT (bad filter JSON, bad page token), PERMISSION_DENIED (as GetCheckpoint).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,7 +130,7 @@ class CheckpointServiceServicer:
 
     def DeleteCheckpoints(self, request, context):
         """Deletes every checkpoint and write of a session (the session and its messages stay).
-        Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
+        Errors: INVALID_ARGUMENT, PERMISSION_DENIED (not the session's agent, its orchestrator or an admin).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,8 +139,8 @@ class CheckpointServiceServicer:
     def CopyCheckpoints(self, request, context):
         """Copies every checkpoint and write of one session into another (created like the source when it
         does not exist).
-        Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED, ALREADY_EXISTS (target id
-        taken by another user's session).
+        Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED (source not readable or
+        target not writable by the caller), ALREADY_EXISTS (target id taken by another user's session).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,7 +156,7 @@ class CheckpointServiceServicer:
 
     def DeleteCheckpointRuns(self, request, context):
         """Deletes the checkpoints (and their writes) whose metadata `run_id` is one of `run_ids`, in every
-        session.
+        session; refused whole (nothing deleted) unless the caller may manage every such session.
         Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -210,6 +218,10 @@ class CheckpointService:
     """Framework state kept with a session (a "thread" in LangGraph's words): versioned, opaque checkpoints
     with metadata, parent links, per-task pending writes and namespaces. The state lives under the
     session's own Redis keys, so it shares the session's lifecycle, erasure and export.
+    Checkpoints take the visibility the session's topology gives its messages (session-wide when shared,
+    the session's agent's when distributed, its group's when selective): reads follow the read rule,
+    writes the write rule on it. Deleting them is managing the session (its agent, an orchestrator for
+    it, an admin).
     """
 
     @staticmethod

@@ -30,6 +30,10 @@ class CheckpointServiceStub:
     """Framework state kept with a session (a "thread" in LangGraph's words): versioned, opaque checkpoints
     with metadata, parent links, per-task pending writes and namespaces. The state lives under the
     session's own Redis keys, so it shares the session's lifecycle, erasure and export.
+    Checkpoints take the visibility the session's topology gives its messages (session-wide when shared,
+    the session's agent's when distributed, its group's when selective): reads follow the read rule,
+    writes the write rule on it. Deleting them is managing the session (its agent, an orchestrator for
+    it, an admin).
     """
 
     @_typing.overload
@@ -39,7 +43,7 @@ class CheckpointServiceStub:
     PutCheckpoint: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.PutCheckpointRequest, _checkpoint_pb2.PutCheckpointResponse]
     """Stores one checkpoint (a retry with the same id stores the same bytes again).
     Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
-    PERMISSION_DENIED (auditor).
+    PERMISSION_DENIED (auditor, or the session's checkpoints are not the caller's to write).
     """
     PutCheckpointWrites: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.PutCheckpointWritesRequest, _checkpoint_pb2.PutCheckpointWritesResponse]
     """Stores the pending writes of one task against a checkpoint. A write with a non-negative index is
@@ -49,21 +53,21 @@ class CheckpointServiceStub:
     GetCheckpoint: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.GetCheckpointRequest, _checkpoint_pb2.GetCheckpointResponse]
     """One checkpoint with its channel values and pending writes; the newest of the namespace when
     checkpoint_id is empty. `found` is false when there is none (or no such session).
-    Errors: INVALID_ARGUMENT.
+    Errors: INVALID_ARGUMENT, PERMISSION_DENIED (another agent's or group's checkpoints).
     """
     ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.ListCheckpointsRequest, _checkpoint_pb2.ListCheckpointsResponse]
     """A session's checkpoints, newest first, filtered by namespace, metadata equality and `before`.
-    Errors: INVALID_ARGUMENT (bad filter JSON, bad page token).
+    Errors: INVALID_ARGUMENT (bad filter JSON, bad page token), PERMISSION_DENIED (as GetCheckpoint).
     """
     DeleteCheckpoints: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.DeleteCheckpointsRequest, _checkpoint_pb2.DeleteCheckpointsResponse]
     """Deletes every checkpoint and write of a session (the session and its messages stay).
-    Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
+    Errors: INVALID_ARGUMENT, PERMISSION_DENIED (not the session's agent, its orchestrator or an admin).
     """
     CopyCheckpoints: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.CopyCheckpointsRequest, _checkpoint_pb2.CopyCheckpointsResponse]
     """Copies every checkpoint and write of one session into another (created like the source when it
     does not exist).
-    Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED, ALREADY_EXISTS (target id
-    taken by another user's session).
+    Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED (source not readable or
+    target not writable by the caller), ALREADY_EXISTS (target id taken by another user's session).
     """
     PruneCheckpoints: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.PruneCheckpointsRequest, _checkpoint_pb2.PruneCheckpointsResponse]
     """Keeps only the newest checkpoint of each namespace (KEEP_LATEST) or deletes them all (DELETE).
@@ -71,7 +75,7 @@ class CheckpointServiceStub:
     """
     DeleteCheckpointRuns: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.DeleteCheckpointRunsRequest, _checkpoint_pb2.DeleteCheckpointRunsResponse]
     """Deletes the checkpoints (and their writes) whose metadata `run_id` is one of `run_ids`, in every
-    session.
+    session; refused whole (nothing deleted) unless the caller may manage every such session.
     Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
     """
 
@@ -80,13 +84,17 @@ class CheckpointServiceAsyncStub(CheckpointServiceStub):
     """Framework state kept with a session (a "thread" in LangGraph's words): versioned, opaque checkpoints
     with metadata, parent links, per-task pending writes and namespaces. The state lives under the
     session's own Redis keys, so it shares the session's lifecycle, erasure and export.
+    Checkpoints take the visibility the session's topology gives its messages (session-wide when shared,
+    the session's agent's when distributed, its group's when selective): reads follow the read rule,
+    writes the write rule on it. Deleting them is managing the session (its agent, an orchestrator for
+    it, an admin).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     PutCheckpoint: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.PutCheckpointRequest, _checkpoint_pb2.PutCheckpointResponse]  # type: ignore[assignment]
     """Stores one checkpoint (a retry with the same id stores the same bytes again).
     Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
-    PERMISSION_DENIED (auditor).
+    PERMISSION_DENIED (auditor, or the session's checkpoints are not the caller's to write).
     """
     PutCheckpointWrites: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.PutCheckpointWritesRequest, _checkpoint_pb2.PutCheckpointWritesResponse]  # type: ignore[assignment]
     """Stores the pending writes of one task against a checkpoint. A write with a non-negative index is
@@ -96,21 +104,21 @@ class CheckpointServiceAsyncStub(CheckpointServiceStub):
     GetCheckpoint: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.GetCheckpointRequest, _checkpoint_pb2.GetCheckpointResponse]  # type: ignore[assignment]
     """One checkpoint with its channel values and pending writes; the newest of the namespace when
     checkpoint_id is empty. `found` is false when there is none (or no such session).
-    Errors: INVALID_ARGUMENT.
+    Errors: INVALID_ARGUMENT, PERMISSION_DENIED (another agent's or group's checkpoints).
     """
     ListCheckpoints: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.ListCheckpointsRequest, _checkpoint_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
     """A session's checkpoints, newest first, filtered by namespace, metadata equality and `before`.
-    Errors: INVALID_ARGUMENT (bad filter JSON, bad page token).
+    Errors: INVALID_ARGUMENT (bad filter JSON, bad page token), PERMISSION_DENIED (as GetCheckpoint).
     """
     DeleteCheckpoints: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.DeleteCheckpointsRequest, _checkpoint_pb2.DeleteCheckpointsResponse]  # type: ignore[assignment]
     """Deletes every checkpoint and write of a session (the session and its messages stay).
-    Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
+    Errors: INVALID_ARGUMENT, PERMISSION_DENIED (not the session's agent, its orchestrator or an admin).
     """
     CopyCheckpoints: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.CopyCheckpointsRequest, _checkpoint_pb2.CopyCheckpointsResponse]  # type: ignore[assignment]
     """Copies every checkpoint and write of one session into another (created like the source when it
     does not exist).
-    Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED, ALREADY_EXISTS (target id
-    taken by another user's session).
+    Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED (source not readable or
+    target not writable by the caller), ALREADY_EXISTS (target id taken by another user's session).
     """
     PruneCheckpoints: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.PruneCheckpointsRequest, _checkpoint_pb2.PruneCheckpointsResponse]  # type: ignore[assignment]
     """Keeps only the newest checkpoint of each namespace (KEEP_LATEST) or deletes them all (DELETE).
@@ -118,7 +126,7 @@ class CheckpointServiceAsyncStub(CheckpointServiceStub):
     """
     DeleteCheckpointRuns: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.DeleteCheckpointRunsRequest, _checkpoint_pb2.DeleteCheckpointRunsResponse]  # type: ignore[assignment]
     """Deletes the checkpoints (and their writes) whose metadata `run_id` is one of `run_ids`, in every
-    session.
+    session; refused whole (nothing deleted) unless the caller may manage every such session.
     Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
     """
 
@@ -126,6 +134,10 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
     """Framework state kept with a session (a "thread" in LangGraph's words): versioned, opaque checkpoints
     with metadata, parent links, per-task pending writes and namespaces. The state lives under the
     session's own Redis keys, so it shares the session's lifecycle, erasure and export.
+    Checkpoints take the visibility the session's topology gives its messages (session-wide when shared,
+    the session's agent's when distributed, its group's when selective): reads follow the read rule,
+    writes the write rule on it. Deleting them is managing the session (its agent, an orchestrator for
+    it, an admin).
     """
 
     @_abc_1.abstractmethod
@@ -136,7 +148,7 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_checkpoint_pb2.PutCheckpointResponse, _abc.Awaitable[_checkpoint_pb2.PutCheckpointResponse]]:
         """Stores one checkpoint (a retry with the same id stores the same bytes again).
         Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
-        PERMISSION_DENIED (auditor).
+        PERMISSION_DENIED (auditor, or the session's checkpoints are not the caller's to write).
         """
 
     @_abc_1.abstractmethod
@@ -158,7 +170,7 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_checkpoint_pb2.GetCheckpointResponse, _abc.Awaitable[_checkpoint_pb2.GetCheckpointResponse]]:
         """One checkpoint with its channel values and pending writes; the newest of the namespace when
         checkpoint_id is empty. `found` is false when there is none (or no such session).
-        Errors: INVALID_ARGUMENT.
+        Errors: INVALID_ARGUMENT, PERMISSION_DENIED (another agent's or group's checkpoints).
         """
 
     @_abc_1.abstractmethod
@@ -168,7 +180,7 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_checkpoint_pb2.ListCheckpointsResponse, _abc.Awaitable[_checkpoint_pb2.ListCheckpointsResponse]]:
         """A session's checkpoints, newest first, filtered by namespace, metadata equality and `before`.
-        Errors: INVALID_ARGUMENT (bad filter JSON, bad page token).
+        Errors: INVALID_ARGUMENT (bad filter JSON, bad page token), PERMISSION_DENIED (as GetCheckpoint).
         """
 
     @_abc_1.abstractmethod
@@ -178,7 +190,7 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_checkpoint_pb2.DeleteCheckpointsResponse, _abc.Awaitable[_checkpoint_pb2.DeleteCheckpointsResponse]]:
         """Deletes every checkpoint and write of a session (the session and its messages stay).
-        Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
+        Errors: INVALID_ARGUMENT, PERMISSION_DENIED (not the session's agent, its orchestrator or an admin).
         """
 
     @_abc_1.abstractmethod
@@ -189,8 +201,8 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_checkpoint_pb2.CopyCheckpointsResponse, _abc.Awaitable[_checkpoint_pb2.CopyCheckpointsResponse]]:
         """Copies every checkpoint and write of one session into another (created like the source when it
         does not exist).
-        Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED, ALREADY_EXISTS (target id
-        taken by another user's session).
+        Errors: INVALID_ARGUMENT, NOT_FOUND (source session), PERMISSION_DENIED (source not readable or
+        target not writable by the caller), ALREADY_EXISTS (target id taken by another user's session).
         """
 
     @_abc_1.abstractmethod
@@ -210,7 +222,7 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_checkpoint_pb2.DeleteCheckpointRunsResponse, _abc.Awaitable[_checkpoint_pb2.DeleteCheckpointRunsResponse]]:
         """Deletes the checkpoints (and their writes) whose metadata `run_id` is one of `run_ids`, in every
-        session.
+        session; refused whole (nothing deleted) unless the caller may manage every such session.
         Errors: INVALID_ARGUMENT, PERMISSION_DENIED.
         """
 

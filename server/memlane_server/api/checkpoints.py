@@ -1,12 +1,17 @@
 """CheckpointService: a framework's own state per session (LangGraph checkpoints) over gRPC.
 
-Checkpoints are session-wide state: any caller that may use the session reads them, and writing them
-follows the write rule of a session-wide message (auditors never write).
+Checkpoints carry the visibility the session's topology gives its messages (``default_visibility``): in
+a shared session they are session-wide, in a distributed one private to the session's agent (its
+orchestrator and auditors read them too), in a selective one its group's. Reading them follows
+``Caller.can_see`` and writing them ``Caller.check_write`` on that visibility (auditors never write), so
+a checkpoint holding an agent's private turns is not a way around the access rule. Destroying them
+(delete, prune, delete by run) is managing the session: the rule of CloseSession
+(``Caller.check_manage``), so one agent cannot wipe another agent's framework state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeAlias, TypeVar
 
 import grpc
@@ -14,13 +19,13 @@ import grpc
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 
-from ..access.identity import SESSION, current_caller
-from ..errors import InvalidArgument, NotFound
+from ..access.identity import AGENT, SESSION, current_caller
+from ..errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
 from ..pipelines import Resumer
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
-from ..sessions.store import SessionStore
+from ..sessions.store import SessionStore, default_visibility
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 T = TypeVar("T")
@@ -64,6 +69,29 @@ def _may_write(what: str) -> None:
     current_caller().check_write(SESSION, "", "", what)
 
 
+async def _check_scope(sessions: SessionStore, session_id: str, field_name: str, *, write: bool) -> None:
+    """PERMISSION_DENIED unless the caller may read (or write) checkpoints of the session, whose
+    topology decides their visibility. A missing session is left to the handler (NOT_FOUND, or none)."""
+    caller = current_caller()
+    if caller.unrestricted:
+        return
+    if write:
+        _may_write(field_name)
+    try:
+        s = await sessions.get(session_id)
+    except NotFound:
+        return
+    vis, group = default_visibility(s)
+    owner = s.agent_id if vis == AGENT else ""
+    if write:
+        caller.check_write(vis, owner, group, field_name)
+    elif not caller.can_see(vis, s.agent_id, group):
+        raise PermissionDenied(
+            f"{field_name}: the checkpoints of session {session_id!r} are "
+            + (f"private to agent {s.agent_id!r}" if vis == AGENT else f"visible to group {group!r} only")
+        )
+
+
 class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     def __init__(
         self, checkpoints: CheckpointStore, sessions: SessionStore, lifecycle: Lifecycle, resumer: Resumer
@@ -72,6 +100,20 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self._sessions = sessions
         self._lifecycle = lifecycle
         self._hot = resumer.ensure_hot
+
+    async def _may_destroy(self, session_ids: Iterable[str]) -> None:
+        """PERMISSION_DENIED unless the caller may manage every named session (checked before anything is
+        deleted, so a refused call deletes nothing). A missing session has no state to protect."""
+        caller = current_caller()
+        if caller.unrestricted:
+            return
+        _may_write("checkpoints")
+        for session_id in session_ids:
+            try:
+                session = await self._sessions.get(session_id)
+            except NotFound:
+                continue
+            caller.check_manage(session.agent_id, "", "delete the checkpoints of")
 
     async def _resuming(self, session_id: str, op: Callable[[], Awaitable[T]]) -> T:
         """Runs ``op``; a retired thread (its state in the archive) is resumed once and ``op`` retried.
@@ -85,7 +127,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def PutCheckpoint(
         self, request: kpb.PutCheckpointRequest, context: _Ctx
     ) -> kpb.PutCheckpointResponse:
-        _may_write("checkpoint")
+        await _check_scope(self._sessions, request.session_id, "session_id", write=True)
         cp = Checkpoint(
             session_id=request.session_id,
             namespace=request.namespace,
@@ -102,7 +144,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def PutCheckpointWrites(
         self, request: kpb.PutCheckpointWritesRequest, context: _Ctx
     ) -> kpb.PutCheckpointWritesResponse:
-        _may_write("checkpoint writes")
+        await _check_scope(self._sessions, request.session_id, "session_id", write=True)
         writes = [Write(w.task_id, w.index, w.channel, _typed(w.value), w.task_path) for w in request.writes]
         stored = await self._resuming(
             request.session_id,
@@ -115,6 +157,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def GetCheckpoint(
         self, request: kpb.GetCheckpointRequest, context: _Ctx
     ) -> kpb.GetCheckpointResponse:
+        await _check_scope(self._sessions, request.session_id, "session_id", write=False)
         cp = await self._resuming(
             request.session_id,
             lambda: self._checkpoints.get(request.session_id, request.namespace, request.checkpoint_id),
@@ -126,6 +169,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def ListCheckpoints(
         self, request: kpb.ListCheckpointsRequest, context: _Ctx
     ) -> kpb.ListCheckpointsResponse:
+        await _check_scope(self._sessions, request.session_id, "session_id", write=False)
         rows, token = await self._resuming(
             request.session_id,
             lambda: self._checkpoints.list_page(
@@ -144,7 +188,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def DeleteCheckpoints(
         self, request: kpb.DeleteCheckpointsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointsResponse:
-        _may_write("checkpoints")
+        await self._may_destroy([request.session_id])
         return kpb.DeleteCheckpointsResponse(
             deleted=await self._checkpoints.delete_thread(request.session_id)
         )
@@ -152,11 +196,12 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def CopyCheckpoints(
         self, request: kpb.CopyCheckpointsRequest, context: _Ctx
     ) -> kpb.CopyCheckpointsResponse:
-        _may_write("checkpoints")
+        await _check_scope(self._sessions, request.source_session_id, "source_session_id", write=False)
+        await _check_scope(self._sessions, request.target_session_id, "target_session_id", write=True)
         await self._hot(request.source_session_id)
         source = await self._sessions.get(request.source_session_id)
         try:
-            await self._sessions.get(request.target_session_id)
+            target = await self._sessions.get(request.target_session_id)
         except NotFound:
             # The copy is a fork of the conversation: a new thread of the same user, agent and channel.
             draft = Session(
@@ -169,9 +214,13 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
                 topology=source.topology,
             )
             draft, policy_ttl = self._lifecycle.policies.apply(draft)
-            created, was_new = await self._sessions.create(draft, default_ttl_seconds=policy_ttl)
+            target, was_new = await self._sessions.create(draft, default_ttl_seconds=policy_ttl)
             if was_new:
-                await self._lifecycle.created(created)
+                await self._lifecycle.created(target)
+        if target.user_id != source.user_id:  # one user's state never lands in another user's thread
+            raise AlreadyExists(
+                f"target_session_id {request.target_session_id!r} is a session of another user"
+            )
         await self._hot(request.target_session_id)
         copied = await self._checkpoints.copy(request.source_session_id, request.target_session_id)
         return kpb.CopyCheckpointsResponse(copied=copied)
@@ -179,7 +228,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def PruneCheckpoints(
         self, request: kpb.PruneCheckpointsRequest, context: _Ctx
     ) -> kpb.PruneCheckpointsResponse:
-        _may_write("checkpoints")
+        await self._may_destroy(request.session_ids)
         if request.strategy not in (kpb.PRUNE_STRATEGY_KEEP_LATEST, kpb.PRUNE_STRATEGY_DELETE):
             raise InvalidArgument("strategy must be PRUNE_STRATEGY_KEEP_LATEST or PRUNE_STRATEGY_DELETE")
         deleted = await self._checkpoints.prune(
@@ -190,7 +239,7 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def DeleteCheckpointRuns(
         self, request: kpb.DeleteCheckpointRunsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointRunsResponse:
-        _may_write("checkpoints")
+        await self._may_destroy(await self._checkpoints.run_sessions(list(request.run_ids)))
         return kpb.DeleteCheckpointRunsResponse(
             deleted=await self._checkpoints.delete_runs(list(request.run_ids))
         )

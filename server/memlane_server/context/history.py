@@ -94,6 +94,8 @@ class HistoryBuilder:
 
     def forget(self, session_ids: set[str]) -> None:
         self._recent.forget(session_ids)
+        for key in [k for k in self._recounts if k[0] in session_ids]:
+            del self._recounts[key]
 
     async def count(self, texts: list[str], model: str) -> list[int]:
         if sum(len(t) for t in texts) <= INLINE_COUNT_CHARS:

@@ -93,6 +93,7 @@ class LtmMemorySource:
     def forget(self, user_id: str) -> None:
         for key in [k for k in self._profiles if k[0] == user_id]:
             del self._profiles[key]
+        self._seen.pop(user_id, None)  # the user id itself is the user's data
 
     async def recall(
         self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""

@@ -160,6 +160,14 @@ _DEFAULT_VISIBILITY = {
     Topology.SELECTIVE: VisibilityKind.GROUP,
 }
 
+
+def default_visibility(s: Session) -> tuple[VisibilityKind, str]:
+    """The visibility (and group) a session's topology gives what is written without one: its messages,
+    and its framework checkpoints, which are one agent's memory in a distributed session."""
+    vis = _DEFAULT_VISIBILITY[Topology(s.topology or Topology.SHARED)]
+    return vis, s.group if vis == VisibilityKind.GROUP else ""
+
+
 # Fields UpdateSession may set, with their validators.
 UPDATABLE_FIELDS = frozenset({"tags", "metadata", "participants", "status", "group", "model", "ttl_seconds"})
 

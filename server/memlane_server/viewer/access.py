@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 from dataclasses import dataclass
 
@@ -19,6 +20,23 @@ COOKIE = "memlane_viewer_token"
 
 def _grpc_style_peer(host: str) -> str:
     return f"ipv6:[{host}]:0" if ":" in host else f"ipv4:{host}:0"
+
+
+def _loopback_name(host_header: str) -> bool:
+    """Whether a Host header names this machine's loopback (``localhost``, ``127.x.x.x``, ``[::1]``,
+    with or without a port). A browser sends the name it resolved, so this is what stops DNS rebinding:
+    a page on evil.example whose name now points at 127.0.0.1 sends ``Host: evil.example``."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def bearer_of(request: HttpRequest) -> str | None:
@@ -55,6 +73,12 @@ class ViewerAccess:
         if not self.auth_required:
             if not is_local_peer(_grpc_style_peer(request.peer_host)):
                 raise PermissionDenied("auth is disabled, so the viewer serves loopback browsers only")
+            host = request.headers.get("host")
+            if host is not None and not _loopback_name(host):
+                raise PermissionDenied(
+                    "auth is disabled, so the viewer answers only to a loopback host name (localhost,"
+                    " 127.0.0.1, [::1])"
+                )
             return Grant(None, self.csrf_for(None))
         token = token or bearer_of(request)
         if not token:

@@ -1,0 +1,32 @@
+"""ForgetUser drops every in-process copy of the user's data, down to the ids that key them: the
+per-user LTM version view and the per-message token recounts (the user id and session ids are the
+user's data too)."""
+
+from __future__ import annotations
+
+import memlane
+from memlane import Message, Role
+from memlane_server.background import SidecarThread
+from memlane_server.context.ltm_source import LtmMemorySource
+
+
+def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
+    server: SidecarThread, client: memlane.Client, user_id: str
+) -> None:
+    sid = client.create_session(user_id=user_id, model="gpt-4").session.session_id
+    client.append_messages(
+        session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I keep bees on the roof.")]
+    )
+    # A model of another encoding than the session's makes assembly recount (and remember) the turns;
+    # recall reads (and remembers) the user's LTM version.
+    list(client.assemble_context(session_id=sid, user_input="what do I keep?", model="gpt-4o"))
+    context = server.sidecar.context
+    assert context is not None
+    recounts = context._history._recounts
+    memory = context._memory
+    assert isinstance(memory, LtmMemorySource)
+    seen = memory._seen
+    assert any(k[0] == sid for k in recounts) and user_id in seen  # positive control
+    client.forget_user(user_id=user_id)
+    assert not any(k[0] == sid for k in recounts)
+    assert user_id not in seen
