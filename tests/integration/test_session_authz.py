@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -150,7 +151,7 @@ def test_only_the_owner_its_orchestrator_and_admins_delete_a_sessions_checkpoint
     """Deleting, pruning or deleting by run destroys a session's framework state: the rule of
     CloseSession, not the write rule (any agent may write session-wide)."""
     run = f"run-{uuid.uuid4().hex}"
-    destroy = {
+    destroy: dict[str, Callable[[memlane.Client, str], object]] = {
         "delete_checkpoints": lambda c, sid: c.delete_checkpoints(session_id=sid),
         "prune_checkpoints(delete)": lambda c, sid: c.prune_checkpoints(
             session_ids=[sid], strategy=kpb.PRUNE_STRATEGY_DELETE
