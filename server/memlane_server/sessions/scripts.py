@@ -128,7 +128,8 @@ return cur
 # answer TTL (ms), then (message_id, token_count) pairs for 'ids'.
 # Returns {count, token_total, message_count, {seq_1, id_1, payload_1, ...}}. A request id seen before
 # returns its first answer (the removed messages kept for the answer TTL) and changes nothing.
-# `last_seq` is never touched, so seqs stay monotonic; a summary covering a removed seq is reset.
+# `last_seq` is never touched, so seqs stay monotonic; a summary covering a removed seq is reset, its
+# per-scope parts with it (a removed private turn must not live on in its scope's summary).
 REMOVE = r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
 local rid = ARGV[1]
@@ -185,7 +186,7 @@ else
 end
 if lowest ~= nil and lowest <= tonumber(redis.call('HGET', KEYS[1], 'summary_through_seq') or '0') then
   redis.call('HSET', KEYS[1], 'summary_text', '', 'summary_through_id', '', 'summary_through_seq', 0,
-    'summary_tokens', 0)
+    'summary_tokens', 0, 'summary_scoped', '')
 end
 if ARGV[2] == 'all' then
   redis.call('HSET', KEYS[4], rid, 'A' .. count)
