@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import memlane
-from memlane import Message, Role
+from memlane import Message, Role, VisibilityKind
 from memlane_server.background import SidecarThread
 from tests.conftest import ServerFactory
 
@@ -118,3 +118,26 @@ def test_only_a_message_s_writer_removes_it(secured: SidecarThread, user_id: str
         assert _ids(alpha, sid) == ids  # positive control below: the writer may
         assert alpha.remove_messages(session_id=sid, last=1).removed_count == 1
         assert _ids(alpha, sid) == ids[:1]
+
+
+def test_a_replayed_request_id_never_hands_another_agent_s_removed_turn(
+    secured: SidecarThread, user_id: str
+) -> None:
+    with (
+        memlane.Client(secured.target, token=TOKENS["alpha"], timeout=10) as alpha,
+        memlane.Client(secured.target, token=TOKENS["beta"], timeout=10) as beta,
+    ):
+        sid = alpha.create_session(user_id=user_id).session.session_id
+        secret = Message(role=Role.ROLE_USER, content="alpha's vault code is VC-9917")
+        secret.visibility = VisibilityKind.VISIBILITY_KIND_AGENT
+        alpha.append_messages(session_id=sid, messages=[secret])
+        first = alpha.remove_messages(session_id=sid, request_id="pop-shared-id", last=1)
+        assert [m.content for m in first.removed] == [secret.content]
+        # Positive control: alpha's own retry gets its answer back.
+        again = alpha.remove_messages(session_id=sid, request_id="pop-shared-id", last=1)
+        assert [m.content for m in again.removed] == [secret.content]
+        # beta reusing the request id (with requests that pass the pre-check) must not read it.
+        with pytest.raises(memlane.PermissionDeniedError):
+            beta.remove_messages(session_id=sid, request_id="pop-shared-id", message_ids=["nope"])
+        with pytest.raises(memlane.PermissionDeniedError):
+            beta.remove_messages(session_id=sid, request_id="pop-shared-id", all=True)

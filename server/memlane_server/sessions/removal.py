@@ -69,14 +69,23 @@ class MessageRemover:
             if not caller.unrestricted:
                 async for m in self._store.all_messages(session_id):
                     self._check(caller, m)
-            return await self._run(session_id, request_id, "all", [])
+            return self._replayable(caller, await self._run(session_id, request_id, "all", []))
         doomed = await self._store.tail(session_id, last) if last else await self._by_ids(session_id, ids)
         for m in doomed:
             self._check(caller, m)
         args: list[Any] = []
         for m in doomed:
             args += [m.message_id, m.token_count]
-        return await self._run(session_id, request_id, "ids", args)
+        return self._replayable(caller, await self._run(session_id, request_id, "ids", args))
+
+    @classmethod
+    def _replayable(cls, caller: Caller, out: RemoveOutcome) -> RemoveOutcome:
+        """A reused request id replays the first answer (of either mode), whoever asks: it is handed only
+        to a caller that may remove every message in it, so an agent's private turn never reaches another
+        agent that knows or guesses the id."""
+        for m in out.removed:
+            cls._check(caller, m)
+        return out
 
     @staticmethod
     def _check(caller: Caller, m: Message) -> None:
