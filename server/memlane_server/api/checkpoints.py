@@ -18,6 +18,7 @@ from ..access.identity import SESSION, current_caller
 from ..errors import InvalidArgument, NotFound
 from ..pipelines import Resumer
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
+from ..sessions.ids import check_id
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
 from ..sessions.store import SessionStore
@@ -145,6 +146,9 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self, request: kpb.DeleteCheckpointsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointsResponse:
         _may_write("checkpoints")
+        # A retired thread's state is in the archive, which its next resumption restores: resume it
+        # first, so the deletion reaches that state instead of the empty hot keys.
+        await self._hot(request.session_id)
         return kpb.DeleteCheckpointsResponse(
             deleted=await self._checkpoints.delete_thread(request.session_id)
         )
@@ -182,6 +186,9 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         _may_write("checkpoints")
         if request.strategy not in (kpb.PRUNE_STRATEGY_KEEP_LATEST, kpb.PRUNE_STRATEGY_DELETE):
             raise InvalidArgument("strategy must be PRUNE_STRATEGY_KEEP_LATEST or PRUNE_STRATEGY_DELETE")
+        for i, sid in enumerate(request.session_ids):
+            check_id(sid, f"session_ids[{i}]")
+            await self._hot(sid)  # as DeleteCheckpoints: prune the state a resumption would restore
         deleted = await self._checkpoints.prune(
             list(request.session_ids), keep_latest=request.strategy == kpb.PRUNE_STRATEGY_KEEP_LATEST
         )
