@@ -165,12 +165,13 @@ def test_checkpoints_deleted_from_a_retired_thread_stay_deleted(
         return "retired_at_ms" in json.loads(r.hget(keys.session(sid).doc, "extra") or b"{}")
 
     with memlane.Client(srv.target, timeout=60) as c:
-        kept, dropped, pruned, again = (f"thread-{uuid.uuid4().hex[:8]}" for _ in range(4))
-        for sid in (kept, dropped, pruned, again):
+        kept, dropped, pruned, ran, again = (f"thread-{uuid.uuid4().hex[:8]}" for _ in range(5))
+        run = f"run-{uuid.uuid4().hex[:8]}"
+        for sid in (kept, dropped, pruned, ran, again):
             c.create_session(session_id=sid, user_id=user_id, channel="langgraph")
-            _put(c, sid, "c1")
+            _put(c, sid, "c1", metadata_json=json.dumps({"run_id": run}) if sid == ran else "")
             c.promote_session(session_id=sid, close=True)
-        wait_for(lambda: all(retired(s) for s in (kept, dropped, pruned, again)))
+        wait_for(lambda: all(retired(s) for s in (kept, dropped, pruned, ran, again)))
         # Positive control: a retired thread's checkpoint comes back from the archive.
         assert c.get_checkpoint(session_id=kept).checkpoint.checkpoint_id == "c1"
 
@@ -180,6 +181,8 @@ def test_checkpoints_deleted_from_a_retired_thread_stay_deleted(
         strategy = kpb.PRUNE_STRATEGY_DELETE
         assert c.prune_checkpoints(session_ids=[pruned], strategy=strategy).deleted == 1
         assert not c.get_checkpoint(session_id=pruned).found
+        assert c.delete_checkpoint_runs(run_ids=[run]).deleted == 1
+        assert not c.get_checkpoint(session_id=ran).found
 
         # Deleted after a resumption, then retired again: the first archive does not bring it back.
         assert c.get_checkpoint(session_id=again).found  # resumes it

@@ -198,6 +198,8 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self, request: kpb.DeleteCheckpointRunsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointRunsResponse:
         _may_write("checkpoints")
+        for sid in await self._checkpoints.run_sessions(list(request.run_ids)):
+            await self._hot(sid)  # as DeleteCheckpoints: reach the state a resumption would restore
         return kpb.DeleteCheckpointRunsResponse(
             deleted=await self._checkpoints.delete_runs(list(request.run_ids))
         )

@@ -320,6 +320,18 @@ class CheckpointStore:
                 dropped += await self.delete_thread(sid)
         return dropped
 
+    async def run_sessions(self, run_ids: Sequence[str]) -> list[str]:
+        """The sessions holding checkpoints of the runs (retired ones included: see ``clear``)."""
+        for i, run in enumerate(run_ids):
+            check_name(run, f"run_ids[{i}]")
+        out: set[str] = set()
+        for run in run_ids:
+            out.update(
+                s.decode()
+                for s in cast(list[bytes], await self._redis.smembers(self._keys.checkpoint_run(run)))
+            )
+        return sorted(out)
+
     async def delete_runs(self, run_ids: Sequence[str]) -> int:
         for i, run in enumerate(run_ids):
             check_name(run, f"run_ids[{i}]")
