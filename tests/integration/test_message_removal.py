@@ -4,6 +4,7 @@ seqs, consistent totals and summary, and the write rule of access control."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import yaml
 
 import memlane
 from memlane import Message, Role, VisibilityKind
+from memlane.v1 import context_pb2 as cpb
 from memlane_server.background import SidecarThread
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, wait_for
+from tests.peers.openai_compat import LoggedRequest, OpenAICompatServer
 
 
 def _session(client: memlane.Client, user_id: str, n: int) -> tuple[str, list[str]]:
@@ -141,3 +144,52 @@ def test_a_replayed_request_id_never_hands_another_agent_s_removed_turn(
             beta.remove_messages(session_id=sid, request_id="pop-shared-id", message_ids=["nope"])
         with pytest.raises(memlane.PermissionDeniedError):
             beta.remove_messages(session_id=sid, request_id="pop-shared-id", all=True)
+
+
+def test_a_summary_read_before_a_removal_never_stores_the_removed_turn(start_server: ServerFactory) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def respond(req: LoggedRequest) -> str:
+        entered.set()
+        release.wait(30)  # the first run is held here while the turn is removed
+        return "SUMMARY: " + req.prompt_text
+
+    with OpenAICompatServer(api_key="k") as llm:
+        llm.responder = respond
+        srv = start_server(
+            summarizer="openai",
+            summarizer_base_url=llm.base_url,
+            summarizer_model="m",
+            summarizer_api_key="k",
+        )
+        with memlane.Client(srv.target, timeout=30) as c:
+            sid = c.create_session(user_id="u-race").session.session_id
+            turns = [Message(role=Role.ROLE_USER, content=f"turn {i}: " + "filler " * 20) for i in range(60)]
+            turns[2] = Message(role=Role.ROLE_USER, content="my card number is CN-55190")
+            turns[1] = Message(role=Role.ROLE_USER, content="my order is ORD-44120")
+            window = dict(context_window_tokens=1000, reserved_output_tokens=200, system_prompt="")
+
+            def assemble() -> cpb.AssembleStats:
+                stats = [p.stats for p in c.assemble_context(session_id=sid, **window) if p.HasField("stats")]
+                return stats[0]
+
+            ids: list[str] = []
+            for lo in range(0, 60, 5):  # an agent loop: a few turns, then an assembly
+                out = c.append_messages(session_id=sid, messages=turns[lo : lo + 5])
+                ids += [r.message_id for r in out.results]
+                if assemble().summarization_scheduled:
+                    break
+            else:
+                pytest.fail("no summarization was scheduled")
+            assert entered.wait(30)
+            assert c.remove_messages(session_id=sid, message_ids=[ids[2]]).removed_count == 1
+            release.set()
+
+            def landed() -> str | None:
+                assemble()
+                s = c.get_session(session_id=sid).session.summary
+                return s.text if s.through_seq > 0 else None
+
+            text = wait_for(landed, timeout=60)
+            assert "ORD-44120" in text  # positive control: the summary holds the turns it covers
+            assert "CN-55190" not in text
