@@ -110,16 +110,15 @@ def probes(
         else:
             metrics.end_queue_oldest_age.set(0)
 
-    out: dict[str, Probe] = {"redis": redis_up, "sessions": session_status, "end_queue": end_queue}
-
-    # Dead-letter parking is added to the queue by the correctness work: its count is read through the
-    # queue's own ``parked()`` once that exists; until then the gauge reads 0.
-    parked: Callable[[], Awaitable[int]] | None = getattr(queue, "parked", None)
-
     async def parked_jobs() -> None:
-        metrics.parked_jobs.set(await parked() if parked is not None else 0)
+        metrics.parked_jobs.set(await queue.parked_count())
 
-    out["parked"] = parked_jobs
+    out: dict[str, Probe] = {
+        "redis": redis_up,
+        "sessions": session_status,
+        "end_queue": end_queue,
+        "parked": parked_jobs,
+    }
 
     if ltm is not None:
         store = ltm.store

@@ -173,3 +173,44 @@ def test_checkpoints_are_never_copied_into_another_users_session(
     fresh = f"fork-{uuid.uuid4().hex}"
     assert client.copy_checkpoints(source_session_id=src, target_session_id=fresh).copied == 1
     assert client.get_session(session_id=fresh).session.user_id == user_id
+
+
+def test_checkpoints_deleted_from_a_retired_thread_stay_deleted(
+    start_server: ServerFactory, redis_url: str, tmp_path: Path, user_id: str
+) -> None:
+    policies = tmp_path / "p.yaml"
+    policies.write_text("channels:\n  langgraph: {kind: messaging, hot_retention: 0}\n")
+    srv: SidecarThread = start_server(ltm_enabled=False, channel_policies_file=str(policies))
+    keys = srv.sidecar.keys
+    r = redis.Redis.from_url(redis_url)
+
+    def retired(sid: str) -> bool:
+        return "retired_at_ms" in json.loads(r.hget(keys.session(sid).doc, "extra") or b"{}")
+
+    with memlane.Client(srv.target, timeout=60) as c:
+        kept, dropped, pruned, ran, again = (f"thread-{uuid.uuid4().hex[:8]}" for _ in range(5))
+        run = f"run-{uuid.uuid4().hex[:8]}"
+        for sid in (kept, dropped, pruned, ran, again):
+            c.create_session(session_id=sid, user_id=user_id, channel="langgraph")
+            _put(c, sid, "c1", metadata_json=json.dumps({"run_id": run}) if sid == ran else "")
+            c.promote_session(session_id=sid, close=True)
+        wait_for(lambda: all(retired(s) for s in (kept, dropped, pruned, ran, again)))
+        # Positive control: a retired thread's checkpoint comes back from the archive.
+        assert c.get_checkpoint(session_id=kept).checkpoint.checkpoint_id == "c1"
+
+        # Deleted while retired: gone, also once the thread is resumed.
+        assert c.delete_checkpoints(session_id=dropped).deleted == 1
+        assert not c.get_checkpoint(session_id=dropped).found
+        strategy = kpb.PRUNE_STRATEGY_DELETE
+        assert c.prune_checkpoints(session_ids=[pruned], strategy=strategy).deleted == 1
+        assert not c.get_checkpoint(session_id=pruned).found
+        assert c.delete_checkpoint_runs(run_ids=[run]).deleted == 1
+        assert not c.get_checkpoint(session_id=ran).found
+
+        # Deleted after a resumption, then retired again: the first archive does not bring it back.
+        assert c.get_checkpoint(session_id=again).found  # resumes it
+        assert c.delete_checkpoints(session_id=again).deleted == 1
+        c.promote_session(session_id=again, close=True)
+        wait_for(lambda: retired(again))
+        assert not c.get_checkpoint(session_id=again).found
+    r.close()

@@ -192,3 +192,22 @@ def test_a_sliding_window_holds_the_viewers_own_last_turns(start_server: ServerF
         assert [m.seq for m in blocks[4].messages] == [6, 7, 8, 9, 10]  # alpha's own last five
         blocks, _ = _assemble(beta, sid, window)
         assert [m.seq for m in blocks[4].messages] == [56, 57, 58, 59, 60]  # positive control
+
+
+def test_removing_a_private_turn_removes_it_from_the_scoped_summary(
+    clients: dict[str, memlane.Client],
+) -> None:
+    alpha, beta = clients["alpha"], clients["beta"]
+    sid = alpha.create_session(user_id="u-rm", topology=Topology.TOPOLOGY_DISTRIBUTED).session.session_id
+    _converse(clients, sid, 80)
+    before, _ = _assemble(beta, sid)
+    assert "BX-4410" in _summary(before)  # positive control: beta's private turn is summarized
+    own = beta.list_messages(session_id=sid, page_size=1000).messages
+    doomed = [m.message_id for m in own if m.content == BETA_ID]
+    assert len(doomed) == 1
+    assert beta.remove_messages(session_id=sid, message_ids=doomed).removed_count == 1
+
+    after, _ = _assemble(beta, sid)
+    assert "beta turn 99" in _everything(after)  # positive control: beta's other turn is still shown
+    assert "BX-4410" not in _everything(after)  # the removed turn is gone from the summary too
+    assert "PO-77341-ZX" in _everything(_assemble(alpha, sid)[0])  # alpha's turns are untouched

@@ -4,6 +4,7 @@ seqs, consistent totals and summary, and the write rule of access control."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import pytest
 import yaml
 
 import memlane
-from memlane import Message, Role
+from memlane import Message, Role, VisibilityKind
+from memlane.v1 import context_pb2 as cpb
 from memlane_server.background import SidecarThread
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, wait_for
+from tests.peers.openai_compat import LoggedRequest, OpenAICompatServer
 
 
 def _session(client: memlane.Client, user_id: str, n: int) -> tuple[str, list[str]]:
@@ -118,3 +121,77 @@ def test_only_a_message_s_writer_removes_it(secured: SidecarThread, user_id: str
         assert _ids(alpha, sid) == ids  # positive control below: the writer may
         assert alpha.remove_messages(session_id=sid, last=1).removed_count == 1
         assert _ids(alpha, sid) == ids[:1]
+
+
+def test_a_replayed_request_id_never_hands_another_agent_s_removed_turn(
+    secured: SidecarThread, user_id: str
+) -> None:
+    with (
+        memlane.Client(secured.target, token=TOKENS["alpha"], timeout=10) as alpha,
+        memlane.Client(secured.target, token=TOKENS["beta"], timeout=10) as beta,
+    ):
+        sid = alpha.create_session(user_id=user_id).session.session_id
+        secret = Message(role=Role.ROLE_USER, content="alpha's vault code is VC-9917")
+        secret.visibility = VisibilityKind.VISIBILITY_KIND_AGENT
+        alpha.append_messages(session_id=sid, messages=[secret])
+        first = alpha.remove_messages(session_id=sid, request_id="pop-shared-id", last=1)
+        assert [m.content for m in first.removed] == [secret.content]
+        # Positive control: alpha's own retry gets its answer back.
+        again = alpha.remove_messages(session_id=sid, request_id="pop-shared-id", last=1)
+        assert [m.content for m in again.removed] == [secret.content]
+        # beta reusing the request id (with requests that pass the pre-check) must not read it.
+        with pytest.raises(memlane.PermissionDeniedError):
+            beta.remove_messages(session_id=sid, request_id="pop-shared-id", message_ids=["nope"])
+        with pytest.raises(memlane.PermissionDeniedError):
+            beta.remove_messages(session_id=sid, request_id="pop-shared-id", all=True)
+
+
+def test_a_summary_read_before_a_removal_never_stores_the_removed_turn(start_server: ServerFactory) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def respond(req: LoggedRequest) -> str:
+        entered.set()
+        release.wait(30)  # the first run is held here while the turn is removed
+        return "SUMMARY: " + req.prompt_text
+
+    with OpenAICompatServer(api_key="k") as llm:
+        llm.responder = respond
+        srv = start_server(
+            summarizer="openai",
+            summarizer_base_url=llm.base_url,
+            summarizer_model="m",
+            summarizer_api_key="k",
+        )
+        with memlane.Client(srv.target, timeout=30) as c:
+            sid = c.create_session(user_id="u-race").session.session_id
+            turns = [Message(role=Role.ROLE_USER, content=f"turn {i}: " + "filler " * 20) for i in range(60)]
+            turns[2] = Message(role=Role.ROLE_USER, content="my card number is CN-55190")
+            turns[1] = Message(role=Role.ROLE_USER, content="my order is ORD-44120")
+
+            def assemble() -> cpb.AssembleStats:
+                parts = c.assemble_context(
+                    session_id=sid, context_window_tokens=1000, reserved_output_tokens=200, system_prompt=""
+                )
+                stats = [p.stats for p in parts if p.HasField("stats")]  # on the last part: read them all
+                return stats[0]
+
+            ids: list[str] = []
+            for lo in range(0, 60, 5):  # an agent loop: a few turns, then an assembly
+                out = c.append_messages(session_id=sid, messages=turns[lo : lo + 5])
+                ids += [r.message_id for r in out.results]
+                if assemble().summarization_scheduled:
+                    break
+            else:
+                pytest.fail("no summarization was scheduled")
+            assert entered.wait(30)
+            assert c.remove_messages(session_id=sid, message_ids=[ids[2]]).removed_count == 1
+            release.set()
+
+            def landed() -> str | None:
+                assemble()
+                s = c.get_session(session_id=sid).session.summary
+                return s.text if s.through_seq > 0 else None
+
+            text = wait_for(landed, timeout=60)
+            assert "ORD-44120" in text  # positive control: the summary holds the turns it covers
+            assert "CN-55190" not in text

@@ -28,6 +28,7 @@ def srv(start_server: ServerFactory) -> SidecarThread:
         pipeline_claim_timeout_seconds=1.0,
         pipeline_max_failures=2,
         lifecycle_sweep_interval_seconds=0.2,
+        metrics_sample_interval_seconds=0.2,
     )
 
 
@@ -46,6 +47,10 @@ def _set_message_time(srv: SidecarThread, redis_url: str, sid: str, ms: int) -> 
 def _parked_total(srv: SidecarThread) -> float:
     value = srv.sidecar.registry.get_sample_value("memlane_session_end_jobs_parked_total")
     return value or 0.0
+
+
+def _parked_gauge(srv: SidecarThread) -> float | None:
+    return srv.sidecar.registry.get_sample_value("memlane_session_end_parked_jobs")
 
 
 def _events(c: memlane.Client, sid: str) -> list[spb.SessionEvent]:
@@ -81,6 +86,8 @@ def test_a_failing_session_end_job_is_parked_and_can_be_retried(
         assert [(j.session_id, j.reason, j.failures) for j in parked] == [(sid, "closed", 2)]
         assert parked[0].error
         assert _parked_total(srv) == before + 1
+        # The sampled gauge reads the parked stream's real length.
+        wait_for(lambda: _parked_gauge(srv) == 1, 30)
         events = _events(c, sid)
         parked_events = [e for e in events if e.type == spb.SESSION_EVENT_TYPE_PARKED]
         assert len(parked_events) == 1 and parked_events[0].user_id == user_id
@@ -97,6 +104,7 @@ def test_a_failing_session_end_job_is_parked_and_can_be_retried(
         assert f"retried\t{parked[0].parked_id}\t{sid}" in capsys.readouterr().out
         wait_for(lambda: any(e.type == spb.SESSION_EVENT_TYPE_ARCHIVED for e in _events(c, sid)), 60)
         assert c.list_parked_jobs().jobs == []
+        wait_for(lambda: _parked_gauge(srv) == 0, 30)
         # Retrying again is safe: the id is reported as no longer parked.
         again = c.retry_parked_jobs(parked_ids=[parked[0].parked_id])
         assert list(again.not_parked) == [parked[0].parked_id] and not again.retried

@@ -23,6 +23,7 @@ from ..access.identity import AGENT, SESSION, current_caller
 from ..errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
 from ..pipelines import Resumer
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
+from ..sessions.ids import check_id
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
 from ..sessions.store import SessionStore, default_visibility
@@ -189,6 +190,9 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         self, request: kpb.DeleteCheckpointsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointsResponse:
         await self._may_destroy([request.session_id])
+        # A retired thread's state is in the archive, which its next resumption restores: resume it
+        # first, so the deletion reaches that state instead of the empty hot keys.
+        await self._hot(request.session_id)
         return kpb.DeleteCheckpointsResponse(
             deleted=await self._checkpoints.delete_thread(request.session_id)
         )
@@ -231,6 +235,9 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
         await self._may_destroy(request.session_ids)
         if request.strategy not in (kpb.PRUNE_STRATEGY_KEEP_LATEST, kpb.PRUNE_STRATEGY_DELETE):
             raise InvalidArgument("strategy must be PRUNE_STRATEGY_KEEP_LATEST or PRUNE_STRATEGY_DELETE")
+        for i, sid in enumerate(request.session_ids):
+            check_id(sid, f"session_ids[{i}]")
+            await self._hot(sid)  # as DeleteCheckpoints: prune the state a resumption would restore
         deleted = await self._checkpoints.prune(
             list(request.session_ids), keep_latest=request.strategy == kpb.PRUNE_STRATEGY_KEEP_LATEST
         )
@@ -239,7 +246,10 @@ class CheckpointServicer(kpb_grpc.CheckpointServiceServicer):
     async def DeleteCheckpointRuns(
         self, request: kpb.DeleteCheckpointRunsRequest, context: _Ctx
     ) -> kpb.DeleteCheckpointRunsResponse:
-        await self._may_destroy(await self._checkpoints.run_sessions(list(request.run_ids)))
+        sids = await self._checkpoints.run_sessions(list(request.run_ids))
+        await self._may_destroy(sids)
+        for sid in sids:
+            await self._hot(sid)  # as DeleteCheckpoints: reach the state a resumption would restore
         return kpb.DeleteCheckpointRunsResponse(
             deleted=await self._checkpoints.delete_runs(list(request.run_ids))
         )

@@ -90,7 +90,7 @@ class SummaryScheduler:
         loop = asyncio.get_running_loop()
         tokens = await loop.run_in_executor(self._executor, self._counter.count, folded.text, session.model)
         new = replace(folded, token_count=tokens, updated_at_ms=now_ms())
-        await self._store.set_summary(session_id, new, expected_through_seq=prev.through_seq)
+        await self._store.set_summary(session_id, new, expected_through_seq=prev.through_seq, read=session)
         return new
 
     async def aclose(self) -> None:

@@ -101,6 +101,8 @@ class CheckpointArchiver:
         gen = await self._store.generation(session.session_id)
         rows = await self._store.dump(session.session_id)
         if not rows:
+            # An archive named by an earlier retirement holds state deleted since: never restore it.
+            extra.pop(CHECKPOINTS_FIELD, None)
             return None
         extra[CHECKPOINTS_FIELD] = await self._archive.write_checkpoints(
             session, [to_record(c) for c in rows]

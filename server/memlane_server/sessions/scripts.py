@@ -99,13 +99,22 @@ if ARGV[1] == '3' or ARGV[1] == '4' then redis.call('DEL', KEYS[2]) end
 return status
 """
 
-# KEYS: doc.  ARGV: expected through_seq, then field/value pairs of the new summary.
-# Compare-and-set so a summary computed from an old view never overwrites a newer one.
+# KEYS: doc.  ARGV: expected through_seq, expected message_count - last_seq ('' = any), then field/value
+# pairs of the new summary.
+# Compare-and-set so a summary computed from an old view never overwrites a newer one. An append moves
+# message_count and last_seq together; only a removal changes their difference, so a summary whose turns
+# were read before a removal (it may hold a removed turn) is refused too.
 SET_SUMMARY = """
 local cur = redis.call('HGET', KEYS[1], 'summary_through_seq')
 if cur == false and redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
 if (tonumber(cur) or 0) ~= tonumber(ARGV[1]) then return redis.error_reply('STALE ' .. (cur or '0')) end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+if ARGV[2] ~= '' then
+  local t = redis.call('HMGET', KEYS[1], 'message_count', 'last_seq')
+  if (tonumber(t[1]) or 0) - (tonumber(t[2]) or 0) ~= tonumber(ARGV[2]) then
+    return redis.error_reply('STALE ' .. (cur or '0'))
+  end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 return 1
 """
 
@@ -128,7 +137,8 @@ return cur
 # answer TTL (ms), then (message_id, token_count) pairs for 'ids'.
 # Returns {count, token_total, message_count, {seq_1, id_1, payload_1, ...}}. A request id seen before
 # returns its first answer (the removed messages kept for the answer TTL) and changes nothing.
-# `last_seq` is never touched, so seqs stay monotonic; a summary covering a removed seq is reset.
+# `last_seq` is never touched, so seqs stay monotonic; a summary covering a removed seq is reset, its
+# per-scope parts with it (a removed private turn must not live on in its scope's summary).
 REMOVE = r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
 local rid = ARGV[1]
@@ -185,7 +195,7 @@ else
 end
 if lowest ~= nil and lowest <= tonumber(redis.call('HGET', KEYS[1], 'summary_through_seq') or '0') then
   redis.call('HSET', KEYS[1], 'summary_text', '', 'summary_through_id', '', 'summary_through_seq', 0,
-    'summary_tokens', 0)
+    'summary_tokens', 0, 'summary_scoped', '')
 end
 if ARGV[2] == 'all' then
   redis.call('HSET', KEYS[4], rid, 'A' .. count)

@@ -411,9 +411,13 @@ class SessionStore:
             raise self._script_error(exc, session_id) from exc
         return PromotionState(int(prev))
 
-    async def set_summary(self, session_id: str, summary: Summary, expected_through_seq: int) -> None:
-        """Compare-and-set: raises ``Conflict`` if the stored summary no longer ends at the expected seq."""
-        flat: list[Any] = [expected_through_seq]
+    async def set_summary(
+        self, session_id: str, summary: Summary, expected_through_seq: int, read: Session | None = None
+    ) -> None:
+        """Compare-and-set: raises ``Conflict`` if the stored summary no longer ends at the expected seq,
+        or, given the document the summarized turns were ``read`` with, if a message was removed since."""
+        gap = "" if read is None else read.message_count - read.last_seq
+        flat: list[Any] = [expected_through_seq, gap]
         for name, value in encode_summary(summary).items():
             flat += [name, value]
         try:
