@@ -104,4 +104,4 @@ class LtmMemorySource:
         flt = MemoryFilter(episodes_from_channel=None if self._cross_channel else channel)
         hits = await self._memory.search(RecallQuery(_who(user_id, viewer), query[-2000:], limit, filter=flt))
         await self._memory.bump_usage([h.item.id for h in hits])
-        return [MemoryHit(h.item.id, h.item.content, h.score) for h in hits]
+        return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]
