@@ -174,6 +174,7 @@ class Sidecar:
         summarizer = self._build_summarizer(tokens)
         self._build_lifecycle(tokens, extractor, summarizer)
         self.context = self._build_context(tokens, summarizer)
+        telemetry.register_caches(self.registry, self.context, self._memory, self._embedder)
 
         metrics = RpcMetrics(self.registry)
         self.admission = AdmissionInterceptor(
@@ -363,7 +364,6 @@ class Sidecar:
             vector_index_min_rows=s.ltm_vector_index_min_rows,
         )
         self._ltm_maintenance.start()
-        telemetry.register_caches(self.registry, self._embedder)
         if self._memory is None:
             self._memory = LtmMemorySource(
                 self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes, versions=versions

@@ -140,6 +140,53 @@ def test_domain_gauges_follow_the_stores(metered: SidecarThread, c: memlane.Clie
         assert (sample(text, "memlane_backend_latency_seconds_count", backend="lancedb", op=op) or 0) >= 2
 
 
+def cache_counts(text: str, cache: str) -> tuple[float, float]:
+    hits = sample(text, "memlane_cache_hits_total", cache=cache)
+    misses = sample(text, "memlane_cache_misses_total", cache=cache)
+    assert hits is not None and misses is not None, f"no {cache} cache series"
+    return hits, misses
+
+
+def test_profile_and_token_count_caches_count_hits_and_misses(
+    metered: SidecarThread, c: memlane.Client
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    sid = c.create_session(user_id=user, agent_id="a1").session.session_id
+    c.append_messages(
+        session_id=sid,
+        messages=[
+            Message(role=Role.ROLE_USER, content="Please book me an aisle seat to Lisbon."),
+            Message(role=Role.ROLE_ASSISTANT, content="Booked: seat 14C, aisle."),
+        ],
+    )
+    c.create_memory(
+        caller=mpb.Caller(user_id=user, agent_id="a1"),
+        kind=mpb.MEMORY_KIND_PREFERENCE,
+        content="Prefers aisle seats.",
+    )
+    text = scrape(metered)
+    profile_before, counts_before = cache_counts(text, "profile"), cache_counts(text, "token_counts")
+
+    # A model in another encoding than the session's (cl100k): the first assembly tokenizes both
+    # turns (misses), the second reuses those counts (hits); its profile comes from the cache.
+    for _ in range(2):
+        blocks = [
+            b
+            for r in c.assemble_context(session_id=sid, model="gpt-4o", user_input="seat?")
+            for b in r.blocks
+        ]
+        assert any("Prefers aisle seats." in m.content for b in blocks for m in b.messages)
+    text = scrape(metered)
+    profile, counts = cache_counts(text, "profile"), cache_counts(text, "token_counts")
+    assert profile[1] >= profile_before[1] + 1 and profile[0] >= profile_before[0] + 1
+    assert counts[1] >= counts_before[1] + 2 and counts[0] >= counts_before[0] + 2
+
+    # The third assembly in the session's own encoding reuses the counts stored with the turns.
+    list(c.assemble_context(session_id=sid, user_input="seat?"))
+    hits_now = cache_counts(scrape(metered), "token_counts")[0]
+    assert hits_now >= counts[0] + 2
+
+
 def test_promtool_accepts_a_real_scrape(metered: SidecarThread, c: memlane.Client) -> None:
     tool = promtool()
     c.create_session(user_id="promtool", agent_id="a1")
