@@ -55,6 +55,7 @@ from .extraction import (
 )
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
+from .infra.redis_timing import time_commands
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
 from .observability.admin_http import AdminHttpServer
 from .observability.domain import Sampler
@@ -148,6 +149,7 @@ class Sidecar:
             redis_url = self._embedded.url
             log.info("started embedded redis", extra={"url": redis_url})
         self.redis = connect(redis_url)
+        time_commands(self.redis, self.metrics.redis_command)
         await self.redis.ping()
 
         tokens = await asyncio.to_thread(TokenCounter, s.default_encoding)

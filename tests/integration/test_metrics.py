@@ -17,6 +17,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from memlane_server.infra.redis_timing import FAMILIES
 from tests.conftest import ServerFactory, wait_for
 
 # CI installs promtool (.ci/run) and sets this, so a missing tool fails there instead of skipping.
@@ -185,6 +186,28 @@ def test_profile_and_token_count_caches_count_hits_and_misses(
     list(c.assemble_context(session_id=sid, user_input="seat?"))
     hits_now = cache_counts(scrape(metered), "token_counts")[0]
     assert hits_now >= counts[0] + 2
+
+
+def test_redis_round_trips_are_timed_by_command_family(metered: SidecarThread, c: memlane.Client) -> None:
+    before = scrape(metered)
+    sid = c.create_session(user_id=f"u-{uuid.uuid4().hex[:8]}", agent_id="a1").session.session_id
+    c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="hello")])
+    assert c.list_messages(session_id=sid).messages
+    text = scrape(metered)
+    counts = {
+        op: sample(text, "memlane_backend_latency_seconds_count", backend="redis", op=op) or 0
+        for op in FAMILIES
+    }
+    moved = {
+        op
+        for op, n in counts.items()
+        if n > (sample(before, "memlane_backend_latency_seconds_count", backend="redis", op=op) or 0)
+    }
+    assert moved, counts  # the positive control for the bound below
+    assert moved & {"script", "pipeline"}, moved  # appends go through Lua or MULTI/EXEC
+    # Bounded: every redis series is a known family (or the sampler's ping probe).
+    ops = set(re.findall(r'memlane_backend_latency_seconds_count\{backend="redis",op="([^"]*)"\}', text))
+    assert ops and ops <= {*FAMILIES, "ping"}, ops
 
 
 def test_promtool_accepts_a_real_scrape(metered: SidecarThread, c: memlane.Client) -> None:
