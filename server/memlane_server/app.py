@@ -55,6 +55,7 @@ from .extraction import (
 )
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
+from .infra.redis_timing import time_commands
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
 from .observability.admin_http import AdminHttpServer
 from .observability.domain import Sampler
@@ -148,6 +149,7 @@ class Sidecar:
             redis_url = self._embedded.url
             log.info("started embedded redis", extra={"url": redis_url})
         self.redis = connect(redis_url)
+        time_commands(self.redis, self.metrics.redis_command)
         await self.redis.ping()
 
         tokens = await asyncio.to_thread(TokenCounter, s.default_encoding)
@@ -174,6 +176,7 @@ class Sidecar:
         summarizer = self._build_summarizer(tokens)
         self._build_lifecycle(tokens, extractor, summarizer)
         self.context = self._build_context(tokens, summarizer)
+        telemetry.register_caches(self.registry, self.context, self._memory, self._embedder)
 
         metrics = RpcMetrics(self.registry)
         self.admission = AdmissionInterceptor(
@@ -363,7 +366,6 @@ class Sidecar:
             vector_index_min_rows=s.ltm_vector_index_min_rows,
         )
         self._ltm_maintenance.start()
-        telemetry.register_caches(self.registry, self._embedder)
         if self._memory is None:
             self._memory = LtmMemorySource(
                 self.ltm, cross_channel_episodes=s.ltm_cross_channel_episodes, versions=versions

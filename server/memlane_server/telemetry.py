@@ -17,6 +17,8 @@ from lancedb.expr import Expr
 from prometheus_client import CollectorRegistry
 
 from .config import Settings
+from .context import ContextAssembler, MemorySource
+from .context.ltm_source import LtmMemorySource
 from .context.model import AssembleStats, Section
 from .embedding import Embedder
 from .ltm import MemoryService
@@ -135,11 +137,23 @@ def probes(
     return out
 
 
-def register_caches(registry: CollectorRegistry, embedder: Embedder | None) -> None:
-    """The query-embedding cache of recall (when the embedder has one)."""
+def register_caches(
+    registry: CollectorRegistry,
+    context: ContextAssembler,
+    memory: MemorySource | None,
+    embedder: Embedder | None,
+) -> None:
+    """Every in-process cache in one collector (two would each emit the same metric families): turns'
+    token counts, the profile cache of assembly and the query-embedding cache of recall (the last
+    two with long-term memory only)."""
+    sources: dict[str, Callable[[], tuple[int, int]]] = {"token_counts": context.count_cache}
+    if isinstance(memory, LtmMemorySource):
+        ltm_source = memory
+        sources["profile"] = lambda: (ltm_source.profile_hits, ltm_source.profile_misses)
     cache = getattr(embedder, "cache", None)
     if cache is not None:
-        CacheCollector(registry, {"recall_embedding": lambda: (cache.hits, cache.misses)})
+        sources["recall_embedding"] = lambda: (cache.hits, cache.misses)
+    CacheCollector(registry, sources)
 
 
 def record_assembly(metrics: DomainMetrics, stats: AssembleStats) -> None:

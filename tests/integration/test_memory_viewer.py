@@ -21,6 +21,7 @@ import yaml
 
 import memlane
 from memlane import MemoryKind, Message, Role
+from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
 from tests.conftest import ServerFactory
@@ -66,6 +67,7 @@ class Seeded:
     closed_sid: str
     trace_id: str
     memory_id: str
+    parts: mpb.ScoreParts  # of the memory block's recalled memory, read back through GetTurnTrace
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +99,20 @@ def seeded(viewer: SidecarThread) -> Seeded:
             if item.HasField("stats"):
                 stats = item.stats
         assert stats is not None
-    return Seeded(viewer.sidecar.admin_port or 0, user, open_sid, closed_sid, stats.trace_id, memory_id)
+        trace = c.get_turn_trace(session_id=open_sid, trace_id=stats.trace_id).trace
+    recalled = [
+        m for b in trace.blocks if b.provenance == cpb.PROVENANCE_MEMORY for m in b.memories
+    ]  # fmt: skip
+    assert [m.memory_id for m in recalled] == [memory_id] and recalled[0].HasField("parts")
+    return Seeded(
+        viewer.sidecar.admin_port or 0,
+        user,
+        open_sid,
+        closed_sid,
+        stats.trace_id,
+        memory_id,
+        recalled[0].parts,
+    )
 
 
 def seg(*parts: str) -> str:
@@ -139,6 +154,12 @@ def test_pages_over_http(seeded: Seeded) -> None:
         assert f"<h3>{provenance} · " in trace.body
     assert "Prefers email over phone calls." in trace.body and seeded.memory_id in trace.body
     assert re.search(r"\d+ tokens \(cap \d+\)", trace.body)
+    # The recalled memory's score parts, as the trace keeps them (GetTurnTrace), are on the page.
+    parts = seeded.parts
+    assert parts.vector_rank == 1 and parts.vector_similarity > 0.1 and parts.final > 0
+    shown = f"vector #{parts.vector_rank} ({parts.vector_similarity:.3f})"
+    assert shown in trace.body, shown
+    assert f"final {parts.final:.4f}" in trace.body and f"fused {parts.fused:.3f}" in trace.body
 
     assert request(port, seg("sessions", "no-such-session")).status == 404
     assert request(port, "/viewer/nowhere").status == 404

@@ -17,6 +17,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from memlane_server.infra.redis_timing import FAMILIES
 from tests.conftest import ServerFactory, wait_for
 
 # CI installs promtool (.ci/run) and sets this, so a missing tool fails there instead of skipping.
@@ -138,6 +139,75 @@ def test_domain_gauges_follow_the_stores(metered: SidecarThread, c: memlane.Clie
     # Every LanceDB call recall made is timed by operation.
     for op in ("vector_search", "keyword_search"):
         assert (sample(text, "memlane_backend_latency_seconds_count", backend="lancedb", op=op) or 0) >= 2
+
+
+def cache_counts(text: str, cache: str) -> tuple[float, float]:
+    hits = sample(text, "memlane_cache_hits_total", cache=cache)
+    misses = sample(text, "memlane_cache_misses_total", cache=cache)
+    assert hits is not None and misses is not None, f"no {cache} cache series"
+    return hits, misses
+
+
+def test_profile_and_token_count_caches_count_hits_and_misses(
+    metered: SidecarThread, c: memlane.Client
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    sid = c.create_session(user_id=user, agent_id="a1").session.session_id
+    c.append_messages(
+        session_id=sid,
+        messages=[
+            Message(role=Role.ROLE_USER, content="Please book me an aisle seat to Lisbon."),
+            Message(role=Role.ROLE_ASSISTANT, content="Booked: seat 14C, aisle."),
+        ],
+    )
+    c.create_memory(
+        caller=mpb.Caller(user_id=user, agent_id="a1"),
+        kind=mpb.MEMORY_KIND_PREFERENCE,
+        content="Prefers aisle seats.",
+    )
+    text = scrape(metered)
+    profile_before, counts_before = cache_counts(text, "profile"), cache_counts(text, "token_counts")
+
+    # A model in another encoding than the session's (cl100k): the first assembly tokenizes both
+    # turns (misses), the second reuses those counts (hits); its profile comes from the cache.
+    for _ in range(2):
+        blocks = [
+            b
+            for r in c.assemble_context(session_id=sid, model="gpt-4o", user_input="seat?")
+            for b in r.blocks
+        ]
+        assert any("Prefers aisle seats." in m.content for b in blocks for m in b.messages)
+    text = scrape(metered)
+    profile, counts = cache_counts(text, "profile"), cache_counts(text, "token_counts")
+    assert profile[1] >= profile_before[1] + 1 and profile[0] >= profile_before[0] + 1
+    assert counts[1] >= counts_before[1] + 2 and counts[0] >= counts_before[0] + 2
+
+    # The third assembly in the session's own encoding reuses the counts stored with the turns.
+    list(c.assemble_context(session_id=sid, user_input="seat?"))
+    hits_now = cache_counts(scrape(metered), "token_counts")[0]
+    assert hits_now >= counts[0] + 2
+
+
+def test_redis_round_trips_are_timed_by_command_family(metered: SidecarThread, c: memlane.Client) -> None:
+    before = scrape(metered)
+    sid = c.create_session(user_id=f"u-{uuid.uuid4().hex[:8]}", agent_id="a1").session.session_id
+    c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="hello")])
+    assert c.list_messages(session_id=sid).messages
+    text = scrape(metered)
+    counts = {
+        op: sample(text, "memlane_backend_latency_seconds_count", backend="redis", op=op) or 0
+        for op in FAMILIES
+    }
+    moved = {
+        op
+        for op, n in counts.items()
+        if n > (sample(before, "memlane_backend_latency_seconds_count", backend="redis", op=op) or 0)
+    }
+    assert moved, counts  # the positive control for the bound below
+    assert moved & {"script", "pipeline"}, moved  # appends go through Lua or MULTI/EXEC
+    # Bounded: every redis series is a known family (or the sampler's ping probe).
+    ops = set(re.findall(r'memlane_backend_latency_seconds_count\{backend="redis",op="([^"]*)"\}', text))
+    assert ops and ops <= {*FAMILIES, "ping"}, ops
 
 
 def test_promtool_accepts_a_real_scrape(metered: SidecarThread, c: memlane.Client) -> None:

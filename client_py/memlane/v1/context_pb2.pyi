@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from memlane.v1 import memory_pb2 as _memory_pb2
 from memlane.v1 import session_pb2 as _session_pb2
 import builtins as _builtins
 import sys
@@ -231,17 +232,25 @@ class MemoryRef(_message.Message):
 
     MEMORY_ID_FIELD_NUMBER: _builtins.int
     SCORE_FIELD_NUMBER: _builtins.int
+    PARTS_FIELD_NUMBER: _builtins.int
     memory_id: _builtins.str
     score: _builtins.float
+    @_builtins.property
+    def parts(self) -> _memory_pb2.ScoreParts:
+        """Why a recalled memory ranked where it did (as SearchMemories reports it). Unset for profile
+        items, which are not ranked, and in traces stored before score parts were kept.
+        """
+
     def __init__(
         self,
         *,
         memory_id: _builtins.str = ...,
         score: _builtins.float = ...,
+        parts: _memory_pb2.ScoreParts | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parts", b"parts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_id", b"memory_id", "score", b"score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_id", b"memory_id", "parts", b"parts", "score", b"score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -23,6 +23,7 @@ from ..context import (
 )
 from ..errors import InvalidArgument
 from .convert import summary_to_pb
+from .memory import score_parts_to_pb
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 
@@ -83,7 +84,14 @@ def block_to_pb(b: Block) -> cpb.ContextBlock:
         provenance=cpb.Provenance.ValueType(b.provenance),
         token_count=b.token_count,
         message_ids=b.message_ids,
-        memories=[cpb.MemoryRef(memory_id=m.memory_id, score=m.score) for m in b.memories],
+        memories=[
+            cpb.MemoryRef(
+                memory_id=m.memory_id,
+                score=m.score,
+                parts=score_parts_to_pb(m.parts) if m.parts else None,
+            )
+            for m in b.memories
+        ],
         rendered_text=b.rendered_text,
         cap_tokens=b.cap_tokens,
         truncated=b.truncated,

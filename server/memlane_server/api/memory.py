@@ -27,6 +27,7 @@ from ..ltm import (
     NewMemory,
     Owner,
     RecallQuery,
+    ScoreParts,
     SearchMode,
     Visibility,
     default_scope,
@@ -135,6 +136,20 @@ def _filter(f: mpb.MemoryFilter, *, allow_retired: bool) -> MemoryFilter:
     )
 
 
+def score_parts_to_pb(p: ScoreParts) -> mpb.ScoreParts:
+    return mpb.ScoreParts(
+        keyword_rank=p.keyword_rank,
+        keyword_score=p.keyword_score,
+        vector_rank=p.vector_rank,
+        vector_similarity=p.vector_similarity,
+        fused=p.fused,
+        recency=p.recency,
+        usage=p.usage,
+        importance=p.importance,
+        final=p.final,
+    )
+
+
 def memory_to_pb(m: MemoryItem) -> mpb.Memory:
     return mpb.Memory(
         memory_id=m.id,
@@ -198,17 +213,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
                 mpb.ScoredMemory(
                     memory=memory_to_pb(h.item),
                     score=h.score,
-                    parts=mpb.ScoreParts(
-                        keyword_rank=h.parts.keyword_rank,
-                        keyword_score=h.parts.keyword_score,
-                        vector_rank=h.parts.vector_rank,
-                        vector_similarity=h.parts.vector_similarity,
-                        fused=h.parts.fused,
-                        recency=h.parts.recency,
-                        usage=h.parts.usage,
-                        importance=h.parts.importance,
-                        final=h.parts.final,
-                    ),
+                    parts=score_parts_to_pb(h.parts),
                 )
                 for h in hits
             ]

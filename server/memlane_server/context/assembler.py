@@ -90,6 +90,10 @@ class ContextAssembler:
     def traces(self) -> TraceStore:
         return self._traces
 
+    def count_cache(self) -> tuple[int, int]:
+        """(hits, misses) of turns' token counts: known without tokenizing vs tokenized now."""
+        return self._history.count_hits, self._history.count_misses
+
     def forget(self, user_id: str, session_ids: set[str]) -> None:
         """Drops every cached copy of the user's data (erasure)."""
         self._history.forget(session_ids)

@@ -108,7 +108,7 @@ def hits_block(
         cost = costing.message(content)
         if cost <= limit:
             block.messages.append(BlockMessage(Role.SYSTEM, content))
-            block.memories = [MemoryRef(h.memory_id, h.score) for h in chosen]
+            block.memories = [MemoryRef(h.memory_id, h.score, h.parts) for h in chosen]
             block.token_count = cost
             return block
         chosen.pop()

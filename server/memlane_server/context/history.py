@@ -91,6 +91,10 @@ class HistoryBuilder:
         self.gap_summarizer = ExtractiveSummarizer(counter, executor=executor)
         self._recent = RecentTurns(store)
         self._recounts: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        # Token counts of turns: a hit is a count known without tokenizing (stored with the message in
+        # the session's encoding, or recounted earlier), a miss one tokenized now. Read by metrics.
+        self.count_hits = 0
+        self.count_misses = 0
 
     def forget(self, session_ids: set[str]) -> None:
         self._recent.forget(session_ids)
@@ -148,6 +152,8 @@ class HistoryBuilder:
                 known[i] = hit
             else:
                 todo.append(i)
+        self.count_hits += len(known)
+        self.count_misses += len(todo)
         if todo:
             for i, n in zip(todo, await self.count([msgs[i].content for i in todo], t.model), strict=True):
                 known[i] = n

@@ -51,6 +51,8 @@ class LtmMemorySource:
         self._seen: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         # One version read per user in flight: profile and recall of one assembly share it.
         self._reads: dict[str, asyncio.Future[bytes]] = {}
+        self.profile_hits = 0  # profile cache lookups, read by metrics
+        self.profile_misses = 0
 
     async def _version(self, user_id: str) -> bytes:
         """The user's current LTM version; on a change, this sidecar's view of the store is refreshed
@@ -79,7 +81,9 @@ class LtmMemorySource:
         cached = self._profiles.get(key)
         if cached is not None and cached[0] > time.monotonic() and cached[1] == version:
             hits = cached[2]
+            self.profile_hits += 1
         else:
+            self.profile_misses += 1
             # About four characters a token for English prose; assembly caps the section again.
             profile = await self._memory.profile(_who(user_id, viewer), max_chars=max(1, limit_tokens * 4))
             hits = [MemoryHit(i.id, i.content, i.importance) for i in profile.items()]
@@ -104,4 +108,4 @@ class LtmMemorySource:
         flt = MemoryFilter(episodes_from_channel=None if self._cross_channel else channel)
         hits = await self._memory.search(RecallQuery(_who(user_id, viewer), query[-2000:], limit, filter=flt))
         await self._memory.bump_usage([h.item.id for h in hits])
-        return [MemoryHit(h.item.id, h.item.content, h.score) for h in hits]
+        return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]

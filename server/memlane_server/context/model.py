@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from memlane_server.access.identity import UNRESTRICTED, Caller
+from memlane_server.ltm.model import ScoreParts
 from memlane_server.sessions.model import Role
 
 
@@ -97,6 +98,7 @@ class BlockMessage:
 class MemoryRef:
     memory_id: str
     score: float = 0.0
+    parts: ScoreParts | None = None  # recalled memories only (profile items are not ranked)
 
 
 @dataclass(slots=True)

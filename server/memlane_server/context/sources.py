@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memlane_server.access.identity import Caller
+from memlane_server.ltm.model import ScoreParts
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,6 +14,7 @@ class MemoryHit:
     memory_id: str
     text: str
     score: float = 0.0
+    parts: ScoreParts | None = None  # why a recalled memory ranked where it did; None for profile items
 
 
 class MemorySource(Protocol):

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from memlane_server.access.identity import Caller, CallerRole
 from memlane_server.errors import InvalidArgument, NotFound
+from memlane_server.ltm.model import ScoreParts
 from memlane_server.page_bytes import fitting
 from memlane_server.sessions.codec import decode_message
 from memlane_server.sessions.keys import KeySpace
@@ -49,10 +50,31 @@ def new_trace_id(now_ms: int) -> str:
     return f"{now_ms:013d}-{os.urandom(6).hex()}"
 
 
+# Score parts are stored as a bare list in this field order (a trace holds up to memory_limit of
+# them, and nine key names per memory would double a memory block's stored size).
+_PARTS = tuple(f.name for f in dataclasses.fields(ScoreParts))
+
+
 def _jsonable(value: object) -> object:
     if isinstance(value, frozenset):  # the viewer's roles, groups, delegates
         return sorted(value)
+    if isinstance(value, ScoreParts):
+        return [getattr(value, name) for name in _PARTS]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # orjson hands dataclasses here (OPT_PASSTHROUGH_DATACLASS) so ScoreParts above can be compact;
+        # a shallow dict keeps the nested values going through orjson (and back here) as before.
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     raise TypeError(f"cannot store {type(value).__name__} in a trace")
+
+
+def _parts(raw: list[float] | None) -> ScoreParts | None:
+    """Traces stored before score parts were kept have none (``MemoryRef.parts`` stays None)."""
+    if raw is None:
+        return None
+    kw_rank, kw_score, vec_rank, vec_sim, fused, recency, usage, importance, final = raw  # _PARTS order
+    return ScoreParts(
+        int(kw_rank), kw_score, int(vec_rank), vec_sim, fused, recency, usage, importance, final
+    )
 
 
 def encode_trace(trace: TurnTrace) -> bytes:
@@ -68,7 +90,7 @@ def encode_trace(trace: TurnTrace) -> bytes:
             for b in trace.blocks
         ],
     )
-    return orjson.dumps(slim, default=_jsonable)
+    return orjson.dumps(slim, default=_jsonable, option=orjson.OPT_PASSTHROUGH_DATACLASS)
 
 
 def _viewer(v: dict[str, Any]) -> Caller:
@@ -122,7 +144,9 @@ def _block(b: dict[str, Any]) -> Block:
             **b,
             "provenance": Provenance(b["provenance"]),
             "messages": [BlockMessage(**{**m, "role": Role(m["role"])}) for m in b["messages"]],
-            "memories": [MemoryRef(**m) for m in b["memories"]],
+            "memories": [
+                MemoryRef(m["memory_id"], m["score"], _parts(m.get("parts"))) for m in b["memories"]
+            ],
         }
     )
 

@@ -116,6 +116,17 @@ class DomainMetrics:
             ["probe"],
             registry=registry,
         )
+        self._redis_latency: dict[str, Histogram] = {}
+
+    def redis_command(self, family: str, seconds: float, failed: bool) -> None:
+        """One Redis round trip by command family (infra/redis_timing.py). On the hot path: the
+        histogram child of each family is looked up once, not per call."""
+        child = self._redis_latency.get(family)
+        if child is None:
+            child = self._redis_latency[family] = self.backend_latency.labels("redis", family)
+        child.observe(seconds)
+        if failed:
+            self.backend_errors.labels("redis", family).inc()
 
     async def backend_call(self, backend: str, op: str, call: Awaitable[T]) -> T:
         """Awaits ``call``, observing its latency and counting it as an error if it raises."""

@@ -27,6 +27,7 @@ class InjectedMemory:
     memory_id: str
     score: float
     memory: memory_pb2.Memory | None  # None: deleted since
+    parts: memory_pb2.ScoreParts | None = None  # None: a profile item, or a trace older than parts
 
 
 @dataclass(slots=True)
@@ -69,7 +70,8 @@ async def trace_blocks(
                 ).memory
             except memlane.NotFoundError:
                 memory = None
-            tb.memories.append(InjectedMemory(ref.memory_id, ref.score, memory))
+            parts = ref.parts if ref.HasField("parts") else None
+            tb.memories.append(InjectedMemory(ref.memory_id, ref.score, memory, parts))
         out.append(tb)
     return out
 
