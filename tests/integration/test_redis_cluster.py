@@ -56,9 +56,15 @@ class Cluster:
         return dict(c.cluster_nodes())
 
     def replica_of(self, master: str) -> str:
-        nodes = self.nodes()
-        master_id = nodes[master]["node_id"]
-        return next(n for n, i in nodes.items() if i["master_id"] == master_id and "slave" in i["flags"])
+        """The master's replica, as the node asked sees it: gossip may not have told every node yet."""
+
+        def find() -> str | None:
+            nodes = self.nodes()
+            master_id = nodes[master]["node_id"]
+            replicas = (n for n, i in nodes.items() if i["master_id"] == master_id and "slave" in i["flags"])
+            return next(replicas, None)
+
+        return str(wait_for(find, timeout=30))
 
     def restart(self, node: str) -> None:
         port = node.rsplit(":", 1)[1]
