@@ -100,5 +100,22 @@ class EmbeddedRedis:
     async def astart(self) -> None:
         await asyncio.to_thread(self.start)
 
-    async def astop(self) -> None:
-        await asyncio.to_thread(self.stop)
+    async def astop(self, timeout: float = 10.0) -> None:
+        """``stop`` without a thread: polls the process from the loop, so shutting down never waits for a
+        free worker of the loop's default executor (other work may hold them all at that moment)."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()  # SIGTERM: redis flushes the AOF and exits
+        if not await _exited(proc, timeout):
+            proc.kill()
+            await _exited(proc, timeout)
+
+
+async def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether ``proc`` exits within ``timeout`` seconds, checked from the event loop."""
+    for _ in range(max(1, int(timeout / 0.02))):
+        if proc.poll() is not None:
+            return True
+        await asyncio.sleep(0.02)
+    return proc.poll() is not None
