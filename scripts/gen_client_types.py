@@ -14,7 +14,7 @@ from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "client_py"))
 
-from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, session_service_pb2  # noqa: E402
+from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2  # noqa: E402
 
 OUT = ROOT / "client_py" / "memlane" / "v1" / "rpcs.pyi"
 _SCALARS = {
@@ -75,7 +75,7 @@ def _method(m: MethodDescriptor, aio: bool, modules: set[str]) -> str:
 def render() -> str:
     modules: set[str] = set()
     bodies = {False: [], True: []}
-    for pb in (session_service_pb2, context_pb2, memory_pb2, admin_pb2, checkpoint_pb2):
+    for pb in (session_service_pb2, context_pb2, memory_pb2, admin_pb2, checkpoint_pb2, procedure_pb2):
         for service in pb.DESCRIPTOR.services_by_name.values():
             for m in service.methods:
                 for aio in (False, True):

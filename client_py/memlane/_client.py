@@ -31,6 +31,8 @@ from .v1 import context_pb2 as cpb
 from .v1 import context_pb2_grpc as cpb_grpc
 from .v1 import memory_pb2 as mpb
 from .v1 import memory_pb2_grpc as mpb_grpc
+from .v1 import procedure_pb2 as ppb
+from .v1 import procedure_pb2_grpc as ppb_grpc
 from .v1 import session_service_pb2 as spb
 from .v1 import session_service_pb2_grpc as spb_grpc
 
@@ -50,6 +52,7 @@ _STUBS: dict[str, Callable[[Any], Any]] = {
     "memory": mpb_grpc.MemoryServiceStub,
     "admin": apb_grpc.AdminServiceStub,
     "checkpoints": kpb_grpc.CheckpointServiceStub,
+    "procedures": ppb_grpc.ProcedureServiceStub,
 }
 
 
@@ -215,6 +218,48 @@ class _Rpcs:
     )
     extract_memories = _Unary(
         "memory", "ExtractMemories", mpb.ExtractMemoriesRequest, mpb.ExtractMemoriesResponse
+    )
+    # MemoryService: versions and snapshots
+    list_memory_versions = _Unary(
+        "memory", "ListMemoryVersions", mpb.ListMemoryVersionsRequest, mpb.ListMemoryVersionsResponse
+    )
+    create_memory_snapshot = _Unary(
+        "memory", "CreateMemorySnapshot", mpb.CreateMemorySnapshotRequest, mpb.CreateMemorySnapshotResponse
+    )
+    list_memory_snapshots = _Unary(
+        "memory", "ListMemorySnapshots", mpb.ListMemorySnapshotsRequest, mpb.ListMemorySnapshotsResponse
+    )
+    get_memory_snapshot_diff = _Unary(
+        "memory",
+        "GetMemorySnapshotDiff",
+        mpb.GetMemorySnapshotDiffRequest,
+        mpb.GetMemorySnapshotDiffResponse,
+    )
+    restore_memory_snapshot = _Unary(
+        "memory",
+        "RestoreMemorySnapshot",
+        mpb.RestoreMemorySnapshotRequest,
+        mpb.RestoreMemorySnapshotResponse,
+    )
+    delete_memory_snapshot = _Unary(
+        "memory", "DeleteMemorySnapshot", mpb.DeleteMemorySnapshotRequest, mpb.DeleteMemorySnapshotResponse
+    )
+    # ProcedureService
+    propose_procedure = _Unary(
+        "procedures", "ProposeProcedure", ppb.ProposeProcedureRequest, ppb.ProposeProcedureResponse
+    )
+    list_procedures = _Unary(
+        "procedures", "ListProcedures", ppb.ListProceduresRequest, ppb.ListProceduresResponse
+    )
+    get_procedure = _Unary("procedures", "GetProcedure", ppb.GetProcedureRequest, ppb.GetProcedureResponse)
+    approve_procedure = _Unary(
+        "procedures", "ApproveProcedure", ppb.ApproveProcedureRequest, ppb.ApproveProcedureResponse
+    )
+    reject_procedure = _Unary(
+        "procedures", "RejectProcedure", ppb.RejectProcedureRequest, ppb.RejectProcedureResponse
+    )
+    roll_back_procedure = _Unary(
+        "procedures", "RollBackProcedure", ppb.RollBackProcedureRequest, ppb.RollBackProcedureResponse
     )
     # AdminService
     export_user_data = _Stream(

@@ -23,6 +23,8 @@ from memlane.v1 import (
     context_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
+    procedure_pb2,
+    procedure_pb2_grpc,
     session_service_pb2,
     session_service_pb2_grpc,
 )
@@ -37,7 +39,8 @@ from .api.binding import UserBinding
 from .api.checkpoints import CheckpointServicer
 from .api.context import ContextServicer
 from .api.interceptor import BoundaryInterceptor
-from .api.memory import MemoryServicer
+from .api.memory_history import MemoryServicerWithHistory
+from .api.procedures import ProcedureServicer
 from .api.sessions import SessionServicer
 from .config import Settings
 from .context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
@@ -57,6 +60,7 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import UNAVAILABLE_ERRORS, connect
 from .infra.redis_timing import time_commands
 from .ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
+from .ltm.snapshots import MemorySnapshots
 from .observability.admin_http import AdminHttpServer
 from .observability.domain import Sampler
 from .observability.metrics import RpcMetrics
@@ -68,7 +72,9 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
+from .pipelines.memory_history import RedisMemoryHistory
 from .pipelines.user_data import UserData
+from .procedures import ExtractingPromoter, Owner, ProcedureService, ProcedureStore
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
 from .sessions.end_queue import SessionEndQueue
@@ -169,6 +175,15 @@ class Sidecar:
             durability=Durability(s.redis_wait_replicas, s.redis_wait_timeout_ms),
         )
         self.checkpoints = CheckpointStore(self.redis, self.keys)
+        self.procedures = ProcedureService(
+            ProcedureStore(self.redis, self.keys), auto_approve=self._auto_approves, guard=find_pii
+        )
+        self.memory_history = RedisMemoryHistory(
+            self.redis,
+            self.keys,
+            max_versions=s.ltm_versions_max_per_user,
+            max_snapshots=s.ltm_snapshots_max_per_user,
+        )
 
         if s.ltm_enabled:
             await self._build_ltm()
@@ -215,7 +230,13 @@ class Sidecar:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 UserData(
-                    self.sessions, self.context.traces, self.ltm, self.archive, caches=[self.context.forget]
+                    self.sessions,
+                    self.context.traces,
+                    self.ltm,
+                    self.archive,
+                    caches=[self.context.forget],
+                    history=self.memory_history,
+                    procedures=self.procedures,
                 ),
                 self.lifecycle.queue,
             ),
@@ -223,14 +244,24 @@ class Sidecar:
         )
         if self.ltm is not None and extractor is not None:
             memory_pb2_grpc.add_MemoryServiceServicer_to_server(
-                MemoryServicer(self.ltm, extractor, OnceMarks(self.redis, self.keys, "feedback")), server
+                MemoryServicerWithHistory(
+                    self.ltm,
+                    extractor,
+                    OnceMarks(self.redis, self.keys, "feedback"),
+                    MemorySnapshots(self.ltm, self.memory_history, self.memory_history),
+                ),
+                server,
             )
+        procedure_pb2_grpc.add_ProcedureServiceServicer_to_server(
+            ProcedureServicer(self.procedures, self.sessions), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
             checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
             context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
             admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+            procedure_pb2.DESCRIPTOR.services_by_name["ProcedureService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ]
@@ -289,7 +320,10 @@ class Sidecar:
             summarizer or ExtractiveSummarizer(tokens, s.default_model, self._executor), self.metrics
         )
         promoter = (
-            telemetry.MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics)
+            # Successful sessions also propose an example procedure for their agent (procedures/extract.py).
+            ExtractingPromoter(
+                telemetry.MeteredPromoter(LtmPromoter(self.ltm, extractor), self.metrics), self.procedures
+            )
             if self.ltm is not None and extractor is not None
             else None
         )
@@ -357,6 +391,7 @@ class Sidecar:
             guard=find_pii,
             usage_flush_interval_s=s.ltm_usage_flush_seconds,
             on_change=versions.bump,
+            history=self.memory_history,
         )
         self._ltm_maintenance = MemoryMaintenance(
             self.ltm,
@@ -427,7 +462,16 @@ class Sidecar:
             executor=self._executor,
             resume=self.resumer.resume_if_retired,
             policies=self.policies,
+            procedures=self.procedures,
+            procedures_max_tokens=s.context_procedures_max_tokens,
         )
+
+    def _auto_approves(self, owner: Owner) -> bool:
+        """An owner's proposals are active at once: the agent's entry in the access policy, else the
+        ``procedure_approval`` setting (group procedures follow the setting)."""
+        policy = getattr(self, "policy", None)
+        mode = policy.policy.procedure_approval.get(owner.agent_id) if policy and not owner.group else None
+        return (mode or self.settings.procedure_approval) == "auto"
 
     def _authenticator(self) -> Authenticator:
         s = self.settings

@@ -82,6 +82,9 @@ class Settings:
     context_summary_trigger_ratio: float = 0.75  # of the history budget
     context_fallback: str = "gap_summary"  # gap_summary | drop_oldest (when the summary is behind)
     context_max_traces_per_session: int = 500
+    context_procedures_max_tokens: int = 1024  # approved procedures injected after the system prompt
+    # --- procedural memory (procedures/): proposals active at once (auto) or after an admin approves
+    procedure_approval: str = "human"  # human | auto; per agent: procedure_approval in the access policy
     summarizer: str = "extractive"  # extractive | openai | client
     summarizer_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
     summarizer_model: str = ""
@@ -100,6 +103,8 @@ class Settings:
     ltm_max_episodes_per_agent: int = 5000
     ltm_duplicate_similarity: float = 0.9  # cosine at which a new item merges into an existing one
     ltm_profile_max_items: int = 20
+    ltm_versions_max_per_user: int = 10_000  # kept versions of a user's items (oldest dropped first)
+    ltm_snapshots_max_per_user: int = 20
     ltm_optimize_interval_seconds: float = 300.0
     ltm_optimize_after_writes: int = 32  # also optimize once this many writes piled up; 0: timer only
     ltm_prune_interval_seconds: float = 3600.0
@@ -143,6 +148,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "summarizer": ("extractive", "openai", "client"),
     "embedding_pooling": ("mean", "cls", "none"),
     "extractor": ("rules", "openai"),
+    "procedure_approval": ("human", "auto"),
 }
 
 

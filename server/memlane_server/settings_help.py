@@ -44,6 +44,13 @@ HELP: dict[str, str] = {
     "summarizer_api_key": "API key of the OpenAI-compatible summarizer.",
     "summarizer_timeout_seconds": "Timeout of one summarizer call.",
     "summary_max_tokens": "Largest rolling summary, in tokens.",
+    "context_procedures_max_tokens": "Cap in tokens of the approved procedures injected after the system"
+    " prompt (within the system section's budget).",
+    "procedure_approval": "Whether an agent's proposed procedures become active at once (auto) or only once"
+    " an admin approves them (human); agents.<id>.procedure_approval in the access policy overrides it.",
+    "ltm_versions_max_per_user": "Versions of a user's memory items kept (every change is one; the oldest"
+    " are dropped first).",
+    "ltm_snapshots_max_per_user": "Most named snapshots of memory one user may have.",
     "ltm_enabled": "Keep long-term memory (LanceDB, embeddings, MemoryService).",
     "ltm_uri": "LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm.",
     "ltm_cross_channel_episodes": "Recall episodes from every channel, not just the session's.",

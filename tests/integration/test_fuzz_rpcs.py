@@ -26,12 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memlane
-from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, session_service_pb2
+from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2
 from memlane_server.background import SidecarThread
 
 EXAMPLES = int(os.environ.get("MEMLANE_FUZZ_EXAMPLES", "20"))
 PROTOS = Path(__file__).resolve().parents[2] / "protos"
-MODULES = (session_service_pb2, context_pb2, memory_pb2, admin_pb2, checkpoint_pb2)
+MODULES = (session_service_pb2, context_pb2, memory_pb2, admin_pb2, checkpoint_pb2, procedure_pb2)
 # Any call may meet these whatever its comment says: the transport's, and the client's own deadline.
 ALWAYS = {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
 _CODES = {c.name for c in grpc.StatusCode}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import memlane
-from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, session_service_pb2
+from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def test_public_names_are_pinned() -> None:
 
 def _rpcs() -> list[tuple[str, bool]]:
     out = []
-    for module in (session_service_pb2, context_pb2, memory_pb2, admin_pb2, checkpoint_pb2):
+    for module in (session_service_pb2, context_pb2, memory_pb2, admin_pb2, checkpoint_pb2, procedure_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for m in service.methods:
                 out.append((re.sub(r"(?<!^)(?=[A-Z])", "_", m.name).lower(), m.server_streaming))

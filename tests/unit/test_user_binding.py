@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from google.protobuf import message_factory
 
-from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, session_service_pb2
-from memlane_server.api.binding import OPERATOR_RPCS, UNBOUND_ONLY, user_scoped
+from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2
+from memlane_server.api.binding import AGENT_RPCS, OPERATOR_RPCS, UNBOUND_ONLY, user_scoped
 
-MODULES = (admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, session_service_pb2)
+MODULES = (admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2)
 
 
 def test_every_rpc_request_names_its_user() -> None:
@@ -26,4 +26,5 @@ def test_every_rpc_request_names_its_user() -> None:
         if not user_scoped(request) and request.DESCRIPTOR.name not in UNBOUND_ONLY
     ]
     # Operator RPCs name no user: they are admin-only (an end user's token never reaches them).
-    assert sorted(unbound) == sorted(OPERATOR_RPCS)
+    # Procedure RPCs name no user either: procedures belong to agents (see api/binding.py).
+    assert sorted(unbound) == sorted(OPERATOR_RPCS | AGENT_RPCS)

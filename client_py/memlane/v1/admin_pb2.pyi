@@ -72,8 +72,9 @@ class ExportUserDataResponse(_message.Message):
     PART_FIELD_NUMBER: _builtins.int
     LAST_PART_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """session | message | trace | memory | archive.transcripts | archive.summaries | archive.traces
-    (archived rows, by archive dataset).
+    """session | message | trace | memory | memory_version | memory_snapshot | procedure (versions of
+    an agent's procedures learned from the user's sessions) | archive.transcripts | archive.summaries |
+    archive.traces (archived rows, by archive dataset).
     """
     data: _builtins.bytes
     """JSON lines (whole lines) or a part of a Parquet file."""

@@ -65,6 +65,8 @@ class _ProvenanceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Provenance
     PROVENANCE_MEMORY: _Provenance.ValueType  # 3
     PROVENANCE_SUMMARY: _Provenance.ValueType  # 4
     PROVENANCE_CONVERSATION: _Provenance.ValueType  # 5
+    PROVENANCE_PROCEDURE: _Provenance.ValueType  # 6
+    """Approved procedures of the agent and its groups (procedure.proto), in the system section's budget."""
 
 class Provenance(_Provenance, metaclass=_ProvenanceEnumTypeWrapper):
     """What a block holds."""
@@ -75,6 +77,8 @@ PROVENANCE_PROFILE: Provenance.ValueType  # 2
 PROVENANCE_MEMORY: Provenance.ValueType  # 3
 PROVENANCE_SUMMARY: Provenance.ValueType  # 4
 PROVENANCE_CONVERSATION: Provenance.ValueType  # 5
+PROVENANCE_PROCEDURE: Provenance.ValueType  # 6
+"""Approved procedures of the agent and its groups (procedure.proto), in the system section's budget."""
 Global___Provenance: _TypeAlias = Provenance  # noqa: Y015
 
 class _ContextSection:
@@ -311,6 +315,7 @@ class ContextBlock(_message.Message):
     RENDERED_TEXT_FIELD_NUMBER: _builtins.int
     CAP_TOKENS_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
+    PROCEDURES_FIELD_NUMBER: _builtins.int
     provenance: Global___Provenance.ValueType
     token_count: _builtins.int
     """Exact chat-format cost of `messages` (content + per-message overhead) in the model's encoding."""
@@ -330,6 +335,10 @@ class ContextBlock(_message.Message):
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryRef]:
         """Long-term memories in this block (profile, memory), best first."""
 
+    @_builtins.property
+    def procedures(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProcedureRef]:
+        """Procedures in this block (procedure), in the order injected."""
+
     def __init__(
         self,
         *,
@@ -341,14 +350,47 @@ class ContextBlock(_message.Message):
         rendered_text: _builtins.str = ...,
         cap_tokens: _builtins.int = ...,
         truncated: _builtins.bool = ...,
+        procedures: _abc.Iterable[Global___ProcedureRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap_tokens", b"cap_tokens", "memories", b"memories", "message_ids", b"message_ids", "messages", b"messages", "provenance", b"provenance", "rendered_text", b"rendered_text", "token_count", b"token_count", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap_tokens", b"cap_tokens", "memories", b"memories", "message_ids", b"message_ids", "messages", b"messages", "procedures", b"procedures", "provenance", b"provenance", "rendered_text", b"rendered_text", "token_count", b"token_count", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContextBlock: _TypeAlias = ContextBlock  # noqa: Y015
+
+@_typing.final
+class ProcedureRef(_message.Message):
+    """An approved procedure version injected into a context: its owner, id and version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    PROCEDURE_ID_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    """The owning agent, or "" for a group's procedure."""
+    group: _builtins.str
+    """The owning group, or ""."""
+    procedure_id: _builtins.str
+    version: _builtins.int
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        group: _builtins.str = ...,
+        procedure_id: _builtins.str = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "group", b"group", "procedure_id", b"procedure_id", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProcedureRef: _TypeAlias = ProcedureRef  # noqa: Y015
 
 @_typing.final
 class Truncation(_message.Message):

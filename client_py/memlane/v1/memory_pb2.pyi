@@ -143,6 +143,83 @@ FEEDBACK_VERDICT_USEFUL: FeedbackVerdict.ValueType  # 1
 FEEDBACK_VERDICT_WRONG: FeedbackVerdict.ValueType  # 2
 Global___FeedbackVerdict: _TypeAlias = FeedbackVerdict  # noqa: Y015
 
+class _MemoryChangeReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryChangeReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryChangeReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_CHANGE_REASON_UNSPECIFIED: _MemoryChangeReason.ValueType  # 0
+    MEMORY_CHANGE_REASON_EXTRACTION: _MemoryChangeReason.ValueType  # 1
+    """Promoted from a session or stored by ExtractMemories."""
+    MEMORY_CHANGE_REASON_CREATE: _MemoryChangeReason.ValueType  # 2
+    """Stored by CreateMemory."""
+    MEMORY_CHANGE_REASON_MERGE: _MemoryChangeReason.ValueType  # 3
+    """A restatement folded into it."""
+    MEMORY_CHANGE_REASON_SUPERSEDE: _MemoryChangeReason.ValueType  # 4
+    """Retired by a newer item."""
+    MEMORY_CHANGE_REASON_FEEDBACK: _MemoryChangeReason.ValueType  # 5
+    MEMORY_CHANGE_REASON_EDIT: _MemoryChangeReason.ValueType  # 6
+    """UpdateMemory."""
+    MEMORY_CHANGE_REASON_DELETE: _MemoryChangeReason.ValueType  # 7
+    """DeleteMemory."""
+    MEMORY_CHANGE_REASON_PRUNE: _MemoryChangeReason.ValueType  # 8
+    """Dropped by a cap or the pruning job."""
+    MEMORY_CHANGE_REASON_RESTORE: _MemoryChangeReason.ValueType  # 9
+    """Written back or deleted by RestoreMemorySnapshot."""
+
+class MemoryChangeReason(_MemoryChangeReason, metaclass=_MemoryChangeReasonEnumTypeWrapper):
+    """--- Versions and snapshots (issue 18) ---------------------------------------------------------------
+
+    Why an item changed.
+    """
+
+MEMORY_CHANGE_REASON_UNSPECIFIED: MemoryChangeReason.ValueType  # 0
+MEMORY_CHANGE_REASON_EXTRACTION: MemoryChangeReason.ValueType  # 1
+"""Promoted from a session or stored by ExtractMemories."""
+MEMORY_CHANGE_REASON_CREATE: MemoryChangeReason.ValueType  # 2
+"""Stored by CreateMemory."""
+MEMORY_CHANGE_REASON_MERGE: MemoryChangeReason.ValueType  # 3
+"""A restatement folded into it."""
+MEMORY_CHANGE_REASON_SUPERSEDE: MemoryChangeReason.ValueType  # 4
+"""Retired by a newer item."""
+MEMORY_CHANGE_REASON_FEEDBACK: MemoryChangeReason.ValueType  # 5
+MEMORY_CHANGE_REASON_EDIT: MemoryChangeReason.ValueType  # 6
+"""UpdateMemory."""
+MEMORY_CHANGE_REASON_DELETE: MemoryChangeReason.ValueType  # 7
+"""DeleteMemory."""
+MEMORY_CHANGE_REASON_PRUNE: MemoryChangeReason.ValueType  # 8
+"""Dropped by a cap or the pruning job."""
+MEMORY_CHANGE_REASON_RESTORE: MemoryChangeReason.ValueType  # 9
+"""Written back or deleted by RestoreMemorySnapshot."""
+Global___MemoryChangeReason: _TypeAlias = MemoryChangeReason  # noqa: Y015
+
+class _MemoryDiffKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryDiffKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryDiffKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_DIFF_KIND_UNSPECIFIED: _MemoryDiffKind.ValueType  # 0
+    MEMORY_DIFF_KIND_ADDED: _MemoryDiffKind.ValueType  # 1
+    """Exists now, not in the snapshot."""
+    MEMORY_DIFF_KIND_REMOVED: _MemoryDiffKind.ValueType  # 2
+    """In the snapshot, gone now."""
+    MEMORY_DIFF_KIND_CHANGED: _MemoryDiffKind.ValueType  # 3
+    """In both, with different content, kind, scope, slot, keywords, importance, validity or metadata."""
+
+class MemoryDiffKind(_MemoryDiffKind, metaclass=_MemoryDiffKindEnumTypeWrapper):
+    """How an item differs between a snapshot and now."""
+
+MEMORY_DIFF_KIND_UNSPECIFIED: MemoryDiffKind.ValueType  # 0
+MEMORY_DIFF_KIND_ADDED: MemoryDiffKind.ValueType  # 1
+"""Exists now, not in the snapshot."""
+MEMORY_DIFF_KIND_REMOVED: MemoryDiffKind.ValueType  # 2
+"""In the snapshot, gone now."""
+MEMORY_DIFF_KIND_CHANGED: MemoryDiffKind.ValueType  # 3
+"""In both, with different content, kind, scope, slot, keywords, importance, validity or metadata."""
+Global___MemoryDiffKind: _TypeAlias = MemoryDiffKind  # noqa: Y015
+
 @_typing.final
 class Memory(_message.Message):
     """One long-term memory."""
@@ -983,3 +1060,408 @@ class ExtractMemoriesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtractMemoriesResponse: _TypeAlias = ExtractMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class MemoryVersion(_message.Message):
+    """One kept version of an item: the item as the change left it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CHANGED_BY_FIELD_NUMBER: _builtins.int
+    CHANGED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    memory_id: _builtins.str
+    reason: Global___MemoryChangeReason.ValueType
+    changed_by: _builtins.str
+    """The agent whose call made the change ("" for the unnamed agent or the whole-user view)."""
+    changed_at_unix_ms: _builtins.int
+    deleted: _builtins.bool
+    """True when the change removed the item."""
+    @_builtins.property
+    def memory(self) -> Global___Memory:
+        """The item after the change; for a deletion, the item as it was."""
+
+    def __init__(
+        self,
+        *,
+        memory_id: _builtins.str = ...,
+        reason: Global___MemoryChangeReason.ValueType = ...,
+        changed_by: _builtins.str = ...,
+        changed_at_unix_ms: _builtins.int = ...,
+        memory: Global___Memory | None = ...,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_at_unix_ms", b"changed_at_unix_ms", "changed_by", b"changed_by", "deleted", b"deleted", "memory", b"memory", "memory_id", b"memory_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryVersion: _TypeAlias = MemoryVersion  # noqa: Y015
+
+@_typing.final
+class ListMemoryVersionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    memory_id: _builtins.str
+    """Empty: every item the caller may read."""
+    page_size: _builtins.int
+    """At most 500; 0 means 50."""
+    page_token: _builtins.str
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        memory_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "memory_id", b"memory_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryVersionsRequest: _TypeAlias = ListMemoryVersionsRequest  # noqa: Y015
+
+@_typing.final
+class ListMemoryVersionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryVersion]: ...
+    def __init__(
+        self,
+        *,
+        versions: _abc.Iterable[Global___MemoryVersion] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryVersionsResponse: _TypeAlias = ListMemoryVersionsResponse  # noqa: Y015
+
+@_typing.final
+class MemorySnapshot(_message.Message):
+    """A named snapshot of the memory one view of a user could read."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    USER_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    ITEM_COUNT_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    """Client-chosen name (the id grammar), unique per user."""
+    user_id: _builtins.str
+    agent_id: _builtins.str
+    """The view it was taken with: only that view may diff or restore it."""
+    created_at_unix_ms: _builtins.int
+    item_count: _builtins.int
+    note: _builtins.str
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        snapshot_id: _builtins.str = ...,
+        user_id: _builtins.str = ...,
+        agent_id: _builtins.str = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        created_at_unix_ms: _builtins.int = ...,
+        item_count: _builtins.int = ...,
+        note: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "created_at_unix_ms", b"created_at_unix_ms", "groups", b"groups", "item_count", b"item_count", "note", b"note", "snapshot_id", b"snapshot_id", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemorySnapshot: _TypeAlias = MemorySnapshot  # noqa: Y015
+
+@_typing.final
+class CreateMemorySnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    note: _builtins.str
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        snapshot_id: _builtins.str = ...,
+        note: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "note", b"note", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateMemorySnapshotRequest: _TypeAlias = CreateMemorySnapshotRequest  # noqa: Y015
+
+@_typing.final
+class CreateMemorySnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot(self) -> Global___MemorySnapshot: ...
+    def __init__(
+        self,
+        *,
+        snapshot: Global___MemorySnapshot | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateMemorySnapshotResponse: _TypeAlias = CreateMemorySnapshotResponse  # noqa: Y015
+
+@_typing.final
+class ListMemorySnapshotsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most 100; 0 means 20."""
+    page_token: _builtins.str
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemorySnapshotsRequest: _TypeAlias = ListMemorySnapshotsRequest  # noqa: Y015
+
+@_typing.final
+class ListMemorySnapshotsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def snapshots(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemorySnapshot]: ...
+    def __init__(
+        self,
+        *,
+        snapshots: _abc.Iterable[Global___MemorySnapshot] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "snapshots", b"snapshots"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemorySnapshotsResponse: _TypeAlias = ListMemorySnapshotsResponse  # noqa: Y015
+
+@_typing.final
+class MemoryDiff(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    memory_id: _builtins.str
+    kind: Global___MemoryDiffKind.ValueType
+    @_builtins.property
+    def before(self) -> Global___Memory:
+        """As the snapshot holds it (unset for ADDED)."""
+
+    @_builtins.property
+    def after(self) -> Global___Memory:
+        """As it is now (unset for REMOVED)."""
+
+    def __init__(
+        self,
+        *,
+        memory_id: _builtins.str = ...,
+        kind: Global___MemoryDiffKind.ValueType = ...,
+        before: Global___Memory | None = ...,
+        after: Global___Memory | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "kind", b"kind", "memory_id", b"memory_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryDiff: _TypeAlias = MemoryDiff  # noqa: Y015
+
+@_typing.final
+class GetMemorySnapshotDiffRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        snapshot_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMemorySnapshotDiffRequest: _TypeAlias = GetMemorySnapshotDiffRequest  # noqa: Y015
+
+@_typing.final
+class GetMemorySnapshotDiffResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    DIFFS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot(self) -> Global___MemorySnapshot: ...
+    @_builtins.property
+    def diffs(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryDiff]: ...
+    def __init__(
+        self,
+        *,
+        snapshot: Global___MemorySnapshot | None = ...,
+        diffs: _abc.Iterable[Global___MemoryDiff] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diffs", b"diffs", "snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMemorySnapshotDiffResponse: _TypeAlias = GetMemorySnapshotDiffResponse  # noqa: Y015
+
+@_typing.final
+class RestoreMemorySnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    BACKUP_SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    backup_snapshot_id: _builtins.str
+    """Set: first take a snapshot of the current state under this name, so the restore can be undone."""
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        snapshot_id: _builtins.str = ...,
+        backup_snapshot_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_snapshot_id", b"backup_snapshot_id", "caller", b"caller", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreMemorySnapshotRequest: _TypeAlias = RestoreMemorySnapshotRequest  # noqa: Y015
+
+@_typing.final
+class RestoreMemorySnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIFFS_FIELD_NUMBER: _builtins.int
+    BACKUP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def diffs(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryDiff]:
+        """What the restore undid (the diff it applied)."""
+
+    @_builtins.property
+    def backup(self) -> Global___MemorySnapshot: ...
+    def __init__(
+        self,
+        *,
+        diffs: _abc.Iterable[Global___MemoryDiff] | None = ...,
+        backup: Global___MemorySnapshot | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["backup", b"backup"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup", b"backup", "diffs", b"diffs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreMemorySnapshotResponse: _TypeAlias = RestoreMemorySnapshotResponse  # noqa: Y015
+
+@_typing.final
+class DeleteMemorySnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        snapshot_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMemorySnapshotRequest: _TypeAlias = DeleteMemorySnapshotRequest  # noqa: Y015
+
+@_typing.final
+class DeleteMemorySnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMemorySnapshotResponse: _TypeAlias = DeleteMemorySnapshotResponse  # noqa: Y015

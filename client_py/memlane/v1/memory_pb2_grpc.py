@@ -81,6 +81,36 @@ class MemoryServiceStub:
                 request_serializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesResponse.FromString,
                 _registered_method=True)
+        self.ListMemoryVersions = channel.unary_unary(
+                '/memlane.v1.MemoryService/ListMemoryVersions',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+                _registered_method=True)
+        self.CreateMemorySnapshot = channel.unary_unary(
+                '/memlane.v1.MemoryService/CreateMemorySnapshot',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.CreateMemorySnapshotRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.CreateMemorySnapshotResponse.FromString,
+                _registered_method=True)
+        self.ListMemorySnapshots = channel.unary_unary(
+                '/memlane.v1.MemoryService/ListMemorySnapshots',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.ListMemorySnapshotsRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.ListMemorySnapshotsResponse.FromString,
+                _registered_method=True)
+        self.GetMemorySnapshotDiff = channel.unary_unary(
+                '/memlane.v1.MemoryService/GetMemorySnapshotDiff',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.GetMemorySnapshotDiffRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.GetMemorySnapshotDiffResponse.FromString,
+                _registered_method=True)
+        self.RestoreMemorySnapshot = channel.unary_unary(
+                '/memlane.v1.MemoryService/RestoreMemorySnapshot',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.RestoreMemorySnapshotRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.RestoreMemorySnapshotResponse.FromString,
+                _registered_method=True)
+        self.DeleteMemorySnapshot = channel.unary_unary(
+                '/memlane.v1.MemoryService/DeleteMemorySnapshot',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -166,6 +196,62 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMemoryVersions(self, request, context):
+        """--- Versions and snapshots (issue 18). Every change to an item is kept as a version (who, when,
+        why); a named snapshot of the memory a caller can read can be taken, diffed against now and
+        restored. The same access rules as the calls above; covered by export and erasure.
+
+        The kept versions of one item, oldest first (or of every item the caller may read, when memory_id
+        is empty). An item deleted since is shown only to the whole-user view (no caller.agent_id).
+        Errors: INVALID_ARGUMENT (page_size, page_token), NOT_FOUND, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateMemorySnapshot(self, request, context):
+        """Takes a named snapshot of every item the caller can read (retired ones too).
+        Errors: INVALID_ARGUMENT (snapshot_id), ALREADY_EXISTS (snapshot_id taken), RESOURCE_EXHAUSTED
+        (too many snapshots for this user), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemorySnapshots(self, request, context):
+        """The user's snapshots this caller may use (those taken with its view), newest first.
+        Errors: INVALID_ARGUMENT (page_size, page_token), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemorySnapshotDiff(self, request, context):
+        """What changed between a snapshot and now: items added, removed and changed since.
+        Errors: INVALID_ARGUMENT, NOT_FOUND (no such snapshot for this caller), PERMISSION_DENIED (the
+        caller's groups no longer cover the snapshot's), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreMemorySnapshot(self, request, context):
+        """Puts the caller's memory back as the snapshot holds it: items added since are deleted, items
+        changed or removed since are written back (each change kept as a version, why "restore").
+        Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS (backup_snapshot_id taken),
+        RESOURCE_EXHAUSTED (too many snapshots, for the backup), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMemorySnapshot(self, request, context):
+        """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -213,6 +299,36 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ExtractMemories,
                     request_deserializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesResponse.SerializeToString,
+            ),
+            'ListMemoryVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryVersions,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.SerializeToString,
+            ),
+            'CreateMemorySnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMemorySnapshot,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.CreateMemorySnapshotRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.CreateMemorySnapshotResponse.SerializeToString,
+            ),
+            'ListMemorySnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemorySnapshots,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.ListMemorySnapshotsRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.ListMemorySnapshotsResponse.SerializeToString,
+            ),
+            'GetMemorySnapshotDiff': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemorySnapshotDiff,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.GetMemorySnapshotDiffRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.GetMemorySnapshotDiffResponse.SerializeToString,
+            ),
+            'RestoreMemorySnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreMemorySnapshot,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.RestoreMemorySnapshotRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.RestoreMemorySnapshotResponse.SerializeToString,
+            ),
+            'DeleteMemorySnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMemorySnapshot,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -460,6 +576,168 @@ class MemoryService:
             '/memlane.v1.MemoryService/ExtractMemories',
             memlane_dot_v1_dot_memory__pb2.ExtractMemoriesRequest.SerializeToString,
             memlane_dot_v1_dot_memory__pb2.ExtractMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/ListMemoryVersions',
+            memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMemorySnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/CreateMemorySnapshot',
+            memlane_dot_v1_dot_memory__pb2.CreateMemorySnapshotRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.CreateMemorySnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemorySnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/ListMemorySnapshots',
+            memlane_dot_v1_dot_memory__pb2.ListMemorySnapshotsRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.ListMemorySnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemorySnapshotDiff(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/GetMemorySnapshotDiff',
+            memlane_dot_v1_dot_memory__pb2.GetMemorySnapshotDiffRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.GetMemorySnapshotDiffResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreMemorySnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/RestoreMemorySnapshot',
+            memlane_dot_v1_dot_memory__pb2.RestoreMemorySnapshotRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.RestoreMemorySnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMemorySnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/DeleteMemorySnapshot',
+            memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,37 @@ class MemoryServiceStub:
     Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
     RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
     """
+    ListMemoryVersions: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListMemoryVersionsRequest, _memory_pb2.ListMemoryVersionsResponse]
+    """--- Versions and snapshots (issue 18). Every change to an item is kept as a version (who, when,
+    why); a named snapshot of the memory a caller can read can be taken, diffed against now and
+    restored. The same access rules as the calls above; covered by export and erasure.
+
+    The kept versions of one item, oldest first (or of every item the caller may read, when memory_id
+    is empty). An item deleted since is shown only to the whole-user view (no caller.agent_id).
+    Errors: INVALID_ARGUMENT (page_size, page_token), NOT_FOUND, UNAVAILABLE.
+    """
+    CreateMemorySnapshot: _grpc.UnaryUnaryMultiCallable[_memory_pb2.CreateMemorySnapshotRequest, _memory_pb2.CreateMemorySnapshotResponse]
+    """Takes a named snapshot of every item the caller can read (retired ones too).
+    Errors: INVALID_ARGUMENT (snapshot_id), ALREADY_EXISTS (snapshot_id taken), RESOURCE_EXHAUSTED
+    (too many snapshots for this user), UNAVAILABLE.
+    """
+    ListMemorySnapshots: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListMemorySnapshotsRequest, _memory_pb2.ListMemorySnapshotsResponse]
+    """The user's snapshots this caller may use (those taken with its view), newest first.
+    Errors: INVALID_ARGUMENT (page_size, page_token), UNAVAILABLE.
+    """
+    GetMemorySnapshotDiff: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetMemorySnapshotDiffRequest, _memory_pb2.GetMemorySnapshotDiffResponse]
+    """What changed between a snapshot and now: items added, removed and changed since.
+    Errors: INVALID_ARGUMENT, NOT_FOUND (no such snapshot for this caller), PERMISSION_DENIED (the
+    caller's groups no longer cover the snapshot's), UNAVAILABLE.
+    """
+    RestoreMemorySnapshot: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RestoreMemorySnapshotRequest, _memory_pb2.RestoreMemorySnapshotResponse]
+    """Puts the caller's memory back as the snapshot holds it: items added since are deleted, items
+    changed or removed since are written back (each change kept as a version, why "restore").
+    Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS (backup_snapshot_id taken),
+    RESOURCE_EXHAUSTED (too many snapshots, for the backup), UNAVAILABLE.
+    """
+    DeleteMemorySnapshot: _grpc.UnaryUnaryMultiCallable[_memory_pb2.DeleteMemorySnapshotRequest, _memory_pb2.DeleteMemorySnapshotResponse]
+    """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE."""
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -123,6 +154,37 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
     RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
     """
+    ListMemoryVersions: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListMemoryVersionsRequest, _memory_pb2.ListMemoryVersionsResponse]  # type: ignore[assignment]
+    """--- Versions and snapshots (issue 18). Every change to an item is kept as a version (who, when,
+    why); a named snapshot of the memory a caller can read can be taken, diffed against now and
+    restored. The same access rules as the calls above; covered by export and erasure.
+
+    The kept versions of one item, oldest first (or of every item the caller may read, when memory_id
+    is empty). An item deleted since is shown only to the whole-user view (no caller.agent_id).
+    Errors: INVALID_ARGUMENT (page_size, page_token), NOT_FOUND, UNAVAILABLE.
+    """
+    CreateMemorySnapshot: _aio.UnaryUnaryMultiCallable[_memory_pb2.CreateMemorySnapshotRequest, _memory_pb2.CreateMemorySnapshotResponse]  # type: ignore[assignment]
+    """Takes a named snapshot of every item the caller can read (retired ones too).
+    Errors: INVALID_ARGUMENT (snapshot_id), ALREADY_EXISTS (snapshot_id taken), RESOURCE_EXHAUSTED
+    (too many snapshots for this user), UNAVAILABLE.
+    """
+    ListMemorySnapshots: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListMemorySnapshotsRequest, _memory_pb2.ListMemorySnapshotsResponse]  # type: ignore[assignment]
+    """The user's snapshots this caller may use (those taken with its view), newest first.
+    Errors: INVALID_ARGUMENT (page_size, page_token), UNAVAILABLE.
+    """
+    GetMemorySnapshotDiff: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetMemorySnapshotDiffRequest, _memory_pb2.GetMemorySnapshotDiffResponse]  # type: ignore[assignment]
+    """What changed between a snapshot and now: items added, removed and changed since.
+    Errors: INVALID_ARGUMENT, NOT_FOUND (no such snapshot for this caller), PERMISSION_DENIED (the
+    caller's groups no longer cover the snapshot's), UNAVAILABLE.
+    """
+    RestoreMemorySnapshot: _aio.UnaryUnaryMultiCallable[_memory_pb2.RestoreMemorySnapshotRequest, _memory_pb2.RestoreMemorySnapshotResponse]  # type: ignore[assignment]
+    """Puts the caller's memory back as the snapshot holds it: items added since are deleted, items
+    changed or removed since are written back (each change kept as a version, why "restore").
+    Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS (backup_snapshot_id taken),
+    RESOURCE_EXHAUSTED (too many snapshots, for the backup), UNAVAILABLE.
+    """
+    DeleteMemorySnapshot: _aio.UnaryUnaryMultiCallable[_memory_pb2.DeleteMemorySnapshotRequest, _memory_pb2.DeleteMemorySnapshotResponse]  # type: ignore[assignment]
+    """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE."""
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """Long-term memory: durable items per user (and agent), hybrid recall, the per-turn profile, and the
@@ -222,5 +284,72 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
         RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
         """
+
+    @_abc_1.abstractmethod
+    def ListMemoryVersions(
+        self,
+        request: _memory_pb2.ListMemoryVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.ListMemoryVersionsResponse, _abc.Awaitable[_memory_pb2.ListMemoryVersionsResponse]]:
+        """--- Versions and snapshots (issue 18). Every change to an item is kept as a version (who, when,
+        why); a named snapshot of the memory a caller can read can be taken, diffed against now and
+        restored. The same access rules as the calls above; covered by export and erasure.
+
+        The kept versions of one item, oldest first (or of every item the caller may read, when memory_id
+        is empty). An item deleted since is shown only to the whole-user view (no caller.agent_id).
+        Errors: INVALID_ARGUMENT (page_size, page_token), NOT_FOUND, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateMemorySnapshot(
+        self,
+        request: _memory_pb2.CreateMemorySnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.CreateMemorySnapshotResponse, _abc.Awaitable[_memory_pb2.CreateMemorySnapshotResponse]]:
+        """Takes a named snapshot of every item the caller can read (retired ones too).
+        Errors: INVALID_ARGUMENT (snapshot_id), ALREADY_EXISTS (snapshot_id taken), RESOURCE_EXHAUSTED
+        (too many snapshots for this user), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ListMemorySnapshots(
+        self,
+        request: _memory_pb2.ListMemorySnapshotsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.ListMemorySnapshotsResponse, _abc.Awaitable[_memory_pb2.ListMemorySnapshotsResponse]]:
+        """The user's snapshots this caller may use (those taken with its view), newest first.
+        Errors: INVALID_ARGUMENT (page_size, page_token), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMemorySnapshotDiff(
+        self,
+        request: _memory_pb2.GetMemorySnapshotDiffRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.GetMemorySnapshotDiffResponse, _abc.Awaitable[_memory_pb2.GetMemorySnapshotDiffResponse]]:
+        """What changed between a snapshot and now: items added, removed and changed since.
+        Errors: INVALID_ARGUMENT, NOT_FOUND (no such snapshot for this caller), PERMISSION_DENIED (the
+        caller's groups no longer cover the snapshot's), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreMemorySnapshot(
+        self,
+        request: _memory_pb2.RestoreMemorySnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.RestoreMemorySnapshotResponse, _abc.Awaitable[_memory_pb2.RestoreMemorySnapshotResponse]]:
+        """Puts the caller's memory back as the snapshot holds it: items added since are deleted, items
+        changed or removed since are written back (each change kept as a version, why "restore").
+        Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS (backup_snapshot_id taken),
+        RESOURCE_EXHAUSTED (too many snapshots, for the backup), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteMemorySnapshot(
+        self,
+        request: _memory_pb2.DeleteMemorySnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.DeleteMemorySnapshotResponse, _abc.Awaitable[_memory_pb2.DeleteMemorySnapshotResponse]]:
+        """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE."""
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -7,6 +7,7 @@ import memlane.v1.admin_pb2
 import memlane.v1.checkpoint_pb2
 import memlane.v1.context_pb2
 import memlane.v1.memory_pb2
+import memlane.v1.procedure_pb2
 import memlane.v1.session_pb2
 import memlane.v1.session_service_pb2
 
@@ -308,6 +309,71 @@ class SyncRpcs:
         dry_run: bool = ...,
     ) -> memlane.v1.memory_pb2.ExtractMemoriesResponse: ...
 
+    def list_memory_versions(
+        self,
+        request: memlane.v1.memory_pb2.ListMemoryVersionsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        memory_id: str = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> memlane.v1.memory_pb2.ListMemoryVersionsResponse: ...
+
+    def create_memory_snapshot(
+        self,
+        request: memlane.v1.memory_pb2.CreateMemorySnapshotRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+        note: str = ...,
+    ) -> memlane.v1.memory_pb2.CreateMemorySnapshotResponse: ...
+
+    def list_memory_snapshots(
+        self,
+        request: memlane.v1.memory_pb2.ListMemorySnapshotsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> memlane.v1.memory_pb2.ListMemorySnapshotsResponse: ...
+
+    def get_memory_snapshot_diff(
+        self,
+        request: memlane.v1.memory_pb2.GetMemorySnapshotDiffRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+    ) -> memlane.v1.memory_pb2.GetMemorySnapshotDiffResponse: ...
+
+    def restore_memory_snapshot(
+        self,
+        request: memlane.v1.memory_pb2.RestoreMemorySnapshotRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+        backup_snapshot_id: str = ...,
+    ) -> memlane.v1.memory_pb2.RestoreMemorySnapshotResponse: ...
+
+    def delete_memory_snapshot(
+        self,
+        request: memlane.v1.memory_pb2.DeleteMemorySnapshotRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+    ) -> memlane.v1.memory_pb2.DeleteMemorySnapshotResponse: ...
+
     def export_user_data(
         self,
         request: memlane.v1.admin_pb2.ExportUserDataRequest | None = None,
@@ -437,6 +503,80 @@ class SyncRpcs:
         timeout: float | None = None,
         run_ids: Iterable[str] = ...,
     ) -> memlane.v1.checkpoint_pb2.DeleteCheckpointRunsResponse: ...
+
+    def propose_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.ProposeProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        title: str = ...,
+        kind: memlane.v1.procedure_pb2.ProcedureKind.ValueType = ...,
+        content: str = ...,
+        reason: str = ...,
+        source_session_id: str = ...,
+        source_message_ids: Iterable[str] = ...,
+    ) -> memlane.v1.procedure_pb2.ProposeProcedureResponse: ...
+
+    def list_procedures(
+        self,
+        request: memlane.v1.procedure_pb2.ListProceduresRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        state: memlane.v1.procedure_pb2.ProcedureState.ValueType = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> memlane.v1.procedure_pb2.ListProceduresResponse: ...
+
+    def get_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.GetProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+    ) -> memlane.v1.procedure_pb2.GetProcedureResponse: ...
+
+    def approve_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.ApproveProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        version: int = ...,
+        note: str = ...,
+    ) -> memlane.v1.procedure_pb2.ApproveProcedureResponse: ...
+
+    def reject_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.RejectProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        version: int = ...,
+        note: str = ...,
+    ) -> memlane.v1.procedure_pb2.RejectProcedureResponse: ...
+
+    def roll_back_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.RollBackProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        to_version: int = ...,
+        note: str = ...,
+    ) -> memlane.v1.procedure_pb2.RollBackProcedureResponse: ...
 
 class AsyncRpcs:
     def create_session(
@@ -736,6 +876,71 @@ class AsyncRpcs:
         dry_run: bool = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.ExtractMemoriesResponse]: ...
 
+    def list_memory_versions(
+        self,
+        request: memlane.v1.memory_pb2.ListMemoryVersionsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        memory_id: str = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.ListMemoryVersionsResponse]: ...
+
+    def create_memory_snapshot(
+        self,
+        request: memlane.v1.memory_pb2.CreateMemorySnapshotRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+        note: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.CreateMemorySnapshotResponse]: ...
+
+    def list_memory_snapshots(
+        self,
+        request: memlane.v1.memory_pb2.ListMemorySnapshotsRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.ListMemorySnapshotsResponse]: ...
+
+    def get_memory_snapshot_diff(
+        self,
+        request: memlane.v1.memory_pb2.GetMemorySnapshotDiffRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.GetMemorySnapshotDiffResponse]: ...
+
+    def restore_memory_snapshot(
+        self,
+        request: memlane.v1.memory_pb2.RestoreMemorySnapshotRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+        backup_snapshot_id: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.RestoreMemorySnapshotResponse]: ...
+
+    def delete_memory_snapshot(
+        self,
+        request: memlane.v1.memory_pb2.DeleteMemorySnapshotRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        snapshot_id: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.DeleteMemorySnapshotResponse]: ...
+
     def export_user_data(
         self,
         request: memlane.v1.admin_pb2.ExportUserDataRequest | None = None,
@@ -865,3 +1070,77 @@ class AsyncRpcs:
         timeout: float | None = None,
         run_ids: Iterable[str] = ...,
     ) -> Awaitable[memlane.v1.checkpoint_pb2.DeleteCheckpointRunsResponse]: ...
+
+    def propose_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.ProposeProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        title: str = ...,
+        kind: memlane.v1.procedure_pb2.ProcedureKind.ValueType = ...,
+        content: str = ...,
+        reason: str = ...,
+        source_session_id: str = ...,
+        source_message_ids: Iterable[str] = ...,
+    ) -> Awaitable[memlane.v1.procedure_pb2.ProposeProcedureResponse]: ...
+
+    def list_procedures(
+        self,
+        request: memlane.v1.procedure_pb2.ListProceduresRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        state: memlane.v1.procedure_pb2.ProcedureState.ValueType = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> Awaitable[memlane.v1.procedure_pb2.ListProceduresResponse]: ...
+
+    def get_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.GetProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+    ) -> Awaitable[memlane.v1.procedure_pb2.GetProcedureResponse]: ...
+
+    def approve_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.ApproveProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        version: int = ...,
+        note: str = ...,
+    ) -> Awaitable[memlane.v1.procedure_pb2.ApproveProcedureResponse]: ...
+
+    def reject_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.RejectProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        version: int = ...,
+        note: str = ...,
+    ) -> Awaitable[memlane.v1.procedure_pb2.RejectProcedureResponse]: ...
+
+    def roll_back_procedure(
+        self,
+        request: memlane.v1.procedure_pb2.RollBackProcedureRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        owner: memlane.v1.procedure_pb2.ProcedureOwner = ...,
+        procedure_id: str = ...,
+        to_version: int = ...,
+        note: str = ...,
+    ) -> Awaitable[memlane.v1.procedure_pb2.RollBackProcedureResponse]: ...

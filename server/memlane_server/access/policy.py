@@ -10,6 +10,7 @@ Kubernetes Secret in production). The file is re-read when it changes; no restar
     agents:
       planner:   {roles: [orchestrator], groups: [research], delegates: [researcher, writer]}
       auditor-1: {roles: [auditor]}
+      writer:    {procedure_approval: auto}  # its proposed procedures need no admin (default: setting)
     groups:
       research: [planner, researcher]         # members; adds to agents.<name>.groups
     user_token_jwks:                          # optional: keys verifying end-user tokens (user_token.py)
@@ -24,7 +25,7 @@ import datetime as dt
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,8 @@ class AccessPolicy:
     tokens: dict[str, _Token]  # sha256 hex of the token -> entry
     callers: dict[str, Caller]  # agent id -> identity (roles, groups, delegates)
     user_keys: tuple[jwt.PyJWK, ...] = ()  # verify end-user tokens
+    # agent id -> "auto" | "human": how its proposed procedures are approved (procedures/service.py)
+    procedure_approval: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def parse(data: Any, source: str = "policy") -> AccessPolicy:
@@ -95,7 +98,13 @@ class AccessPolicy:
             tokens[digest] = _Token(str(entry["agent"]), expires)
             agents.setdefault(str(entry["agent"]), {})
         callers: dict[str, Caller] = {}
+        approval: dict[str, str] = {}
         for name, spec in agents.items():
+            mode = spec.get("procedure_approval")
+            if mode is not None:
+                if mode not in ("auto", "human"):
+                    raise PolicyError(f"{source}: agents.{name}.procedure_approval must be auto or human")
+                approval[name] = str(mode)
             try:
                 roles = frozenset(CallerRole(r) for r in (spec.get("roles") or ["agent"]))
             except ValueError as exc:
@@ -112,7 +121,7 @@ class AccessPolicy:
                 user_keys = parse_jwks(data["user_token_jwks"], f"{source}: user_token_jwks")
             except KeysError as exc:
                 raise PolicyError(str(exc)) from exc
-        return AccessPolicy(tokens, callers, user_keys)
+        return AccessPolicy(tokens, callers, user_keys, approval)
 
     def caller_for_token(self, token: str, now: dt.datetime | None = None) -> Caller:
         entry = self.tokens.get(hashlib.sha256(token.encode()).hexdigest())

@@ -34,6 +34,13 @@ SESSION_FIELDS = (
 OPERATOR_RPCS = frozenset(
     {"memlane.v1.AdminService.ListParkedJobs", "memlane.v1.AdminService.RetryParkedJobs"}
 )
+# RPCs on an agent's procedural memory (procedure.proto): they name no user because procedures are the
+# agent's, not a user's. A version learned from a session names it (``source_session_id``, checked
+# here); versions learned from other users' sessions are hidden from a bound call by the API.
+AGENT_RPCS = frozenset(
+    f"memlane.v1.ProcedureService.{name}"
+    for name in ("ListProcedures", "GetProcedure", "ApproveProcedure", "RejectProcedure", "RollBackProcedure")
+)
 # RPCs whose reach crosses users by design (a run id may name threads of several users): refused to a
 # call bound to an end user rather than answered for a subset it cannot see.
 UNBOUND_ONLY = frozenset({"DeleteCheckpointRunsRequest"})

@@ -95,6 +95,10 @@ def block_to_pb(b: Block) -> cpb.ContextBlock:
         rendered_text=b.rendered_text,
         cap_tokens=b.cap_tokens,
         truncated=b.truncated,
+        procedures=[
+            cpb.ProcedureRef(agent_id=p.agent_id, group=p.group, procedure_id=p.procedure_id, version=p.version)
+            for p in b.procedures
+        ],
     )
     for m in b.messages:
         msg = out.messages.add(

@@ -29,6 +29,9 @@ ID_FIELDS = frozenset(
         "message_ids",
         "source_agent_ids",
         "source_message_ids",
+        "procedure_id",
+        "snapshot_id",
+        "backup_snapshot_id",
     }
 )
 

@@ -27,6 +27,7 @@ from .client_summary import submit_summary
 from .compose import MEMORY_HEADING, PROFILE_HEADING, Costing, hits_block, render, text_block
 from .history import INLINE_COUNT_CHARS, HistoryBuilder, ReadHistory, TurnState
 from .model import AssembleRequest, AssembleStats, Block, Flush, Provenance, Section, Truncation, TurnTrace
+from .procedures import NoProcedures, ProcedureSource, ProcedureText, procedures_block
 from .sources import MemoryHit, MemorySource, NoMemory
 from .strategy import resolve_strategy, resolve_window_turns
 from .summarization import SummaryScheduler
@@ -58,8 +59,13 @@ class ContextAssembler:
         executor: Executor | None = None,
         resume: Callable[[Session], Awaitable[bool]] | None = None,
         policies: PolicyBook | None = None,
+        procedures: ProcedureSource | None = None,
+        procedures_max_tokens: int = 1024,
     ) -> None:
         self._store = store
+        # Approved procedures of the viewer's agent and groups: injected after the system prompt.
+        self._procedures: ProcedureSource = procedures or NoProcedures()
+        self._procedures_max_tokens = procedures_max_tokens
         # Channel policies (recorded on each session at creation) choose strategy and window per channel.
         self._policies = policies or PolicyBook(ChannelPolicy())
         # Reloads a retired session's recent turns from the archive; True when it did (re-read then).
@@ -147,6 +153,28 @@ class ContextAssembler:
             t.stats.truncations.append(Truncation(Section.SYSTEM, "system prompt exceeds its cap", removed))
         return block, grant
 
+    def _start_procedures(self, t: TurnState) -> asyncio.Task[list[ProcedureText]]:
+        viewer = t.req.viewer
+        # No caller identity (auth off, no agent header): the session's own agent is the viewer.
+        agent = t.session.agent_id if viewer.unrestricted else viewer.agent_id
+        return asyncio.create_task(self._procedures.for_agent(agent, sorted(viewer.groups)))
+
+    def _with_procedures(self, t: TurnState, system: Block, grant: int, items: list[ProcedureText]) -> list[Block]:
+        """The system section's blocks: the prompt, then the procedures within what the prompt left of
+        the section's grant and their own cap; one spend for both (they share the grant)."""
+        limit = max(0, min(self._procedures_max_tokens, grant - system.token_count))
+        procs = procedures_block(t.costing, items, limit)
+        if procs.truncated:
+            t.stats.truncations.append(
+                Truncation(Section.SYSTEM, "procedures over their cap", items_removed=len(items) - len(procs.procedures))
+            )
+        t.ledger.spend(Section.SYSTEM, grant, system.token_count + procs.token_count)
+        blocks = [system, procs] if procs.messages or procs.truncated else [system]
+        for block in blocks:
+            if t.req.render_text:
+                block.rendered_text = render(block)
+        return blocks
+
     def _start_reads(
         self, t: TurnState
     ) -> tuple[asyncio.Task[list[MemoryHit]], asyncio.Task[list[MemoryHit]], asyncio.Task[ReadHistory]]:
@@ -179,11 +207,13 @@ class ContextAssembler:
         blocks: list[Block] = []
 
         # Retrieval and the history read start now and overlap the blocks sent before them.
+        procedures_task = self._start_procedures(t)
         profile_task, recall_task, history_task = self._start_reads(t)
-        tasks = (profile_task, recall_task, history_task)
+        tasks = (procedures_task, profile_task, recall_task, history_task)
         try:
             block, grant = await self._system_block(t)
-            ready = [self._emit(req, ledger, section=Section.SYSTEM, grant=grant, block=block, blocks=blocks)]
+            ready = self._with_procedures(t, block, grant, await procedures_task)
+            blocks.extend(ready)
             # One turn of the loop lets retrieval that needs no I/O (a cached profile, no LTM) finish
             # and share the first response.
             await asyncio.sleep(0)

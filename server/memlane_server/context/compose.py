@@ -25,6 +25,7 @@ _LABELS = {
     Provenance.MEMORY: "Retrieved memories",
     Provenance.SUMMARY: "Summary of earlier conversation",
     Provenance.CONVERSATION: "Recent conversation",
+    Provenance.PROCEDURE: "Procedures",
 }
 
 

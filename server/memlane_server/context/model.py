@@ -19,6 +19,7 @@ class Provenance(enum.IntEnum):
     MEMORY = 3
     SUMMARY = 4
     CONVERSATION = 5
+    PROCEDURE = 6  # approved procedures, in the system section's budget
 
 
 class Section(enum.IntEnum):
@@ -102,6 +103,14 @@ class MemoryRef:
 
 
 @dataclass(slots=True)
+class ProcedureRef:
+    agent_id: str  # the owning agent, "" for a group's procedure
+    group: str
+    procedure_id: str
+    version: int
+
+
+@dataclass(slots=True)
 class Block:
     """One section's output. ``token_count`` is exact: the sum of its messages' chat-format costs."""
 
@@ -113,6 +122,7 @@ class Block:
     rendered_text: str = ""
     cap_tokens: int = 0  # the most this block was allowed
     truncated: bool = False
+    procedures: list[ProcedureRef] = field(default_factory=list)
 
 
 @dataclass(slots=True)

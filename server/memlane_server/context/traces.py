@@ -31,6 +31,7 @@ from .model import (
     BlockMessage,
     Fallback,
     MemoryRef,
+    ProcedureRef,
     Provenance,
     Section,
     SectionBudget,
@@ -147,6 +148,7 @@ def _block(b: dict[str, Any]) -> Block:
             "memories": [
                 MemoryRef(m["memory_id"], m["score"], _parts(m.get("parts"))) for m in b["memories"]
             ],
+            "procedures": [ProcedureRef(**p) for p in b.get("procedures", [])],
         }
     )
 

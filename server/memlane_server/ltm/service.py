@@ -20,6 +20,7 @@ from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
 from memlane_server.ltm import filters
 from memlane_server.ltm.conflicts import Action, Decision, decide
+from memlane_server.ltm.history import Change, ChangeReason, HistoryLog
 from memlane_server.ltm.model import (
     Feedback,
     IngestOutcome,
@@ -86,6 +87,7 @@ class MemoryService:
         clock: Callable[[], int] = _now_ms,
         usage_flush_interval_s: float = 1.0,
         on_change: Callable[[str], Awaitable[None]] | None = None,
+        history: HistoryLog | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -96,6 +98,8 @@ class MemoryService:
         # Called with a user id after each write that changes what the user's reads return (not usage
         # counts), once the write is visible: caches of injected memories invalidate on it.
         self._on_change = on_change
+        # Every change to an item is journaled there as a version (who, when, why): see ltm/history.py.
+        self._history = history
         # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
         # decide "insert" for the same fact; unrelated users rarely share a stripe.
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
@@ -107,6 +111,25 @@ class MemoryService:
     @property
     def policy(self) -> MemoryPolicy:
         return self._policy
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def history(self) -> HistoryLog | None:
+        return self._history
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    async def changed(self, user_id: str) -> None:
+        """Announce a write made outside this class (a snapshot restore) to the caches."""
+        await self._changed(user_id)
+
+    async def _journal(self, user_id: str, actor: str, changes: list[Change]) -> None:
+        if self._history is not None and changes:
+            await self._history.record(user_id, actor, changes)
 
     # ----------------------------------------------------------------------------------- recall
 
@@ -191,11 +214,16 @@ class MemoryService:
                 if same.user_id == owner.user_id and same.content == draft.content.strip():
                     return IngestResult(same, IngestOutcome.CREATED)
                 raise AlreadyExists(f"memory {draft.memory_id} already exists")
-        results = await self.ingest(owner, [draft], strict=True)
+        results = await self.ingest(owner, [draft], strict=True, reason=ChangeReason.CREATE)
         return results[0]
 
     async def ingest(
-        self, owner: Owner, drafts: Sequence[MemoryDraft], *, strict: bool = False
+        self,
+        owner: Owner,
+        drafts: Sequence[MemoryDraft],
+        *,
+        strict: bool = False,
+        reason: ChangeReason = ChangeReason.EXTRACTION,
     ) -> list[IngestResult]:
         """Store candidate memories (promotion, ExtractMemories): dedupe, supersede, cap. One write batch.
 
@@ -221,7 +249,7 @@ class MemoryService:
         vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
         now = self._clock()
         async with self._locks[hash((user_id, owner.agent_id)) % _LOCK_STRIPES]:
-            results = await self._ingest_locked(owner, accepted, vectors, now)
+            results = await self._ingest_locked(owner, accepted, vectors, now, reason)
         await self._changed(user_id)
         return results
 
@@ -236,6 +264,7 @@ class MemoryService:
         accepted: list[tuple[MemoryDraft, MemoryKind, str]],
         vectors: npt.NDArray[np.float32],
         now: int,
+        reason: ChangeReason,
     ) -> list[IngestResult]:
         similarity = self._policy.duplicate_similarity
         mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
@@ -303,9 +332,14 @@ class MemoryService:
             outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
             results.append(IngestResult(item, outcome, retired_ids))
 
-        await self._store.add([i for i in new_items.values() if i.is_active(now) or i.superseded_by])
+        stored = [i for i in new_items.values() if i.is_active(now) or i.superseded_by]
+        await self._store.add(stored)
         await self._store.upsert(list(changed.values()))
-        await self._enforce_caps(owner, existing, now)
+        dropped = await self._enforce_caps(owner, existing, now)
+        journal = [Change(i, reason) for i in stored]
+        journal += [Change(i, ChangeReason.SUPERSEDE if i.superseded_by else ChangeReason.MERGE) for i in changed.values()]
+        journal += [Change(i, ChangeReason.PRUNE, deleted=True) for i in dropped]
+        await self._journal(owner.user_id, owner.agent_id, journal)
         return results
 
     def _new_item(
@@ -365,26 +399,28 @@ class MemoryService:
         target.source_message_ids = ids[-self._policy.max_source_ids :]
         target.updated_at_ms = now
 
-    async def _enforce_caps(self, owner: Owner, active_facts: list[MemoryItem], now: int) -> None:
-        """Hard cap per (user, agent): drop the lowest prune scores over the cap, right away."""
-        doomed: list[str] = []
+    async def _enforce_caps(self, owner: Owner, active_facts: list[MemoryItem], now: int) -> list[MemoryItem]:
+        """Hard cap per (user, agent): drop the lowest prune scores over the cap, right away; returns them."""
+        doomed: list[MemoryItem] = []
         over = len(active_facts) - self._policy.max_items_per_agent
         if over > 0:
             ranked = sorted(active_facts, key=lambda i: (prune_score(i, now, self._policy), i.updated_at_ms))
-            doomed.extend(i.id for i in ranked[:over])
+            doomed.extend(ranked[:over])
         episodic = filters.written_by(owner.user_id, owner.agent_id) & filters.of_kind(MemoryKind.EPISODIC)
         if await self._store.count(episodic) > self._policy.max_episodes_per_agent:
             episodes = await self._store.fetch(episodic)
             ranked = sorted(episodes, key=lambda i: (prune_score(i, now, self._policy), i.occurred_at_ms))
-            doomed.extend(i.id for i in ranked[: len(episodes) - self._policy.max_episodes_per_agent])
-        for start in range(0, len(doomed), _DELETE_BATCH):
-            await self._store.delete(filters.with_ids(doomed[start : start + _DELETE_BATCH]))
+            doomed.extend(ranked[: len(episodes) - self._policy.max_episodes_per_agent])
+        ids = [i.id for i in doomed]
+        for start in range(0, len(ids), _DELETE_BATCH):
+            await self._store.delete(filters.with_ids(ids[start : start + _DELETE_BATCH]))
+        return doomed
 
     # ----------------------------------------------------------------------------------- CRUD
 
     async def get(self, who: Visibility, memory_id: str) -> MemoryItem:
         """One item the caller may read, retired ones included (the viewer shows history)."""
-        found = await self._store.fetch(_readable(who) & filters.with_id(memory_id), limit=1)
+        found = await self._store.fetch(readable(who) & filters.with_id(memory_id), limit=1)
         if not found:
             raise NotFound(f"memory {memory_id} not found")
         return found[0]
@@ -396,7 +432,7 @@ class MemoryService:
         if not 0 <= page_size <= MAX_PAGE_SIZE:
             raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}")
         page_size = page_size or 50
-        where = filters.narrowed(_readable(who), flt, self._clock())
+        where = filters.narrowed(readable(who), flt, self._clock())
         total = await self._store.count(where)
         if page_token:
             created, last_id = _decode_token(page_token)
@@ -435,6 +471,7 @@ class MemoryService:
             raise InvalidArgument("a group-scoped memory needs a group")
         item.updated_at_ms = now
         await self._store.upsert([item])
+        await self._journal(who.user_id, who.agent_id, [Change(replace(item, vector=[]), ChangeReason.EDIT)])
         await self._changed(who.user_id)
         return replace(item, vector=[])
 
@@ -443,8 +480,9 @@ class MemoryService:
         return rows[0].vector if rows else []
 
     async def delete(self, who: Visibility, memory_id: str) -> None:
-        await self.get(who, memory_id)  # NotFound unless the caller may see it
+        item = await self.get(who, memory_id)  # NotFound unless the caller may see it
         await self._store.delete(filters.owned_by(who.user_id) & filters.with_id(memory_id))
+        await self._journal(who.user_id, who.agent_id, [Change(item, ChangeReason.DELETE, deleted=True)])
         await self._changed(who.user_id)
 
     async def feedback(self, who: Visibility, memory_id: str, verdict: Feedback) -> MemoryItem:
@@ -472,6 +510,7 @@ class MemoryService:
             "updated_at_ms": str(now),
         }
         await self._store.update(filters.owned_by(who.user_id) & filters.with_id(memory_id), values)
+        await self._journal(who.user_id, who.agent_id, [Change(item, ChangeReason.FEEDBACK)])
         await self._changed(who.user_id)
         return item
 
@@ -513,7 +552,12 @@ class MemoryService:
                 report.over_cap += len(extra)
         ids = sorted(doomed)
         for start in range(0, len(ids), _DELETE_BATCH):
-            await self._store.delete(filters.with_ids(ids[start : start + _DELETE_BATCH]))
+            batch = filters.with_ids(ids[start : start + _DELETE_BATCH])
+            gone = await self._store.fetch(batch) if self._history is not None else []
+            await self._store.delete(batch)
+            for user_id in sorted({i.user_id for i in gone}):
+                pruned = [Change(i, ChangeReason.PRUNE, deleted=True) for i in gone if i.user_id == user_id]
+                await self._journal(user_id, "", pruned)
         await self._changed(*sorted({i.user_id for i in items if i.id in doomed}))
         return report
 
@@ -648,7 +692,7 @@ def _may_change(draft: MemoryDraft, target: MemoryItem) -> bool:
     return scope is not MemoryScope.AGENT or target.scope is MemoryScope.AGENT
 
 
-def _readable(who: Visibility) -> Expr:
+def readable(who: Visibility) -> Expr:
     """CRUD visibility: an agent sees what recall would show it; no agent id means the user's own
     memory viewer, which sees every item of that user."""
     return filters.visible_to(who) if who.agent_id else filters.owned_by(who.user_id)

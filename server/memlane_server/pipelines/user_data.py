@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
@@ -19,9 +19,19 @@ from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .checkpoint_archive import export_checkpoints, forget_checkpoint_runs
+from .memory_history import RedisMemoryHistory
 from .redis_persistence import rewrite_persistence
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
+
+
+class UserProcedures(Protocol):
+    """Procedure versions learned from a user's sessions (``procedures.ProcedureService``): per agent, but
+    they quote the user's turns, so they are the user's data too."""
+
+    async def export_user(self, user_id: str) -> list[dict[str, object]]: ...
+
+    async def erase_user(self, user_id: str) -> int: ...
 
 
 def _message_record(m: Message) -> dict[str, Any]:
@@ -49,7 +59,11 @@ class UserData:
         archive: ParquetArchive | None,
         *,
         caches: Sequence[Callable[[str, set[str]], None]] = (),
+        history: RedisMemoryHistory | None = None,
+        procedures: UserProcedures | None = None,
     ) -> None:
+        self._history = history
+        self._procedures = procedures
         self._sessions = sessions
         self._traces = traces
         self._memory = memory
@@ -83,6 +97,12 @@ class UserData:
                 record = asdict(item)
                 record.pop("vector", None)  # a derived embedding, not the user's data
                 yield "memory", record
+        if self._history is not None:
+            for kind, record in await self._history.export(user_id):
+                yield kind, record
+        if self._procedures is not None:
+            for proc in await self._procedures.export_user(user_id):
+                yield "procedure", dict(proc)
         if self._archive is not None:
             files = await self._archive.user_files(user_id, set(sids))
             for dataset, rows in await self._archive.export_rows(files):
@@ -98,6 +118,12 @@ class UserData:
             counts.update(await self._archive.delete_files(files))
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(user_id)
+        if self._procedures is not None:
+            # Before the per-user keys go: the user's index of procedure versions is one of them.
+            counts["redis.procedure_versions"] = await self._procedures.erase_user(user_id)
+        if self._history is not None:
+            # Memory versions and snapshots are per-user keys: erase_user below deletes them.
+            counts.update(await self._history.sizes(user_id))
         await forget_checkpoint_runs(self._sessions.redis, self._sessions.keys, sids)
         counts.update(await self._sessions.erase_user(user_id))
         for forget in self._caches:

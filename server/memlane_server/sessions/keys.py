@@ -101,6 +101,39 @@ class KeySpace:
         """STRING token: replaced on every long-term memory write of the user (context/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
+    # --- long-term memory versions and snapshots (sessions/memory_history.py); per-user keys, so
+    # erasure's scan of ``user_pattern`` removes them with the rest of the user
+
+    def memory_versions(self, user_id: str) -> str:
+        """STREAM: every change to one user's memory items (who, when, why, the item after it)."""
+        return f"{self.prefix}:user:{{{user_id}}}:memver"
+
+    def memory_snapshots(self, user_id: str) -> str:
+        """ZSET: snapshot ids of one user, scored by creation time."""
+        return f"{self.prefix}:user:{{{user_id}}}:snaps"
+
+    def memory_snapshot(self, user_id: str, snapshot_id: str) -> str:
+        """HASH: memory id -> the item as the snapshot holds it; field ``\0meta`` -> the snapshot's own
+        description. The snapshot id sits outside the hash tag: ids hold no ``{}`` (ids.py)."""
+        return f"{self.prefix}:user:{{{user_id}}}:snap:{snapshot_id}"
+
+    # --- procedural memory (procedures/store.py)
+
+    def procedures(self, owner_tag: str) -> tuple[str, str]:
+        """(HASH procedure id -> document with every version, HASH procedure id -> its active version)
+        of one owner (``a:<agent>`` or ``g:<group>``), both in the owner's slot."""
+        base = f"{self.prefix}:proc:{{{owner_tag}}}"
+        return f"{base}:docs", f"{base}:active"
+
+    def procedure_owners(self) -> str:
+        """SET: every owner tag holding procedures (listing across owners)."""
+        return f"{self.prefix}:proc:owners"
+
+    def procedure_sources(self, user_id: str) -> str:
+        """SET: ``<owner tag>\0<procedure id>\0<version>`` of procedure versions learned from the
+        user's sessions (erasure and export find them here)."""
+        return f"{self.prefix}:user:{{{user_id}}}:procsrc"
+
     def all_sessions(self) -> str:
         """ZSET: every session id, scored by creation time."""
         return f"{self.prefix}:sessions"

@@ -1,0 +1,76 @@
+"""Procedures as one more gathered input of assembly: what it needs from procedural memory (a protocol;
+the app wires ``procedures.ProcedureService`` in) and the pure block builder.
+
+Only active (approved) versions ever reach here, of the viewer's own agent and of its groups: the
+source is asked for exactly those owners, so another agent's procedure cannot reach this context.
+The block sits in the system section, after the system prompt, and shares its grant, within its own
+cap (``context_procedures_max_tokens``); whole procedures only, most binding kinds first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memlane_server.sessions.model import Role
+
+from .compose import Costing
+from .model import Block, BlockMessage, ProcedureRef, Provenance
+
+PROCEDURES_HEADING = "How to work (procedures approved for this agent):"
+# Kinds by how binding they are (values of memlane.v1.ProcedureKind): instructions, routines, examples.
+_KIND_ORDER = {3: 0, 1: 1, 2: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcedureText:
+    agent_id: str  # the owning agent, "" for a group's procedure
+    group: str
+    procedure_id: str
+    version: int
+    title: str
+    kind: int
+    content: str
+
+
+class ProcedureSource(Protocol):
+    async def for_agent(self, agent_id: str, groups: Sequence[str]) -> list[ProcedureText]:
+        """Active procedures of this agent and of these groups, nobody else's."""
+        ...
+
+
+class NoProcedures:
+    async def for_agent(self, agent_id: str, groups: Sequence[str]) -> list[ProcedureText]:
+        return []
+
+
+def procedures_block(costing: Costing, items: Sequence[ProcedureText], limit: int) -> Block:
+    """One system message holding as many whole procedures as fit ``limit`` (a shorter one may still fit
+    after a longer one did not), with their refs as provenance."""
+    block = Block(Provenance.PROCEDURE, cap_tokens=limit)
+    ordered = sorted(items, key=lambda p: (_KIND_ORDER.get(p.kind, 9), p.group != "", p.procedure_id))
+    parts = [PROCEDURES_HEADING]
+    chosen: list[ProcedureText] = []
+    running = costing.message(PROCEDURES_HEADING)
+    for p in ordered:
+        text = f"\n\n## {p.title} (v{p.version})\n{p.content}"
+        cost = costing.text(text)
+        if running + cost > limit:
+            block.truncated = True
+            continue
+        running += cost
+        parts.append(text)
+        chosen.append(p)
+    while chosen:
+        content = "".join(parts)
+        cost = costing.message(content)
+        if cost <= limit:
+            block.messages.append(BlockMessage(Role.SYSTEM, content))
+            block.procedures = [ProcedureRef(p.agent_id, p.group, p.procedure_id, p.version) for p in chosen]
+            block.token_count = cost
+            return block
+        chosen.pop()  # per-part costs are additive to within a token or two: drop the last until it fits
+        parts.pop()
+        block.truncated = True
+    return block

@@ -1,0 +1,183 @@
+"""Versions and snapshots of users' long-term memory, in Redis (``ltm.history``'s protocols).
+
+Why Redis: both are per-user and must go when the user goes. Under ``KeySpace.memory_versions`` (a
+STREAM per user, trimmed to ``ltm_versions_max_per_user``), ``memory_snapshots`` (a ZSET of names) and
+``memory_snapshot`` (a HASH per snapshot) they are per-user keys, which ForgetUser's scan of the user's
+keys deletes and whose bytes the append-only-file rewrite then drops (the raw-bytes erasure test checks
+it). LanceDB would have meant a second table to erase byte for byte, and a table version per change.
+
+Snapshots store items without vectors (about 1 KB an item instead of 2.5 KB); a restore re-embeds only
+items whose text changed since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from ..errors import AlreadyExists, InvalidArgument, ResourceExhausted
+from ..ltm.history import Change, ChangeReason, MemoryVersion, item_bytes, item_from_bytes
+from ..sessions.keys import KeySpace
+
+META_FIELD = "\0meta"
+_WRITE_CHUNK = 500
+
+# KEYS: the user's snapshot index.  ARGV: snapshot id, created at (ms), the per-user limit.
+# 1 reserved; -1 the name is taken; -2 the user has as many snapshots as allowed.
+RESERVE = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return -2 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return 1
+"""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisMemoryHistory:
+    def __init__(self, redis: Redis, keys: KeySpace, *, max_versions: int, max_snapshots: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._max_versions = max_versions
+        self._max_snapshots = max_snapshots
+        self._reserve = redis.register_script(RESERVE)
+
+    # --- versions (HistoryLog)
+
+    async def record(self, user_id: str, actor: str, changes: Sequence[Change]) -> None:
+        if not changes or self._max_versions <= 0:
+            return
+        stream = self._keys.memory_versions(user_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for c in changes:
+                fields: dict[Any, Any] = {
+                    "m": c.item.id,
+                    "r": int(c.reason),
+                    "a": actor,
+                    "d": b"1" if c.deleted else b"",
+                    "i": item_bytes(c.item),
+                }
+                pipe.xadd(stream, fields, maxlen=self._max_versions, approximate=True)
+            await pipe.execute()
+
+    async def versions(
+        self, user_id: str, memory_id: str, after: str, limit: int
+    ) -> tuple[list[MemoryVersion], str]:
+        stream = self._keys.memory_versions(user_id)
+        start = f"({after}" if after else "-"
+        out: list[MemoryVersion] = []
+        while len(out) <= limit:
+            try:
+                batch: Any = await self._redis.xrange(stream, min=start, max="+", count=500)
+            except ResponseError as exc:  # a cursor that is no stream id: the caller's token was edited
+                raise InvalidArgument("page_token is not valid") from exc
+            if not batch:
+                break
+            for entry_id, raw in batch:
+                start = f"({_s(entry_id)}"
+                f = {_s(k): v for k, v in raw.items()}
+                if memory_id and _s(f["m"]) != memory_id:
+                    continue
+                out.append(_version(_s(entry_id), f))
+        page = out[:limit]
+        return page, (page[-1].cursor if len(out) > limit else "")
+
+    # --- snapshots (SnapshotBackend)
+
+    async def reserve(self, user_id: str, snapshot_id: str, created_at_ms: int) -> None:
+        index = self._keys.memory_snapshots(user_id)
+        got = int(await self._reserve(keys=[index], args=[snapshot_id, created_at_ms, self._max_snapshots]))
+        if got == -1:
+            raise AlreadyExists(f"snapshot {snapshot_id!r} already exists")
+        if got == -2:
+            raise ResourceExhausted(f"this user already has {self._max_snapshots} snapshots; delete one first")
+
+    async def write(self, user_id: str, snapshot_id: str, meta: bytes, items: dict[str, bytes]) -> None:
+        """Items in chunks, the description last: a snapshot without it is incomplete, never served."""
+        key = self._keys.memory_snapshot(user_id, snapshot_id)
+        pairs = list(items.items())
+        for start in range(0, len(pairs), _WRITE_CHUNK):
+            await self._redis.hset(key, mapping=dict(pairs[start : start + _WRITE_CHUNK]))
+        await self._redis.hset(key, META_FIELD, meta)
+
+    async def meta(self, user_id: str, snapshot_id: str) -> bytes | None:
+        raw: Any = await self._redis.hget(self._keys.memory_snapshot(user_id, snapshot_id), META_FIELD)
+        return bytes(raw) if raw is not None else None
+
+    async def items(self, user_id: str, snapshot_id: str) -> dict[str, bytes]:
+        raw: Any = await self._redis.hgetall(self._keys.memory_snapshot(user_id, snapshot_id))
+        return {_s(k): bytes(v) for k, v in raw.items() if _s(k) != META_FIELD}
+
+    async def metas(self, user_id: str) -> list[bytes]:
+        ids: Any = await self._redis.zrevrange(self._keys.memory_snapshots(user_id), 0, -1)
+        if not ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                pipe.hget(self._keys.memory_snapshot(user_id, _s(sid)), META_FIELD)
+            found: list[Any] = await pipe.execute()
+        return [bytes(m) for m in found if m is not None]
+
+    async def delete(self, user_id: str, snapshot_id: str) -> bool:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self._keys.memory_snapshot(user_id, snapshot_id))
+            pipe.zrem(self._keys.memory_snapshots(user_id), snapshot_id)
+            deleted, removed = await pipe.execute()
+        return bool(deleted or removed)
+
+    # --- export (erasure needs nothing here: these are per-user keys, see the module docstring)
+
+    async def sizes(self, user_id: str) -> dict[str, int]:
+        """What erasure will remove, for its receipt."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(self._keys.memory_versions(user_id))
+            pipe.zcard(self._keys.memory_snapshots(user_id))
+            versions, snapshots = await pipe.execute()
+        return {"redis.memory_versions": int(versions), "redis.memory_snapshots": int(snapshots)}
+
+    async def export(self, user_id: str) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        after = ""
+        while True:
+            page, after = await self.versions(user_id, "", after, 500)
+            for v in page:
+                record = orjson.loads(item_bytes(v.item))
+                out.append(
+                    (
+                        "memory_version",
+                        {
+                            "memory_id": v.memory_id,
+                            "reason": v.reason.name.lower(),
+                            "changed_by": v.changed_by,
+                            "changed_at_ms": v.changed_at_ms,
+                            "deleted": v.deleted,
+                            "item": record,
+                        },
+                    )
+                )
+            if not after:
+                break
+        for meta in await self.metas(user_id):
+            desc = orjson.loads(meta)
+            items = await self.items(user_id, desc["snapshot_id"])
+            desc["items"] = [orjson.loads(raw) for _, raw in sorted(items.items())]
+            out.append(("memory_snapshot", desc))
+        return out
+
+
+def _version(entry_id: str, f: dict[str, Any]) -> MemoryVersion:
+    return MemoryVersion(
+        cursor=entry_id,
+        memory_id=_s(f["m"]),
+        reason=ChangeReason(int(f["r"])),
+        changed_by=_s(f["a"]),
+        changed_at_ms=int(entry_id.split("-", 1)[0]),
+        item=item_from_bytes(f["i"]),
+        deleted=bool(f.get("d")),
+    )

@@ -1,0 +1,106 @@
+"""Procedures in Redis: one HASH of documents (every version) and one HASH of active versions per owner.
+
+Why Redis and not LanceDB: procedures are few (tens per agent), are never searched by similarity (an
+agent's active procedures are injected whole, every turn), and change by state transitions that must be
+atomic (approve = activate one version and supersede another). A compare-and-swap script on the owner's
+two hashes gives that atomicity in one slot (Redis Cluster included), and assembly reads only the small
+``active`` hash: one round trip per owner, pipelined.
+
+Keys are spelled in ``sessions/keys.py`` (``KeySpace.procedures``). Ids reach Redis only as key parts
+inside hash tags, hash fields and ``ARGV``, never as script text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ..sessions.keys import KeySpace
+from .model import ActiveProcedure, Owner, Procedure, decode, decode_active, encode, encode_active
+
+# KEYS: docs, active.  ARGV: procedure id, the document read (or "" for none), the new document ("" to
+# delete it), its active version ("" for none). Writes only if nobody changed the document since it was
+# read; 1 if it wrote.
+SWAP = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if (cur or '') ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+if ARGV[4] == '' then redis.call('HDEL', KEYS[2], ARGV[1]) else redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) end
+return 1
+"""
+
+_SEP = "\0"
+
+
+class ProcedureStore:
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._swap = redis.register_script(SWAP)
+
+    async def read(self, owner: Owner, procedure_id: str) -> tuple[Procedure | None, bytes]:
+        """The procedure and the exact bytes read (the ``expected`` of a later ``swap``)."""
+        docs, _ = self._keys.procedures(owner.tag)
+        raw: Any = await self._redis.hget(docs, procedure_id)
+        if raw is None:
+            return None, b""
+        return decode(raw), bytes(raw)
+
+    async def swap(self, owner: Owner, procedure_id: str, expected: bytes, new: Procedure | None) -> bool:
+        """Writes ``new`` (None deletes) unless the document changed since it was read as ``expected``."""
+        docs, active = self._keys.procedures(owner.tag)
+        doc, act = (encode(new), encode_active(new)) if new is not None else (b"", b"")
+        wrote = int(await self._swap(keys=[docs, active], args=[procedure_id, expected, doc, act]))
+        if wrote and new is not None:
+            await self._redis.sadd(self._keys.procedure_owners(), owner.tag)
+        return bool(wrote)
+
+    async def count(self, owner: Owner) -> int:
+        docs, _ = self._keys.procedures(owner.tag)
+        return int(await self._redis.hlen(docs))
+
+    async def of_owner(self, owner: Owner) -> list[Procedure]:
+        docs, _ = self._keys.procedures(owner.tag)
+        raw: Any = await self._redis.hgetall(docs)
+        return sorted((decode(v) for v in raw.values()), key=lambda p: p.procedure_id)
+
+    async def owners(self) -> list[Owner]:
+        tags: Any = await self._redis.smembers(self._keys.procedure_owners())
+        return sorted((Owner.from_tag(t.decode() if isinstance(t, bytes) else t) for t in tags), key=_order)
+
+    async def active(self, owners: Sequence[Owner]) -> list[ActiveProcedure]:
+        """The active versions of every procedure of these owners (one pipelined round trip)."""
+        if not owners:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for owner in owners:
+                pipe.hgetall(self._keys.procedures(owner.tag)[1])
+            found: list[Any] = await pipe.execute()
+        out: list[ActiveProcedure] = []
+        for owner, fields in zip(owners, found, strict=True):
+            for pid, raw in sorted(fields.items()):
+                out.append(decode_active(owner, pid.decode() if isinstance(pid, bytes) else pid, raw))
+        return out
+
+    # --- per-user provenance (erasure, export)
+
+    async def add_source(self, user_id: str, owner: Owner, procedure_id: str, version: int) -> None:
+        member = _SEP.join([owner.tag, procedure_id, str(version)])
+        await self._redis.sadd(self._keys.procedure_sources(user_id), member)
+
+    async def sources(self, user_id: str) -> list[tuple[Owner, str, int]]:
+        members: Any = await self._redis.smembers(self._keys.procedure_sources(user_id))
+        out = []
+        for m in members:
+            tag, pid, version = (m.decode() if isinstance(m, bytes) else m).split(_SEP)
+            out.append((Owner.from_tag(tag), pid, int(version)))
+        return sorted(out, key=lambda s: (_order(s[0]), s[1], s[2]))
+
+    async def drop_sources(self, user_id: str) -> None:
+        await self._redis.delete(self._keys.procedure_sources(user_id))
+
+
+def _order(owner: Owner) -> tuple[str, str]:
+    return owner.tag, ""
