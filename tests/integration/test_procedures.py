@@ -8,6 +8,7 @@ import hashlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -60,15 +61,19 @@ def _session(c: memlane.Client, agent: str, user: str) -> str:
     return sid
 
 
-def _procedure_blocks(c: memlane.Client, sid: str, **options: object) -> list[cpb.ContextBlock]:
-    blocks = [b for r in c.assemble_context(session_id=sid, user_input="next step", **options) for b in r.blocks]
+def _procedure_blocks(c: memlane.Client, sid: str, **options: Any) -> list[cpb.ContextBlock]:
+    blocks = [
+        b for r in c.assemble_context(session_id=sid, user_input="next step", **options) for b in r.blocks
+    ]
     assert blocks[0].provenance == cpb.PROVENANCE_SYSTEM
     return [b for b in blocks if b.provenance == cpb.PROVENANCE_PROCEDURE]
 
 
-def _injected(c: memlane.Client, sid: str, **options: object) -> list[tuple[str, str, str, int]]:
+def _injected(c: memlane.Client, sid: str, **options: Any) -> list[tuple[str, str, str, int]]:
     return [
-        (r.agent_id, r.group, r.procedure_id, r.version) for b in _procedure_blocks(c, sid, **options) for r in b.procedures
+        (r.agent_id, r.group, r.procedure_id, r.version)
+        for b in _procedure_blocks(c, sid, **options)
+        for r in b.procedures
     ]
 
 
@@ -76,7 +81,7 @@ def _text(c: memlane.Client, sid: str) -> str:
     return "\n".join(m.content for b in _procedure_blocks(c, sid) for m in b.messages)
 
 
-def _propose(c: memlane.Client, pid: str, content: str, **fields: object) -> ppb.ProposeProcedureResponse:
+def _propose(c: memlane.Client, pid: str, content: str, **fields: Any) -> ppb.ProposeProcedureResponse:
     return c.propose_procedure(procedure_id=pid, kind=ROUTINE, content=content, title=pid, **fields)
 
 
@@ -142,7 +147,7 @@ def test_auto_approval_and_extracted_versions_wait(clients: dict[str, memlane.Cl
 
 
 def test_nobody_elses_procedure_reaches_a_context(clients: dict[str, memlane.Client], user_id: str) -> None:
-    helper, member, outsider, ops = clients["helper"], clients["member"], clients["outsider"], clients["ops"]
+    helper, outsider, ops = clients["helper"], clients["outsider"], clients["ops"]
     mine, shared = f"own-{uuid.uuid4().hex[:6]}", f"grp-{uuid.uuid4().hex[:6]}"
     _propose(helper, mine, "Helper's own routine.")
     _propose(helper, shared, "Support group routine.", owner=ppb.ProcedureOwner(group="support"))

@@ -96,7 +96,9 @@ def block_to_pb(b: Block) -> cpb.ContextBlock:
         cap_tokens=b.cap_tokens,
         truncated=b.truncated,
         procedures=[
-            cpb.ProcedureRef(agent_id=p.agent_id, group=p.group, procedure_id=p.procedure_id, version=p.version)
+            cpb.ProcedureRef(
+                agent_id=p.agent_id, group=p.group, procedure_id=p.procedure_id, version=p.version
+            )
             for p in b.procedures
         ],
     )

@@ -134,7 +134,9 @@ class MemoryHistoryMixin:
         who = who_of(request.caller)
         check_id(request.snapshot_id, "snapshot_id")
         info, diffs = await self._snaps().diff(who, request.snapshot_id)
-        return mpb.GetMemorySnapshotDiffResponse(snapshot=_snapshot_pb(info), diffs=[_diff_pb(d) for d in diffs])
+        return mpb.GetMemorySnapshotDiffResponse(
+            snapshot=_snapshot_pb(info), diffs=[_diff_pb(d) for d in diffs]
+        )
 
     async def RestoreMemorySnapshot(
         self, request: mpb.RestoreMemorySnapshotRequest, context: _Ctx
@@ -146,7 +148,9 @@ class MemoryHistoryMixin:
         response = mpb.RestoreMemorySnapshotResponse()
         if request.backup_snapshot_id:
             check_id(request.backup_snapshot_id, "backup_snapshot_id")
-            backup = await snaps.take(who, request.backup_snapshot_id, f"before restoring {request.snapshot_id}")
+            backup = await snaps.take(
+                who, request.backup_snapshot_id, f"before restoring {request.snapshot_id}"
+            )
             response.backup.CopyFrom(_snapshot_pb(backup))
         diffs = await snaps.restore(who, request.snapshot_id)
         response.diffs.extend(_diff_pb(d) for d in diffs)

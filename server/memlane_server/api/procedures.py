@@ -62,7 +62,9 @@ def _check_propose(me: Caller, owner: Owner) -> Origin:
     if owner.group and owner.group not in me.groups:
         raise PermissionDenied(f"agent {me.agent_id!r} is not a member of group {owner.group!r}")
     if not owner.group and owner.agent_id != me.agent_id:
-        raise PermissionDenied(f"agent {me.agent_id!r} may not propose procedures of agent {owner.agent_id!r}")
+        raise PermissionDenied(
+            f"agent {me.agent_id!r} may not propose procedures of agent {owner.agent_id!r}"
+        )
     return Origin.AGENT
 
 
@@ -148,7 +150,9 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
                 source_user_id=source_user,
             )
         )
-        return ppb.ProposeProcedureResponse(procedure=procedure_to_pb(proc, me), version=version, created=created)
+        return ppb.ProposeProcedureResponse(
+            procedure=procedure_to_pb(proc, me), version=version, created=created
+        )
 
     async def ListProcedures(
         self, request: ppb.ListProceduresRequest, context: _Ctx
@@ -175,7 +179,9 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
         if more:
             last = page[-1]
             token = base64.urlsafe_b64encode(orjson.dumps([last.owner.tag, last.procedure_id])).decode()
-        return ppb.ListProceduresResponse(procedures=[procedure_to_pb(p, me) for p in page], next_page_token=token)
+        return ppb.ListProceduresResponse(
+            procedures=[procedure_to_pb(p, me) for p in page], next_page_token=token
+        )
 
     async def GetProcedure(self, request: ppb.GetProcedureRequest, context: _Ctx) -> ppb.GetProcedureResponse:
         me = current_caller()
@@ -198,7 +204,9 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
     ) -> ppb.ApproveProcedureResponse:
         me, owner = self._decision(request.owner, request.procedure_id, "approve")
         _positive(request.version, "version")
-        proc = await self._procedures.approve(owner, request.procedure_id, request.version, me.agent_id, request.note)
+        proc = await self._procedures.approve(
+            owner, request.procedure_id, request.version, me.agent_id, request.note
+        )
         return ppb.ApproveProcedureResponse(procedure=procedure_to_pb(proc, me))
 
     async def RejectProcedure(
@@ -206,7 +214,9 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
     ) -> ppb.RejectProcedureResponse:
         me, owner = self._decision(request.owner, request.procedure_id, "reject")
         _positive(request.version, "version")
-        proc = await self._procedures.reject(owner, request.procedure_id, request.version, me.agent_id, request.note)
+        proc = await self._procedures.reject(
+            owner, request.procedure_id, request.version, me.agent_id, request.note
+        )
         return ppb.RejectProcedureResponse(procedure=procedure_to_pb(proc, me))
 
     async def RollBackProcedure(

@@ -159,14 +159,20 @@ class ContextAssembler:
         agent = t.session.agent_id if viewer.unrestricted else viewer.agent_id
         return asyncio.create_task(self._procedures.for_agent(agent, sorted(viewer.groups)))
 
-    def _with_procedures(self, t: TurnState, system: Block, grant: int, items: list[ProcedureText]) -> list[Block]:
+    def _with_procedures(
+        self, t: TurnState, system: Block, grant: int, items: list[ProcedureText]
+    ) -> list[Block]:
         """The system section's blocks: the prompt, then the procedures within what the prompt left of
         the section's grant and their own cap; one spend for both (they share the grant)."""
         limit = max(0, min(self._procedures_max_tokens, grant - system.token_count))
         procs = procedures_block(t.costing, items, limit)
         if procs.truncated:
             t.stats.truncations.append(
-                Truncation(Section.SYSTEM, "procedures over their cap", items_removed=len(items) - len(procs.procedures))
+                Truncation(
+                    Section.SYSTEM,
+                    "procedures over their cap",
+                    items_removed=len(items) - len(procs.procedures),
+                )
             )
         t.ledger.spend(Section.SYSTEM, grant, system.token_count + procs.token_count)
         blocks = [system, procs] if procs.messages or procs.truncated else [system]

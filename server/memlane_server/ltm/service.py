@@ -337,7 +337,10 @@ class MemoryService:
         await self._store.upsert(list(changed.values()))
         dropped = await self._enforce_caps(owner, existing, now)
         journal = [Change(i, reason) for i in stored]
-        journal += [Change(i, ChangeReason.SUPERSEDE if i.superseded_by else ChangeReason.MERGE) for i in changed.values()]
+        journal += [
+            Change(i, ChangeReason.SUPERSEDE if i.superseded_by else ChangeReason.MERGE)
+            for i in changed.values()
+        ]
         journal += [Change(i, ChangeReason.PRUNE, deleted=True) for i in dropped]
         await self._journal(owner.user_id, owner.agent_id, journal)
         return results

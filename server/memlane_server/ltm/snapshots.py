@@ -104,7 +104,9 @@ class MemorySnapshots:
                 "note": info.note,
             }
         )
-        await self._backend.write(who.user_id, snapshot_id, meta, {i: item_bytes(v) for i, v in items.items()})
+        await self._backend.write(
+            who.user_id, snapshot_id, meta, {i: item_bytes(v) for i, v in items.items()}
+        )
         return info
 
     async def list_snapshots(self, who: Visibility) -> list[SnapshotInfo]:
@@ -129,7 +131,11 @@ class MemorySnapshots:
         await self._with_vectors(back, {d.memory_id: d.after for d in changes if d.after is not None})
         await store.upsert(back)
         if self._history is not None:
-            journal = [Change(d.after, ChangeReason.RESTORE, deleted=True) for d in changes if d.after and not d.before]
+            journal = [
+                Change(d.after, ChangeReason.RESTORE, deleted=True)
+                for d in changes
+                if d.after and not d.before
+            ]
             journal += [Change(item, ChangeReason.RESTORE) for item in back]
             await self._history.record(who.user_id, who.agent_id, journal)
         await self._memory.changed(who.user_id)
@@ -146,7 +152,9 @@ class MemorySnapshots:
             raise NotFound(f"snapshot {snapshot_id!r} not found")
         missing = sorted(set(info.groups) - set(who.groups))
         if missing:
-            raise PermissionDenied(f"the snapshot covers group {missing[0]!r}, which the caller does not present")
+            raise PermissionDenied(
+                f"the snapshot covers group {missing[0]!r}, which the caller does not present"
+            )
         return info
 
     async def _current(self, who: Visibility) -> dict[str, MemoryItem]:
@@ -166,7 +174,6 @@ class MemorySnapshots:
             embedded = await self._memory.embedder.embed([_text(i) for i in fresh])
             for item, vector in zip(fresh, embedded, strict=True):
                 item.vector = vector.tolist()
-
 
     @staticmethod
     def _user(items: list[MemoryItem]) -> str:

@@ -96,7 +96,9 @@ class RedisMemoryHistory:
         if got == -1:
             raise AlreadyExists(f"snapshot {snapshot_id!r} already exists")
         if got == -2:
-            raise ResourceExhausted(f"this user already has {self._max_snapshots} snapshots; delete one first")
+            raise ResourceExhausted(
+                f"this user already has {self._max_snapshots} snapshots; delete one first"
+            )
 
     async def write(self, user_id: str, snapshot_id: str, meta: bytes, items: dict[str, bytes]) -> None:
         """Items in chunks, the description last: a snapshot without it is incomplete, never served."""

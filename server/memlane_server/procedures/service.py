@@ -118,7 +118,9 @@ class ProcedureService:
             await self._store.add_source(p.source_user_id, p.owner, p.procedure_id, version)
         return proc, version, created
 
-    async def approve(self, owner: Owner, procedure_id: str, version: int, by: str, note: str = "") -> Procedure:
+    async def approve(
+        self, owner: Owner, procedure_id: str, version: int, by: str, note: str = ""
+    ) -> Procedure:
         def change(proc: Procedure | None, now: int) -> Procedure:
             assert proc is not None
             target = proc.version(version)
@@ -131,7 +133,9 @@ class ProcedureService:
 
         return await self._change(owner, procedure_id, change)
 
-    async def reject(self, owner: Owner, procedure_id: str, version: int, by: str, note: str = "") -> Procedure:
+    async def reject(
+        self, owner: Owner, procedure_id: str, version: int, by: str, note: str = ""
+    ) -> Procedure:
         def change(proc: Procedure | None, now: int) -> Procedure:
             assert proc is not None
             target = proc.version(version)
@@ -171,7 +175,9 @@ class ProcedureService:
             raise NotFound(f"procedure {procedure_id!r} not found")
         return proc
 
-    async def list_procedures(self, owners: Sequence[Owner], state: State = State.UNSPECIFIED) -> list[Procedure]:
+    async def list_procedures(
+        self, owners: Sequence[Owner], state: State = State.UNSPECIFIED
+    ) -> list[Procedure]:
         out: list[Procedure] = []
         for owner in owners:
             for proc in await self._store.of_owner(owner):
@@ -190,7 +196,9 @@ class ProcedureService:
         procedures, and of nobody else's."""
         owners = [Owner(agent_id=agent_id), *(Owner(group=g) for g in dict.fromkeys(groups) if g)]
         return [
-            ProcedureText(a.owner.agent_id, a.owner.group, a.procedure_id, a.version, a.title, int(a.kind), a.content)
+            ProcedureText(
+                a.owner.agent_id, a.owner.group, a.procedure_id, a.version, a.title, int(a.kind), a.content
+            )
             for a in await self._store.active(owners)
         ]
 
@@ -293,4 +301,3 @@ def _record(v: Version) -> dict[str, object]:
         "source_session_id": v.source_session_id,
         "source_message_ids": list(v.source_message_ids),
     }
-

@@ -26,8 +26,11 @@ from .model import ActiveProcedure, Owner, Procedure, decode, decode_active, enc
 SWAP = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if (cur or '') ~= ARGV[2] then return 0 end
-if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
-if ARGV[4] == '' then redis.call('HDEL', KEYS[2], ARGV[1]) else redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) end
+for i = 1, 2 do
+  local value = ARGV[i + 2]
+  if value == '' then redis.call('HDEL', KEYS[i], ARGV[1])
+  else redis.call('HSET', KEYS[i], ARGV[1], value) end
+end
 return 1
 """
 
