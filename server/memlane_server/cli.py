@@ -18,6 +18,9 @@ from .inspect_cli import add_parsers as add_inspect_parsers
 from .inspect_cli import run as run_inspect_command
 from .ops import add_parsers as add_operator_parsers
 from .ops import run as run_operator_command
+from .state_cli import COMMANDS as STATE_COMMANDS
+from .state_cli import add_parsers as add_state_parsers
+from .state_cli import run as run_state_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     locomo.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
     add_operator_parsers(sub)
     add_inspect_parsers(sub)
+    add_state_parsers(sub)
     return parser
 
 
@@ -66,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_operator_command(args)
     if args.command in INSPECT_COMMANDS:
         return run_inspect_command(args)
+    if args.command in STATE_COMMANDS:
+        return run_state_command(args)
     if args.command == "bench":
         from .bench.suite import run
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane import Message, Role
-from memlane.v1 import admin_pb2, memory_pb2
+from memlane.v1 import admin_pb2, memory_pb2, procedure_pb2
 from memlane_server.background import SidecarThread
 from memlane_server.infra.embedded_redis import server_binary
 from memlane_server.ltm import filters
@@ -144,13 +145,27 @@ def test_forget_user_leaves_no_byte_under_the_data_dir(start_server: ServerFacto
     a, b = f"erin{uuid.uuid4().hex[:10]}", f"fred{uuid.uuid4().hex[:10]}"
     mark_a, mark_b = f"axolotl{uuid.uuid4().hex[:10]}", f"pangolin{uuid.uuid4().hex[:10]}"
     with memlane.Client(sidecar.target, timeout=120) as c:
-        _fill(c, a, mark_a)
+        sid_a = _fill(c, a, mark_a)
         _fill(c, b, mark_b)
-        c.create_memory(  # one more item, in a fragment of its own, after the other user's
+        kite = c.create_memory(  # one more item, in a fragment of its own, after the other user's
             caller=memory_pb2.Caller(user_id=a),
             content=f"User {a} owns a {mark_a} kite.",
             kind=memory_pb2.MEMORY_KIND_FACT,
+        ).memory
+        # Versions, a snapshot and a procedure learned from the user's session hold the user too.
+        c.create_memory_snapshot(caller=memory_pb2.Caller(user_id=a), snapshot_id=f"snap-{mark_a}")
+        kite.content = f"User {a} owns a blue {mark_a} kite."
+        c.update_memory(
+            caller=memory_pb2.Caller(user_id=a), memory=kite, update_mask=FieldMask(paths=["content"])
         )
+        c.propose_procedure(
+            procedure_id=f"ask-{mark_a}",
+            kind=procedure_pb2.PROCEDURE_KIND_ROUTINE,
+            content=f"Ask about {mark_a} first.",
+            source_session_id=sid_a,
+        )
+        kinds = {r.kind for r in c.export_user_data(user_id=a)}
+        assert {"memory_version", "memory_snapshot", "procedure"} <= kinds
         # Positive controls: before erasure the user has turn traces (the marker was injected into a
         # prompt), and the id and the marker are on disk, the AOF among them.
         traces = [r.data for r in c.export_user_data(user_id=a) if r.kind == "trace"]
@@ -163,6 +178,8 @@ def test_forget_user_leaves_no_byte_under_the_data_dir(start_server: ServerFacto
         receipt = c.forget_user(user_id=a)
         assert list(receipt.rewritten) == ["redis.aof"] and list(receipt.operator_actions) == []
         assert receipt.erased["lancedb.items"] >= 3
+        assert receipt.erased["redis.memory_versions"] >= 3 and receipt.erased["redis.memory_snapshots"] == 1
+        assert receipt.erased["redis.procedure_versions"] == 1
 
         # Not even the digest LanceDB predicates use (old versions and transaction files are gone).
         for needle in (a.encode(), mark_a.encode(), filters.key(a).encode()):
