@@ -215,3 +215,35 @@ async def test_the_async_client_carries_the_user_token(bound: SidecarThread) -> 
     async with memlane.AsyncClient(bound.target, token=TOKENS["writer"], timeout=20) as anonymous:
         with pytest.raises(memlane.UnauthenticatedError):
             await anonymous.list_sessions(user_id="carol")
+
+
+def test_bound_calls_keep_snapshots_and_learned_procedures_to_their_user(bound: SidecarThread) -> None:
+    alice, bob = f"alice-{time.time_ns()}", f"bob-{time.time_ns()}"
+    with client(bound, "writer", user_token(alice)) as a, client(bound, "writer", user_token(bob)) as b:
+        a.create_memory(caller=mpb.Caller(), content="Alice keeps bees.", kind=mpb.MEMORY_KIND_FACT)
+        snap = a.create_memory_snapshot(caller=mpb.Caller(), snapshot_id="mine").snapshot
+        assert snap.user_id == alice and snap.item_count == 1  # the empty user field is the bound user
+        for call in (
+            lambda: b.get_memory_snapshot_diff(caller=mpb.Caller(user_id=alice), snapshot_id="mine"),
+            lambda: b.restore_memory_snapshot(caller=mpb.Caller(user_id=alice), snapshot_id="mine"),
+            lambda: b.list_memory_versions(caller=mpb.Caller(user_id=alice)),
+        ):
+            with pytest.raises(memlane.PermissionDeniedError):
+                call()
+        assert list(b.list_memory_snapshots(caller=mpb.Caller()).snapshots) == []
+        assert [s.snapshot_id for s in a.list_memory_snapshots(caller=mpb.Caller()).snapshots] == ["mine"]
+
+        sid = a.create_session(user_id=alice, agent_id="writer").session.session_id
+        learned = {"procedure_id": f"bees-{time.time_ns()}", "kind": 1, "content": "Ask about the bees."}
+        with pytest.raises(memlane.PermissionDeniedError):  # bob's call cannot cite alice's session
+            b.propose_procedure(**learned, source_session_id=sid)
+        a.propose_procedure(**learned, source_session_id=sid)
+        b.propose_procedure(procedure_id=learned["procedure_id"], kind=1, content="Greet first.")
+
+        def versions(c: memlane.Client) -> list[str]:
+            got = c.get_procedure(procedure_id=str(learned["procedure_id"])).procedure
+            return [v.content for v in got.versions]
+
+        # A version learned from alice's session is alice's data: hidden from a call bound to bob.
+        assert versions(a) == ["Ask about the bees.", "Greet first."]
+        assert versions(b) == ["Greet first."]
