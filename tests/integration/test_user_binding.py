@@ -19,6 +19,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
+from memlane.v1 import procedure_pb2 as ppb
 from memlane.v1 import session_pb2 as pb
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
@@ -234,15 +235,18 @@ def test_bound_calls_keep_snapshots_and_learned_procedures_to_their_user(bound: 
         assert [s.snapshot_id for s in a.list_memory_snapshots(caller=mpb.Caller()).snapshots] == ["mine"]
 
         sid = a.create_session(user_id=alice, agent_id="writer").session.session_id
-        learned = {"procedure_id": f"bees-{time.time_ns()}", "kind": 1, "content": "Ask about the bees."}
+        pid, routine = f"bees-{time.time_ns()}", ppb.PROCEDURE_KIND_ROUTINE
         with pytest.raises(memlane.PermissionDeniedError):  # bob's call cannot cite alice's session
-            b.propose_procedure(**learned, source_session_id=sid)
-        a.propose_procedure(**learned, source_session_id=sid)
-        b.propose_procedure(procedure_id=learned["procedure_id"], kind=1, content="Greet first.")
+            b.propose_procedure(
+                procedure_id=pid, kind=routine, content="Ask about the bees.", source_session_id=sid
+            )
+        a.propose_procedure(
+            procedure_id=pid, kind=routine, content="Ask about the bees.", source_session_id=sid
+        )
+        b.propose_procedure(procedure_id=pid, kind=routine, content="Greet first.")
 
         def versions(c: memlane.Client) -> list[str]:
-            got = c.get_procedure(procedure_id=str(learned["procedure_id"])).procedure
-            return [v.content for v in got.versions]
+            return [v.content for v in c.get_procedure(procedure_id=pid).procedure.versions]
 
         # A version learned from alice's session is alice's data: hidden from a call bound to bob.
         assert versions(a) == ["Ask about the bees.", "Greet first."]
