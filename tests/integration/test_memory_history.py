@@ -213,3 +213,24 @@ def test_snapshot_cli(
         "The user collects stamps."
     ]
     assert main(["snapshots", "diff", "--user", user_id, "nope", *target]) == 1
+
+
+def test_a_restore_keeps_to_the_snapshots_view(c: memlane.Client, user_id: str) -> None:
+    """A caller that reads a group's items only since the snapshot does not see them as additions."""
+    plain, grouped = (
+        mpb.Caller(user_id=user_id, agent_id="x"),
+        mpb.Caller(user_id=user_id, agent_id="x", groups=["g1"]),
+    )
+    c.create_memory(caller=plain, content="The user likes jazz.", kind=mpb.MEMORY_KIND_FACT)
+    c.create_memory_snapshot(caller=plain, snapshot_id="narrow")
+    team = c.create_memory(
+        caller=grouped, content="The team ships on Fridays.", kind=mpb.MEMORY_KIND_FACT,
+        scope=mpb.MEMORY_SCOPE_GROUP, group="g1",
+    ).memory  # fmt: skip
+    extra = c.create_memory(caller=plain, content="The user likes opera.", kind=mpb.MEMORY_KIND_FACT).memory
+    diffs = c.get_memory_snapshot_diff(caller=grouped, snapshot_id="narrow").diffs
+    assert [(d.memory_id, d.kind) for d in diffs] == [(extra.memory_id, mpb.MEMORY_DIFF_KIND_ADDED)]
+    c.restore_memory_snapshot(caller=grouped, snapshot_id="narrow")
+    assert c.get_memory(caller=grouped, memory_id=team.memory_id).memory.content.startswith("The team")
+    with pytest.raises(memlane.NotFoundError):  # positive control: the restore did delete the addition
+        c.get_memory(caller=grouped, memory_id=extra.memory_id)

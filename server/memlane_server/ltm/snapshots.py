@@ -117,7 +117,10 @@ class MemorySnapshots:
         info = await self._usable(who, snapshot_id)
         raw = await self._backend.items(who.user_id, snapshot_id)
         snapshot = {i: item_from_bytes(v) for i, v in raw.items()}
-        return info, diff(snapshot, await self._current(who))
+        # Compared within the snapshot's own view: items the caller reads only through a group it joined
+        # since were never part of the snapshot, so a restore must not take them for additions.
+        view = Visibility(who.user_id, info.agent_id, info.groups)
+        return info, diff(snapshot, await self._current(view))
 
     async def restore(self, who: Visibility, snapshot_id: str) -> list[Diff]:
         """Puts back what the snapshot holds; returns the diff it undid."""
