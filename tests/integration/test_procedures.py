@@ -5,6 +5,7 @@ within the cap), approval modes, the extractor, and export/erasure of versions l
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import procedure_pb2 as ppb
 from memlane_server.background import SidecarThread
+from memlane_server.cli import main
 from tests.conftest import ServerFactory
 
 AGENTS = ("helper", "writer", "outsider", "member", "ops", "auditor")
@@ -224,3 +226,25 @@ def test_extractor_proposes_from_a_successful_session(start_server: ServerFactor
         assert receipt.erased["redis.procedure_versions"] == 1
         with pytest.raises(memlane.NotFoundError):
             c.get_procedure(owner=ppb.ProcedureOwner(agent_id="bot"), procedure_id=proc.procedure_id)
+
+
+def test_operator_cli_reviews_procedures(
+    start_server: ServerFactory, user_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dev = start_server()
+    target = ["--target", dev.target]
+    pid = f"cli-{uuid.uuid4().hex[:6]}"
+    assert (
+        main(["procedures", "propose", "--agent", "bot", pid, "--content", "Say hello first.", *target]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["versions"][0]["state"] == "PROCEDURE_STATE_PROPOSED"
+    assert main(["procedures", "list", "--agent", "bot", "--state", "proposed", *target]) == 0
+    assert [json.loads(line)["procedure_id"] for line in capsys.readouterr().out.splitlines()] == [pid]
+    assert main(["procedures", "approve", "--agent", "bot", pid, "1", "--note", "ok", *target]) == 0
+    assert json.loads(capsys.readouterr().out)["active_version"] == 1
+    with memlane.Client(dev.target, timeout=20) as c:
+        c.create_session(session_id=f"s-{pid}", user_id=user_id, agent_id="bot")
+        assert _injected(c, f"s-{pid}") == [("bot", "", pid, 1)]
+    assert main(["procedures", "rollback", "--agent", "bot", pid, *target]) == 0
+    assert "active_version" not in json.loads(capsys.readouterr().out)  # 0: nothing active
+    assert main(["procedures", "reject", "--agent", "bot", pid, "1", *target]) == 1  # not proposed

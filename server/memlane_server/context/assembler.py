@@ -27,7 +27,7 @@ from .client_summary import submit_summary
 from .compose import MEMORY_HEADING, PROFILE_HEADING, Costing, hits_block, render, text_block
 from .history import INLINE_COUNT_CHARS, HistoryBuilder, ReadHistory, TurnState
 from .model import AssembleRequest, AssembleStats, Block, Flush, Provenance, Section, Truncation, TurnTrace
-from .procedures import NoProcedures, ProcedureSource, ProcedureText, procedures_block
+from .procedures import NoProcedures, ProcedureBlocks, ProcedureSource, ProcedureText
 from .sources import MemoryHit, MemorySource, NoMemory
 from .strategy import resolve_strategy, resolve_window_turns
 from .summarization import SummaryScheduler
@@ -66,6 +66,7 @@ class ContextAssembler:
         # Approved procedures of the viewer's agent and groups: injected after the system prompt.
         self._procedures: ProcedureSource = procedures or NoProcedures()
         self._procedures_max_tokens = procedures_max_tokens
+        self._procedure_blocks = ProcedureBlocks()
         # Channel policies (recorded on each session at creation) choose strategy and window per channel.
         self._policies = policies or PolicyBook(ChannelPolicy())
         # Reloads a retired session's recent turns from the archive; True when it did (re-read then).
@@ -165,7 +166,7 @@ class ContextAssembler:
         """The system section's blocks: the prompt, then the procedures within what the prompt left of
         the section's grant and their own cap; one spend for both (they share the grant)."""
         limit = max(0, min(self._procedures_max_tokens, grant - system.token_count))
-        procs = procedures_block(t.costing, items, limit)
+        procs = self._procedure_blocks.block(t.costing, items, limit)
         if procs.truncated:
             t.stats.truncations.append(
                 Truncation(

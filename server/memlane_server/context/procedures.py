@@ -9,8 +9,9 @@ cap (``context_procedures_max_tokens``); whole procedures only, most binding kin
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from memlane_server.sessions.model import Role
@@ -43,6 +44,27 @@ class ProcedureSource(Protocol):
 class NoProcedures:
     async def for_agent(self, agent_id: str, groups: Sequence[str]) -> list[ProcedureText]:
         return []
+
+
+class ProcedureBlocks:
+    """Built blocks by (model, limit, the exact versions): a version's text never changes, and an agent's
+    procedures change rarely, so most assemblies reuse the block instead of tokenizing it again."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._built: OrderedDict[tuple[object, ...], Block] = OrderedDict()
+
+    def block(self, costing: Costing, items: Sequence[ProcedureText], limit: int) -> Block:
+        key = (costing.model, limit, tuple((p.agent_id, p.group, p.procedure_id, p.version) for p in items))
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = procedures_block(costing, items, limit)
+            while len(self._built) > self._size:
+                self._built.popitem(last=False)
+        else:
+            self._built.move_to_end(key)
+        # A copy: assembly sets rendered_text on the block it sends.
+        return replace(built, messages=list(built.messages), procedures=list(built.procedures))
 
 
 def procedures_block(costing: Costing, items: Sequence[ProcedureText], limit: int) -> Block:

@@ -268,7 +268,7 @@ class ProcedureService:
         if p.kind is Kind.UNSPECIFIED:
             raise InvalidArgument("kind is required")
         if self._guard is not None:
-            found = self._guard(f"{p.title}\n{content}")
+            found = self._guard(f"{p.title}\n{content}\n{p.reason}")
             if found:
                 raise InvalidArgument(f"content holds personal data ({', '.join(found)}); not stored")
         return content
