@@ -22,6 +22,7 @@ from memlane.v1 import procedure_pb2 as ppb
 from memlane_server.background import SidecarThread
 from memlane_server.cli import main
 from tests.conftest import ServerFactory
+from tests.integration.test_user_data import _redis_bytes
 
 AGENTS = ("helper", "writer", "outsider", "member", "ops", "auditor")
 TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in AGENTS}
@@ -194,7 +195,9 @@ def test_procedures_stay_within_their_cap(clients: dict[str, memlane.Client], us
     assert all(not b.procedures for b in blocks)
 
 
-def test_extractor_proposes_from_a_successful_session(start_server: ServerFactory, user_id: str) -> None:
+def test_extractor_proposes_from_a_successful_session(
+    start_server: ServerFactory, redis_url: str, user_id: str
+) -> None:
     dev = start_server(procedure_approval="auto")
     with memlane.Client(dev.target, timeout=30) as c:  # local, no agent header: an operator
         sid = f"win-{uuid.uuid4().hex[:8]}"
@@ -222,10 +225,31 @@ def test_extractor_proposes_from_a_successful_session(start_server: ServerFactor
         exported = b"".join(part.data for part in c.export_user_data(user_id=user_id))
         records = [orjson.loads(line) for line in exported.splitlines()]
         assert any("red button" in r.get("content", "") for r in records if "procedure_id" in r)
+
+        # Approved, it reaches another user's context; that user's trace keeps it by reference only.
+        c.approve_procedure(
+            owner=ppb.ProcedureOwner(agent_id="bot"), procedure_id=proc.procedure_id, version=1
+        )
+        elsewhere = f"else-{uuid.uuid4().hex[:8]}"
+        c.create_session(session_id=elsewhere, user_id=f"{user_id}-other", agent_id="bot")
+        responses = list(c.assemble_context(session_id=elsewhere, user_input="my router is stuck"))
+        blocks = [b for r in responses for b in r.blocks if b.provenance == cpb.PROVENANCE_PROCEDURE]
+        assert "red button" in blocks[0].messages[0].content
+        trace_id = responses[-1].stats.trace_id
+        [kept] = [
+            b
+            for b in c.get_turn_trace(session_id=elsewhere, trace_id=trace_id).trace.blocks
+            if b.provenance == cpb.PROVENANCE_PROCEDURE
+        ]
+        assert [r.procedure_id for r in kept.procedures] == [proc.procedure_id] and not kept.messages
+        assert b"red button" in _redis_bytes(redis_url, dev.settings.key_prefix)  # positive control
+
         receipt = c.forget_user(user_id=user_id)
         assert receipt.erased["redis.procedure_versions"] == 1
         with pytest.raises(memlane.NotFoundError):
             c.get_procedure(owner=ppb.ProcedureOwner(agent_id="bot"), procedure_id=proc.procedure_id)
+        assert _injected(c, elsewhere) == []
+        assert b"red button" not in _redis_bytes(redis_url, dev.settings.key_prefix)
 
 
 def test_operator_cli_reviews_procedures(

@@ -105,6 +105,9 @@ class ContextAssembler:
         """Drops every cached copy of the user's data (erasure)."""
         self._history.forget(session_ids)
         self._memory.forget(user_id)
+        # Built procedure blocks may quote the user (an example learned from their session): not keyed
+        # by user, so all go; they are rebuilt on the next assembly.
+        self._procedure_blocks.clear()
 
     # ------------------------------------------------------------------------------------- assembly
 

@@ -54,6 +54,9 @@ class ProcedureBlocks:
         self._size = size
         self._built: OrderedDict[tuple[object, ...], Block] = OrderedDict()
 
+    def clear(self) -> None:
+        self._built.clear()
+
     def block(self, costing: Costing, items: Sequence[ProcedureText], limit: int) -> Block:
         key = (costing.model, limit, tuple((p.agent_id, p.group, p.procedure_id, p.version) for p in items))
         built = self._built.get(key)

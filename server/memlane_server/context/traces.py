@@ -81,12 +81,16 @@ def _parts(raw: list[float] | None) -> ScoreParts | None:
 def encode_trace(trace: TurnTrace) -> bytes:
     """Conversation turns are stored as their ids only (``Block.message_ids``): messages are immutable,
     so the id is the content, and a trace costs a few KB instead of a second copy of the history (and
-    erasure has one copy less to find). ``TraceStore`` puts the turns back on read."""
+    erasure has one copy less to find). ``TraceStore`` puts the turns back on read.
+
+    Procedures are kept by reference only (``Block.procedures``: owner, id, version; GetProcedure has
+    the text): an approved example may quote the user it was learned from, and erasing that user must
+    take it out of every other user's traces too, which a copy here would defeat."""
     slim = dataclasses.replace(
         trace,
         blocks=[
             dataclasses.replace(b, messages=[], rendered_text="")
-            if b.provenance == Provenance.CONVERSATION
+            if b.provenance in (Provenance.CONVERSATION, Provenance.PROCEDURE)
             else b
             for b in trace.blocks
         ],
