@@ -3,7 +3,7 @@
     python benchmarks/bench_procedures.py [--redis-url redis://127.0.0.1:6379/0] [-n 200]
 
 1. AssembleContext p50 for an agent with 5 active procedures, as a ratio to the same assembly for an
-   agent with none (same sidecar, same session shape, rounds interleaved; best of 3 rounds).
+   agent with none (same sidecar, same session shape, rounds interleaved; best of 5 rounds).
 2. CreateMemory p50 with every change journaled as a version, as a ratio to a sidecar keeping none
    (``ltm_versions_max_per_user=0``).
 Every key the sidecars wrote is deleted at the end.
@@ -67,7 +67,7 @@ def _assembly(c: memlane.Client, n: int) -> tuple[float, float]:
                 content=f"Step {i}: check the order number and the delivery date.",
             )
     rounds: dict[str, list[float]] = {"plain": [], "proc": []}
-    for _ in range(3):  # interleaved: the machine is shared and noisy
+    for _ in range(5):  # interleaved: the machine is shared and noisy
         for agent, series in rounds.items():
             series.append(_p50_ms(lambda a=agent: list(c.assemble_context(session_id=f"s-{a}")), n))
     return min(rounds["plain"]), min(rounds["proc"])
