@@ -113,9 +113,11 @@ class EmbeddedRedis:
 
 
 async def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Whether ``proc`` exits within ``timeout`` seconds, checked from the event loop."""
-    for _ in range(max(1, int(timeout / 0.02))):
-        if proc.poll() is not None:
-            return True
+    """Whether ``proc`` exits within ``timeout`` seconds, checked from the event loop. Counted in time,
+    not in polls: on a loaded machine each 20 ms sleep can take far longer."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            return False
         await asyncio.sleep(0.02)
-    return proc.poll() is not None
+    return True
