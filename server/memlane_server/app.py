@@ -585,7 +585,8 @@ _STEP_SECONDS = 15.0
 async def _bounded(name: str, step: Awaitable[object], limit: float = _STEP_SECONDS) -> None:
     started = time.monotonic()
     try:
-        await asyncio.wait_for(step, limit)
+        async with asyncio.timeout(limit):  # not wait_for: on 3.11 it can swallow a cancellation
+            await step
     except TimeoutError:
         log.error("shutdown: %s did not finish within %.0f s; going on without it", name, limit)
     except Exception:
