@@ -185,6 +185,7 @@ class _Rpcs:
     remove_messages = _Unary(
         "sessions", "RemoveMessages", spb.RemoveMessagesRequest, spb.RemoveMessagesResponse
     )
+    update_message = _Unary("sessions", "UpdateMessage", spb.UpdateMessageRequest, spb.UpdateMessageResponse)
     promote_session = _Unary(
         "sessions", "PromoteSession", spb.PromoteSessionRequest, spb.PromoteSessionResponse
     )

@@ -115,6 +115,17 @@ class SyncRpcs:
         all: bool = ...,
     ) -> memlane.v1.session_service_pb2.RemoveMessagesResponse: ...
 
+    def update_message(
+        self,
+        request: memlane.v1.session_service_pb2.UpdateMessageRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        message: memlane.v1.session_pb2.Message = ...,
+        update_mask: google.protobuf.field_mask_pb2.FieldMask = ...,
+    ) -> memlane.v1.session_service_pb2.UpdateMessageResponse: ...
+
     def promote_session(
         self,
         request: memlane.v1.session_service_pb2.PromoteSessionRequest | None = None,
@@ -542,6 +553,17 @@ class AsyncRpcs:
         last: int = ...,
         all: bool = ...,
     ) -> Awaitable[memlane.v1.session_service_pb2.RemoveMessagesResponse]: ...
+
+    def update_message(
+        self,
+        request: memlane.v1.session_service_pb2.UpdateMessageRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        message: memlane.v1.session_pb2.Message = ...,
+        update_mask: google.protobuf.field_mask_pb2.FieldMask = ...,
+    ) -> Awaitable[memlane.v1.session_service_pb2.UpdateMessageResponse]: ...
 
     def promote_session(
         self,
