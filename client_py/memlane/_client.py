@@ -217,6 +217,7 @@ class _Rpcs:
     extract_memories = _Unary(
         "memory", "ExtractMemories", mpb.ExtractMemoriesRequest, mpb.ExtractMemoriesResponse
     )
+    embed = _Unary("memory", "Embed", mpb.EmbedRequest, mpb.EmbedResponse)
     # AdminService
     export_user_data = _Stream(
         "admin", "ExportUserData", apb.ExportUserDataRequest, apb.ExportUserDataResponse

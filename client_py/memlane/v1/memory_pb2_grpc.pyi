@@ -75,6 +75,15 @@ class MemoryServiceStub:
     Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
     RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
     """
+    Embed: _grpc.UnaryUnaryMultiCallable[_memory_pb2.EmbedRequest, _memory_pb2.EmbedResponse]
+    """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+    The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+    indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+    query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+    auditors (they only read stored data).
+    Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+    --- end of embeddings ---
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -122,6 +131,15 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     the results unless dry_run.
     Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
     RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
+    """
+    Embed: _aio.UnaryUnaryMultiCallable[_memory_pb2.EmbedRequest, _memory_pb2.EmbedResponse]  # type: ignore[assignment]
+    """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+    The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+    indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+    query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+    auditors (they only read stored data).
+    Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+    --- end of embeddings ---
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -221,6 +239,21 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         the results unless dry_run.
         Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
         RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
+        """
+
+    @_abc_1.abstractmethod
+    def Embed(
+        self,
+        request: _memory_pb2.EmbedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.EmbedResponse, _abc.Awaitable[_memory_pb2.EmbedResponse]]:
+        """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+        The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+        indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+        query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+        auditors (they only read stored data).
+        Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+        --- end of embeddings ---
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -214,6 +214,7 @@ class SyncRpcs:
         filter: memlane.v1.memory_pb2.MemoryFilter = ...,
         mode: memlane.v1.memory_pb2.SearchMode.ValueType = ...,
         min_score: float = ...,
+        query_vector: Iterable[float] = ...,
     ) -> memlane.v1.memory_pb2.SearchMemoriesResponse: ...
 
     def get_profile(
@@ -318,6 +319,15 @@ class SyncRpcs:
         include_episodes: bool = ...,
         dry_run: bool = ...,
     ) -> memlane.v1.memory_pb2.ExtractMemoriesResponse: ...
+
+    def embed(
+        self,
+        request: memlane.v1.memory_pb2.EmbedRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        texts: Iterable[str] = ...,
+    ) -> memlane.v1.memory_pb2.EmbedResponse: ...
 
     def export_user_data(
         self,
@@ -653,6 +663,7 @@ class AsyncRpcs:
         filter: memlane.v1.memory_pb2.MemoryFilter = ...,
         mode: memlane.v1.memory_pb2.SearchMode.ValueType = ...,
         min_score: float = ...,
+        query_vector: Iterable[float] = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.SearchMemoriesResponse]: ...
 
     def get_profile(
@@ -757,6 +768,15 @@ class AsyncRpcs:
         include_episodes: bool = ...,
         dry_run: bool = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.ExtractMemoriesResponse]: ...
+
+    def embed(
+        self,
+        request: memlane.v1.memory_pb2.EmbedRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        texts: Iterable[str] = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.EmbedResponse]: ...
 
     def export_user_data(
         self,

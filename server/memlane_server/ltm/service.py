@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 MAX_CONTENT_CHARS = 4000
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
+MAX_EMBED_TEXTS = 256  # texts per Embed call
+MAX_EMBED_TEXT_BYTES = 64 * 1024  # the model reads its first few hundred tokens anyway
 MAX_PAGE_SIZE = 500
 _LOCK_STRIPES = 64
 _DELETE_BATCH = 1000
@@ -113,7 +115,8 @@ class MemoryService:
     async def search(self, query: RecallQuery) -> list[ScoredMemory]:
         """Hybrid recall over the memories ``query.who`` may see; best first, each with its score parts."""
         text = query.text.strip()
-        if not text:
+        given = self._query_vector(query.vector)
+        if not text and (given is None or query.mode is SearchMode.KEYWORD):
             raise InvalidArgument("query is required")
         if len(text) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
@@ -126,11 +129,11 @@ class MemoryService:
         vector_hits: list[Hit] = []
         if query.mode is SearchMode.KEYWORD:
             keyword_hits = await self._store.keyword_search(text, where, n)
-        elif query.mode is SearchMode.VECTOR:
-            vector_hits = await self._vector_hits(text, where, n)
+        elif query.mode is SearchMode.VECTOR or not text:  # a query vector alone: vector-only recall
+            vector_hits = await self._vector_hits(text, where, n, given)
         else:
             keyword_hits, vector_hits = await asyncio.gather(
-                self._store.keyword_search(text, where, n), self._vector_hits(text, where, n)
+                self._store.keyword_search(text, where, n), self._vector_hits(text, where, n, given)
             )
         return fuse_and_rank(
             keyword_hits,
@@ -141,9 +144,36 @@ class MemoryService:
             min_score=query.min_score,
         )
 
-    async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
-        vector = (await self._embedder.embed([text]))[0]
+    async def _vector_hits(
+        self, text: str, where: Expr, n: int, given: npt.NDArray[np.float32] | None = None
+    ) -> list[Hit]:
+        vector = given if given is not None else (await self._embedder.embed([text]))[0]
         return await self._store.vector_search(vector, where, n)
+
+    def _query_vector(self, values: Sequence[float]) -> npt.NDArray[np.float32] | None:
+        """A caller's query vector, checked and L2-normalized (None when there is none)."""
+        if not values:
+            return None
+        if len(values) != self._embedder.ndims:
+            raise InvalidArgument(
+                f"query_vector has {len(values)} values; the embedder's have {self._embedder.ndims}"
+            )
+        v = np.asarray(values, dtype=np.float32)
+        norm = float(np.linalg.norm(v)) if np.isfinite(v).all() else 0.0
+        if not norm > 0.0 or not np.isfinite(norm):
+            raise InvalidArgument("query_vector must be finite and not all zero")
+        return v / norm
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
+        if not texts:
+            raise InvalidArgument("texts must not be empty")
+        if len(texts) > MAX_EMBED_TEXTS:
+            raise InvalidArgument(f"texts holds {len(texts)} entries; at most {MAX_EMBED_TEXTS}")
+        for i, t in enumerate(texts):
+            if len(t.encode("utf-8", "surrogatepass")) > MAX_EMBED_TEXT_BYTES:
+                raise InvalidArgument(f"texts[{i}] is longer than {MAX_EMBED_TEXT_BYTES} bytes")
+        return await self._embedder.embed(list(texts))
 
     async def profile(self, who: Visibility, *, max_items: int = 0, max_chars: int = 0) -> Profile:
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""
