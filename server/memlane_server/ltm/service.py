@@ -18,7 +18,7 @@ from lancedb.expr import Expr
 
 from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
-from memlane_server.ltm import filters
+from memlane_server.ltm import filters, vectors
 from memlane_server.ltm.conflicts import Action, Decision, decide
 from memlane_server.ltm.model import (
     Feedback,
@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 MAX_CONTENT_CHARS = 4000
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
-MAX_EMBED_TEXTS = 256  # texts per Embed call
-MAX_EMBED_TEXT_BYTES = 64 * 1024  # the model reads its first few hundred tokens anyway
 MAX_PAGE_SIZE = 500
 _LOCK_STRIPES = 64
 _DELETE_BATCH = 1000
@@ -115,7 +113,7 @@ class MemoryService:
     async def search(self, query: RecallQuery) -> list[ScoredMemory]:
         """Hybrid recall over the memories ``query.who`` may see; best first, each with its score parts."""
         text = query.text.strip()
-        given = self._query_vector(query.vector)
+        given = vectors.query_vector(query.vector, self._embedder.ndims)
         if not text and (given is None or query.mode is SearchMode.KEYWORD):
             raise InvalidArgument("query is required")
         if len(text) > MAX_QUERY_CHARS:
@@ -150,30 +148,9 @@ class MemoryService:
         vector = given if given is not None else (await self._embedder.embed([text]))[0]
         return await self._store.vector_search(vector, where, n)
 
-    def _query_vector(self, values: Sequence[float]) -> npt.NDArray[np.float32] | None:
-        """A caller's query vector, checked and L2-normalized (None when there is none)."""
-        if not values:
-            return None
-        if len(values) != self._embedder.ndims:
-            raise InvalidArgument(
-                f"query_vector has {len(values)} values; the embedder's have {self._embedder.ndims}"
-            )
-        v = np.asarray(values, dtype=np.float32)
-        norm = float(np.linalg.norm(v)) if np.isfinite(v).all() else 0.0
-        if not norm > 0.0 or not np.isfinite(norm):
-            raise InvalidArgument("query_vector must be finite and not all zero")
-        return v / norm
-
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
-        if not texts:
-            raise InvalidArgument("texts must not be empty")
-        if len(texts) > MAX_EMBED_TEXTS:
-            raise InvalidArgument(f"texts holds {len(texts)} entries; at most {MAX_EMBED_TEXTS}")
-        for i, t in enumerate(texts):
-            if len(t.encode("utf-8", "surrogatepass")) > MAX_EMBED_TEXT_BYTES:
-                raise InvalidArgument(f"texts[{i}] is longer than {MAX_EMBED_TEXT_BYTES} bytes")
-        return await self._embedder.embed(list(texts))
+        return await vectors.embed(self._embedder, texts)
 
     async def profile(self, who: Visibility, *, max_items: int = 0, max_chars: int = 0) -> Profile:
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""
