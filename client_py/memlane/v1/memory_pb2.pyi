@@ -1002,16 +1002,24 @@ class EmbedRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TEXTS_FIELD_NUMBER: _builtins.int
+    CALLER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def texts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def caller(self) -> Global___Caller:
+        """Optional: who embeds. Embed reads no user's data; like every MemoryService request it names the
+        user so a call bound to an end user is held to that user (docs/security.md).
+        """
+
     def __init__(
         self,
         *,
         texts: _abc.Iterable[_builtins.str] | None = ...,
+        caller: Global___Caller | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["texts", b"texts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "texts", b"texts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -327,6 +327,7 @@ class SyncRpcs:
         *,
         timeout: float | None = None,
         texts: Iterable[str] = ...,
+        caller: memlane.v1.memory_pb2.Caller = ...,
     ) -> memlane.v1.memory_pb2.EmbedResponse: ...
 
     def export_user_data(
@@ -776,6 +777,7 @@ class AsyncRpcs:
         *,
         timeout: float | None = None,
         texts: Iterable[str] = ...,
+        caller: memlane.v1.memory_pb2.Caller = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.EmbedResponse]: ...
 
     def export_user_data(
