@@ -188,6 +188,7 @@ class _Rpcs:
     remove_messages = _Unary(
         "sessions", "RemoveMessages", spb.RemoveMessagesRequest, spb.RemoveMessagesResponse
     )
+    update_message = _Unary("sessions", "UpdateMessage", spb.UpdateMessageRequest, spb.UpdateMessageResponse)
     promote_session = _Unary(
         "sessions", "PromoteSession", spb.PromoteSessionRequest, spb.PromoteSessionResponse
     )
@@ -261,6 +262,7 @@ class _Rpcs:
     roll_back_procedure = _Unary(
         "procedures", "RollBackProcedure", ppb.RollBackProcedureRequest, ppb.RollBackProcedureResponse
     )
+    embed = _Unary("memory", "Embed", mpb.EmbedRequest, mpb.EmbedResponse)
     # AdminService
     export_user_data = _Stream(
         "admin", "ExportUserData", apb.ExportUserDataRequest, apb.ExportUserDataResponse

@@ -78,6 +78,7 @@ from .pipelines.user_data import UserData
 from .procedures import ExtractingPromoter, Owner, ProcedureService, ProcedureStore
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
+from .sessions.edits import MessageEditor
 from .sessions.end_queue import SessionEndQueue
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
@@ -218,6 +219,7 @@ class Sidecar:
                 pipeline=self.pipeline,
                 resumer=self.resumer,
                 remover=MessageRemover(self.redis, self.keys, self.sessions),
+                editor=MessageEditor(self.redis, self.keys, self.sessions),
             ),
             server,
         )

@@ -495,6 +495,7 @@ class SearchMemoriesRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
+    QUERY_VECTOR_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
     """1..100; 0 means 10."""
@@ -505,6 +506,15 @@ class SearchMemoriesRequest(_message.Message):
     def caller(self) -> Global___Caller: ...
     @_builtins.property
     def filter(self) -> Global___MemoryFilter: ...
+    @_builtins.property
+    def query_vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """--- embeddings ---
+        A query vector from Embed (same length as its vectors). With it, the vector retriever uses it
+        instead of embedding `query`; `query` may then be empty (vector-only recall; KEYWORD mode needs a
+        query). Errors: INVALID_ARGUMENT (wrong length, not finite, all zero).
+        --- end of embeddings ---
+        """
+
     def __init__(
         self,
         *,
@@ -514,10 +524,11 @@ class SearchMemoriesRequest(_message.Message):
         filter: Global___MemoryFilter | None = ...,
         mode: Global___SearchMode.ValueType = ...,
         min_score: _builtins.float = ...,
+        query_vector: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "mode", b"mode", "query", b"query"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "mode", b"mode", "query", b"query", "query_vector", b"query_vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1465,3 +1476,79 @@ class DeleteMemorySnapshotResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteMemorySnapshotResponse: _TypeAlias = DeleteMemorySnapshotResponse  # noqa: Y015
+
+@_typing.final
+class EmbedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXTS_FIELD_NUMBER: _builtins.int
+    CALLER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def texts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def caller(self) -> Global___Caller:
+        """Optional: who embeds. Embed reads no user's data; like every MemoryService request it names the
+        user so a call bound to an end user is held to that user (docs/security.md).
+        """
+
+    def __init__(
+        self,
+        *,
+        texts: _abc.Iterable[_builtins.str] | None = ...,
+        caller: Global___Caller | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "texts", b"texts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedRequest: _TypeAlias = EmbedRequest  # noqa: Y015
+
+@_typing.final
+class Embedding(_message.Message):
+    """One text's embedding."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Embedding: _TypeAlias = Embedding  # noqa: Y015
+
+@_typing.final
+class EmbedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EMBEDDINGS_FIELD_NUMBER: _builtins.int
+    DIMENSIONS_FIELD_NUMBER: _builtins.int
+    dimensions: _builtins.int
+    """The length of every vector."""
+    @_builtins.property
+    def embeddings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Embedding]:
+        """One per text, in request order."""
+
+    def __init__(
+        self,
+        *,
+        embeddings: _abc.Iterable[Global___Embedding] | None = ...,
+        dimensions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dimensions", b"dimensions", "embeddings", b"embeddings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedResponse: _TypeAlias = EmbedResponse  # noqa: Y015

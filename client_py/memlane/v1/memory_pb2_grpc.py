@@ -111,6 +111,11 @@ class MemoryServiceStub:
                 request_serializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/memlane.v1.MemoryService/Embed',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.EmbedResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -252,6 +257,19 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+        The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+        indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+        query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+        auditors (they only read stored data).
+        Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+        --- end of embeddings ---
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +347,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.DeleteMemorySnapshot,
                     request_deserializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.EmbedRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.EmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -738,6 +761,33 @@ class MemoryService:
             '/memlane.v1.MemoryService/DeleteMemorySnapshot',
             memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotRequest.SerializeToString,
             memlane_dot_v1_dot_memory__pb2.DeleteMemorySnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/Embed',
+            memlane_dot_v1_dot_memory__pb2.EmbedRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -106,6 +106,15 @@ class MemoryServiceStub:
     """
     DeleteMemorySnapshot: _grpc.UnaryUnaryMultiCallable[_memory_pb2.DeleteMemorySnapshotRequest, _memory_pb2.DeleteMemorySnapshotResponse]
     """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE."""
+    Embed: _grpc.UnaryUnaryMultiCallable[_memory_pb2.EmbedRequest, _memory_pb2.EmbedResponse]
+    """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+    The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+    indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+    query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+    auditors (they only read stored data).
+    Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+    --- end of embeddings ---
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -185,6 +194,15 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """
     DeleteMemorySnapshot: _aio.UnaryUnaryMultiCallable[_memory_pb2.DeleteMemorySnapshotRequest, _memory_pb2.DeleteMemorySnapshotResponse]  # type: ignore[assignment]
     """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE."""
+    Embed: _aio.UnaryUnaryMultiCallable[_memory_pb2.EmbedRequest, _memory_pb2.EmbedResponse]  # type: ignore[assignment]
+    """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+    The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+    indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+    query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+    auditors (they only read stored data).
+    Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+    --- end of embeddings ---
+    """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """Long-term memory: durable items per user (and agent), hybrid recall, the per-turn profile, and the
@@ -351,5 +369,20 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.DeleteMemorySnapshotResponse, _abc.Awaitable[_memory_pb2.DeleteMemorySnapshotResponse]]:
         """Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE."""
+
+    @_abc_1.abstractmethod
+    def Embed(
+        self,
+        request: _memory_pb2.EmbedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.EmbedResponse, _abc.Awaitable[_memory_pb2.EmbedResponse]]:
+        """--- embeddings (frameworks: CrewAI embeds with memlane's model, then searches by vector) ---
+        The sidecar's embedding vectors (L2-normalized) of up to 256 texts, the ones long-term memory is
+        indexed with, so a framework that embeds on its own (CrewAI) uses the same model and can pass a
+        query vector to SearchMemories. Reads no stored data; open to every authenticated caller but
+        auditors (they only read stored data).
+        Errors: INVALID_ARGUMENT (no texts, more than 256, a text over 64 KiB), PERMISSION_DENIED (auditor).
+        --- end of embeddings ---
+        """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

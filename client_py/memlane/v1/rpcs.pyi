@@ -116,6 +116,17 @@ class SyncRpcs:
         all: bool = ...,
     ) -> memlane.v1.session_service_pb2.RemoveMessagesResponse: ...
 
+    def update_message(
+        self,
+        request: memlane.v1.session_service_pb2.UpdateMessageRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        message: memlane.v1.session_pb2.Message = ...,
+        update_mask: google.protobuf.field_mask_pb2.FieldMask = ...,
+    ) -> memlane.v1.session_service_pb2.UpdateMessageResponse: ...
+
     def promote_session(
         self,
         request: memlane.v1.session_service_pb2.PromoteSessionRequest | None = None,
@@ -204,6 +215,7 @@ class SyncRpcs:
         filter: memlane.v1.memory_pb2.MemoryFilter = ...,
         mode: memlane.v1.memory_pb2.SearchMode.ValueType = ...,
         min_score: float = ...,
+        query_vector: Iterable[float] = ...,
     ) -> memlane.v1.memory_pb2.SearchMemoriesResponse: ...
 
     def get_profile(
@@ -373,6 +385,16 @@ class SyncRpcs:
         caller: memlane.v1.memory_pb2.Caller = ...,
         snapshot_id: str = ...,
     ) -> memlane.v1.memory_pb2.DeleteMemorySnapshotResponse: ...
+
+    def embed(
+        self,
+        request: memlane.v1.memory_pb2.EmbedRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        texts: Iterable[str] = ...,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+    ) -> memlane.v1.memory_pb2.EmbedResponse: ...
 
     def export_user_data(
         self,
@@ -683,6 +705,17 @@ class AsyncRpcs:
         all: bool = ...,
     ) -> Awaitable[memlane.v1.session_service_pb2.RemoveMessagesResponse]: ...
 
+    def update_message(
+        self,
+        request: memlane.v1.session_service_pb2.UpdateMessageRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        session_id: str = ...,
+        message: memlane.v1.session_pb2.Message = ...,
+        update_mask: google.protobuf.field_mask_pb2.FieldMask = ...,
+    ) -> Awaitable[memlane.v1.session_service_pb2.UpdateMessageResponse]: ...
+
     def promote_session(
         self,
         request: memlane.v1.session_service_pb2.PromoteSessionRequest | None = None,
@@ -771,6 +804,7 @@ class AsyncRpcs:
         filter: memlane.v1.memory_pb2.MemoryFilter = ...,
         mode: memlane.v1.memory_pb2.SearchMode.ValueType = ...,
         min_score: float = ...,
+        query_vector: Iterable[float] = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.SearchMemoriesResponse]: ...
 
     def get_profile(
@@ -940,6 +974,16 @@ class AsyncRpcs:
         caller: memlane.v1.memory_pb2.Caller = ...,
         snapshot_id: str = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.DeleteMemorySnapshotResponse]: ...
+
+    def embed(
+        self,
+        request: memlane.v1.memory_pb2.EmbedRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        texts: Iterable[str] = ...,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.EmbedResponse]: ...
 
     def export_user_data(
         self,

@@ -68,7 +68,10 @@ class _SessionEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Sess
     """
 
 class SessionEventType(_SessionEventType, metaclass=_SessionEventTypeEnumTypeWrapper):
-    """What happened to a session."""
+    """--- end of message edits ---
+
+    What happened to a session.
+    """
 
 SESSION_EVENT_TYPE_UNSPECIFIED: SessionEventType.ValueType  # 0
 SESSION_EVENT_TYPE_IDLE: SessionEventType.ValueType  # 1
@@ -617,6 +620,65 @@ class RemoveMessagesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RemoveMessagesResponse: _TypeAlias = RemoveMessagesResponse  # noqa: Y015
+
+@_typing.final
+class UpdateMessageRequest(_message.Message):
+    """--- message edits (UpdateMessage) ---"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def message(self) -> _session_pb2.Message:
+        """`message_id` names the stored message; only the fields named in `update_mask` are read."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Paths: content, native, metadata, tool_call_ids (at least one)."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        message: _session_pb2.Message | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "session_id", b"session_id", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateMessageRequest: _TypeAlias = UpdateMessageRequest  # noqa: Y015
+
+@_typing.final
+class UpdateMessageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    TOKEN_TOTAL_FIELD_NUMBER: _builtins.int
+    token_total: _builtins.int
+    """The session's token total after the edit."""
+    @_builtins.property
+    def message(self) -> _session_pb2.Message:
+        """The message as stored now."""
+
+    def __init__(
+        self,
+        *,
+        message: _session_pb2.Message | None = ...,
+        token_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "token_total", b"token_total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateMessageResponse: _TypeAlias = UpdateMessageResponse  # noqa: Y015
 
 @_typing.final
 class SessionEvent(_message.Message):

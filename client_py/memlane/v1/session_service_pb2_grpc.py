@@ -75,6 +75,11 @@ class SessionServiceStub:
                 request_serializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesResponse.FromString,
                 _registered_method=True)
+        self.UpdateMessage = channel.unary_unary(
+                '/memlane.v1.SessionService/UpdateMessage',
+                request_serializer=memlane_dot_v1_dot_session__service__pb2.UpdateMessageRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_session__service__pb2.UpdateMessageResponse.FromString,
+                _registered_method=True)
         self.PromoteSession = channel.unary_unary(
                 '/memlane.v1.SessionService/PromoteSession',
                 request_serializer=memlane_dot_v1_dot_session__service__pb2.PromoteSessionRequest.SerializeToString,
@@ -164,8 +169,24 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMessage(self, request, context):
+        """--- message edits (frameworks: Strands' update_message / guardrail redaction) ---
+        Replaces fields of one stored message (those named in `update_mask`: content, native, metadata,
+        tool_call_ids); its id, seq, role, author, visibility and time stay. Allowed to the callers that
+        could have written the message (the RemoveMessages rule). Setting the same values again changes
+        nothing (safe to retry); a summary that covered the message is reset, as for a removal. Memories
+        already promoted from the old text are not changed (ForgetMemory them).
+        Errors: INVALID_ARGUMENT (empty or unknown mask path, bad id, field over its limit), NOT_FOUND
+        (session or message), PERMISSION_DENIED (a message the caller may not write, or an auditor),
+        RESOURCE_EXHAUSTED (message too large), FAILED_PRECONDITION (it kept changing under the edit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PromoteSession(self, request, context):
-        """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+        """--- end of message edits ---
+        Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
         archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
         finished steps are not redone. With `close`, an active or idle session is closed first.
         Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
@@ -228,6 +249,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.RemoveMessages,
                     request_deserializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_session__service__pb2.RemoveMessagesResponse.SerializeToString,
+            ),
+            'UpdateMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMessage,
+                    request_deserializer=memlane_dot_v1_dot_session__service__pb2.UpdateMessageRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_session__service__pb2.UpdateMessageResponse.SerializeToString,
             ),
             'PromoteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.PromoteSession,
@@ -457,6 +483,33 @@ class SessionService:
             '/memlane.v1.SessionService/RemoveMessages',
             memlane_dot_v1_dot_session__service__pb2.RemoveMessagesRequest.SerializeToString,
             memlane_dot_v1_dot_session__service__pb2.RemoveMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.SessionService/UpdateMessage',
+            memlane_dot_v1_dot_session__service__pb2.UpdateMessageRequest.SerializeToString,
+            memlane_dot_v1_dot_session__service__pb2.UpdateMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -73,8 +73,20 @@ class SessionServiceStub:
     Errors: INVALID_ARGUMENT (not exactly one of message_ids, last, all; bad id), NOT_FOUND (session),
     PERMISSION_DENIED (a message the caller may not write, or an auditor).
     """
+    UpdateMessage: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.UpdateMessageRequest, _session_service_pb2.UpdateMessageResponse]
+    """--- message edits (frameworks: Strands' update_message / guardrail redaction) ---
+    Replaces fields of one stored message (those named in `update_mask`: content, native, metadata,
+    tool_call_ids); its id, seq, role, author, visibility and time stay. Allowed to the callers that
+    could have written the message (the RemoveMessages rule). Setting the same values again changes
+    nothing (safe to retry); a summary that covered the message is reset, as for a removal. Memories
+    already promoted from the old text are not changed (ForgetMemory them).
+    Errors: INVALID_ARGUMENT (empty or unknown mask path, bad id, field over its limit), NOT_FOUND
+    (session or message), PERMISSION_DENIED (a message the caller may not write, or an auditor),
+    RESOURCE_EXHAUSTED (message too large), FAILED_PRECONDITION (it kept changing under the edit).
+    """
     PromoteSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.PromoteSessionRequest, _session_service_pb2.PromoteSessionResponse]
-    """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+    """--- end of message edits ---
+    Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
     archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
     finished steps are not redone. With `close`, an active or idle session is closed first.
     Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
@@ -133,8 +145,20 @@ class SessionServiceAsyncStub(SessionServiceStub):
     Errors: INVALID_ARGUMENT (not exactly one of message_ids, last, all; bad id), NOT_FOUND (session),
     PERMISSION_DENIED (a message the caller may not write, or an auditor).
     """
+    UpdateMessage: _aio.UnaryUnaryMultiCallable[_session_service_pb2.UpdateMessageRequest, _session_service_pb2.UpdateMessageResponse]  # type: ignore[assignment]
+    """--- message edits (frameworks: Strands' update_message / guardrail redaction) ---
+    Replaces fields of one stored message (those named in `update_mask`: content, native, metadata,
+    tool_call_ids); its id, seq, role, author, visibility and time stay. Allowed to the callers that
+    could have written the message (the RemoveMessages rule). Setting the same values again changes
+    nothing (safe to retry); a summary that covered the message is reset, as for a removal. Memories
+    already promoted from the old text are not changed (ForgetMemory them).
+    Errors: INVALID_ARGUMENT (empty or unknown mask path, bad id, field over its limit), NOT_FOUND
+    (session or message), PERMISSION_DENIED (a message the caller may not write, or an auditor),
+    RESOURCE_EXHAUSTED (message too large), FAILED_PRECONDITION (it kept changing under the edit).
+    """
     PromoteSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.PromoteSessionRequest, _session_service_pb2.PromoteSessionResponse]  # type: ignore[assignment]
-    """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+    """--- end of message edits ---
+    Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
     archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
     finished steps are not redone. With `close`, an active or idle session is closed first.
     Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),
@@ -240,12 +264,30 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def UpdateMessage(
+        self,
+        request: _session_service_pb2.UpdateMessageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.UpdateMessageResponse, _abc.Awaitable[_session_service_pb2.UpdateMessageResponse]]:
+        """--- message edits (frameworks: Strands' update_message / guardrail redaction) ---
+        Replaces fields of one stored message (those named in `update_mask`: content, native, metadata,
+        tool_call_ids); its id, seq, role, author, visibility and time stay. Allowed to the callers that
+        could have written the message (the RemoveMessages rule). Setting the same values again changes
+        nothing (safe to retry); a summary that covered the message is reset, as for a removal. Memories
+        already promoted from the old text are not changed (ForgetMemory them).
+        Errors: INVALID_ARGUMENT (empty or unknown mask path, bad id, field over its limit), NOT_FOUND
+        (session or message), PERMISSION_DENIED (a message the caller may not write, or an auditor),
+        RESOURCE_EXHAUSTED (message too large), FAILED_PRECONDITION (it kept changing under the edit).
+        """
+
+    @_abc_1.abstractmethod
     def PromoteSession(
         self,
         request: _session_service_pb2.PromoteSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.PromoteSessionResponse, _abc.Awaitable[_session_service_pb2.PromoteSessionResponse]]:
-        """Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
+        """--- end of message edits ---
+        Runs the session-end pipeline (discard transient messages, summarize, promote to long-term memory,
         archive) for one ended session now, in this sidecar, and returns what it produced. Safe to repeat:
         finished steps are not redone. With `close`, an active or idle session is closed first.
         Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (session not ended and `close` not set),

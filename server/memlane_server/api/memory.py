@@ -206,6 +206,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             filter=_filter(request.filter, allow_retired=False),
             mode=mode,
             min_score=request.min_score,
+            vector=tuple(request.query_vector),
         )
         hits = await self._memory.search(query)
         return mpb.SearchMemoriesResponse(
@@ -217,6 +218,13 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
                 )
                 for h in hits
             ]
+        )
+
+    async def Embed(self, request: mpb.EmbedRequest, context: _Ctx) -> mpb.EmbedResponse:
+        vectors = await self._memory.embed(list(request.texts))
+        return mpb.EmbedResponse(
+            embeddings=[mpb.Embedding(values=v.tolist()) for v in vectors],
+            dimensions=int(vectors.shape[1]),
         )
 
     async def GetProfile(self, request: mpb.GetProfileRequest, context: _Ctx) -> mpb.GetProfileResponse:

@@ -7,15 +7,17 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from memlane.v1 import session_pb2 as pb
 from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..pipelines import Resumer, SessionEndPipeline
+from ..sessions.edits import MessageEditor
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.model import PromotionState, Role, Session, SessionStatus, Topology
+from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus, Topology
 from ..sessions.removal import MessageRemover
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
@@ -45,6 +47,20 @@ def event_to_pb(ev: SessionEvent) -> spb.SessionEvent:
     )
 
 
+def _edited_fields(m: pb.Message) -> Message:
+    """What UpdateMessage may set; role, author, visibility and time are never read from the request."""
+    return Message(
+        message_id=m.message_id,
+        session_id="",
+        role=Role.UNSPECIFIED,
+        content=m.content,
+        native_format=m.native.format,
+        native_json=m.native.json,
+        tool_call_ids=list(m.tool_call_ids),
+        metadata=dict(m.metadata),
+    )
+
+
 class SessionServicer(spb_grpc.SessionServiceServicer):
     def __init__(
         self,
@@ -54,9 +70,11 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         pipeline: SessionEndPipeline,
         resumer: Resumer,
         remover: MessageRemover,
+        editor: MessageEditor,
     ) -> None:
         self._store = store
         self._remover = remover
+        self._editor = editor
         self._lifecycle = lifecycle
         self._pipeline = pipeline
         self._resumer = resumer
@@ -209,6 +227,19 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             token_total=out.token_total,
             message_count=out.message_count,
         )
+
+    async def UpdateMessage(
+        self, request: spb.UpdateMessageRequest, context: _Ctx
+    ) -> spb.UpdateMessageResponse:
+        await self._resumer.ensure_hot(request.session_id)
+        out = await self._editor.edit(
+            request.session_id,
+            request.message.message_id,
+            _edited_fields(request.message),
+            list(request.update_mask.paths),
+            caller=current_caller(),
+        )
+        return spb.UpdateMessageResponse(message=message_to_pb(out.message), token_total=out.token_total)
 
     async def PromoteSession(
         self, request: spb.PromoteSessionRequest, context: _Ctx

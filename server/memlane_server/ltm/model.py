@@ -175,6 +175,8 @@ class RecallQuery:
     filter: MemoryFilter = field(default_factory=MemoryFilter)
     mode: SearchMode = SearchMode.HYBRID
     min_score: float = 0.0
+    # A caller's query vector (from Embed): the vector retriever uses it instead of embedding ``text``.
+    vector: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from lancedb.expr import Expr
 
 from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
-from memlane_server.ltm import filters
+from memlane_server.ltm import filters, vectors
 from memlane_server.ltm.conflicts import Action, Decision, decide
 from memlane_server.ltm.history import Change, ChangeReason, HistoryLog
 from memlane_server.ltm.model import (
@@ -136,7 +136,8 @@ class MemoryService:
     async def search(self, query: RecallQuery) -> list[ScoredMemory]:
         """Hybrid recall over the memories ``query.who`` may see; best first, each with its score parts."""
         text = query.text.strip()
-        if not text:
+        given = vectors.query_vector(query.vector, self._embedder.ndims)
+        if not text and (given is None or query.mode is SearchMode.KEYWORD):
             raise InvalidArgument("query is required")
         if len(text) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
@@ -149,11 +150,11 @@ class MemoryService:
         vector_hits: list[Hit] = []
         if query.mode is SearchMode.KEYWORD:
             keyword_hits = await self._store.keyword_search(text, where, n)
-        elif query.mode is SearchMode.VECTOR:
-            vector_hits = await self._vector_hits(text, where, n)
+        elif query.mode is SearchMode.VECTOR or not text:  # a query vector alone: vector-only recall
+            vector_hits = await self._vector_hits(text, where, n, given)
         else:
             keyword_hits, vector_hits = await asyncio.gather(
-                self._store.keyword_search(text, where, n), self._vector_hits(text, where, n)
+                self._store.keyword_search(text, where, n), self._vector_hits(text, where, n, given)
             )
         return fuse_and_rank(
             keyword_hits,
@@ -164,9 +165,15 @@ class MemoryService:
             min_score=query.min_score,
         )
 
-    async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
-        vector = (await self._embedder.embed([text]))[0]
+    async def _vector_hits(
+        self, text: str, where: Expr, n: int, given: npt.NDArray[np.float32] | None = None
+    ) -> list[Hit]:
+        vector = given if given is not None else (await self._embedder.embed([text]))[0]
         return await self._store.vector_search(vector, where, n)
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
+        return await vectors.embed(self._embedder, texts)
 
     async def profile(self, who: Visibility, *, max_items: int = 0, max_chars: int = 0) -> Profile:
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""

@@ -1,0 +1,109 @@
+"""Embed and SearchMemories by query vector through the real server (for frameworks that embed on their
+own, such as CrewAI): the vectors are the ones memories are indexed with, so recall by an Embed vector
+equals recall by the text; the vector never widens what a caller may read; bad vectors and batches are
+refused; auditors may not call Embed."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+import memlane
+from memlane.v1 import memory_pb2 as mpb
+from memlane_server.background import SidecarThread
+from tests.conftest import ServerFactory
+
+FACTS = ["Dana is allergic to peanuts.", "Dana lives in Lisbon.", "Dana's favourite colour is green."]
+
+
+def _ids(hits: mpb.SearchMemoriesResponse) -> list[str]:
+    return [h.memory.memory_id for h in hits.results]
+
+
+def test_recall_by_an_embed_vector_equals_recall_by_its_text(client: memlane.Client, user_id: str) -> None:
+    me = mpb.Caller(user_id=user_id)
+    for fact in FACTS:
+        client.create_memory(caller=me, kind=mpb.MEMORY_KIND_FACT, content=fact)
+    query = "what is Dana allergic to?"
+    out = client.embed(texts=[query, "Lisbon"])
+    assert out.dimensions == 384 and [len(e.values) for e in out.embeddings] == [384, 384]
+    assert math.isclose(sum(x * x for x in out.embeddings[0].values), 1.0, rel_tol=1e-4)  # normalized
+    vector = list(out.embeddings[0].values)
+    by_text = client.search_memories(caller=me, query=query, mode=mpb.SEARCH_MODE_VECTOR)
+    by_vector = client.search_memories(caller=me, query_vector=vector)  # no text: vector-only
+    assert _ids(by_vector) == _ids(by_text) and by_vector.results[0].memory.content == FACTS[0]
+    assert [round(h.parts.vector_similarity, 4) for h in by_vector.results] == [
+        round(h.parts.vector_similarity, 4) for h in by_text.results
+    ]
+    # With a text too, the vector replaces the embedding of the text in hybrid recall.
+    hybrid = client.search_memories(caller=me, query="peanuts", query_vector=list(out.embeddings[1].values))
+    top = {h.memory.content: h.parts for h in hybrid.results}
+    assert top[FACTS[0]].keyword_rank == 1 and top[FACTS[1]].vector_rank == 1
+
+
+def test_a_vector_never_widens_what_a_caller_reads(client: memlane.Client, user_id: str) -> None:
+    client.create_memory(caller=mpb.Caller(user_id=user_id), kind=mpb.MEMORY_KIND_FACT, content=FACTS[0])
+    vector = list(client.embed(texts=[FACTS[0]]).embeddings[0].values)
+    other = mpb.Caller(user_id=f"{user_id}-other")
+    assert client.search_memories(caller=other, query_vector=vector).results == []
+    # Positive control: the owner finds it with the same vector.
+    assert len(client.search_memories(caller=mpb.Caller(user_id=user_id), query_vector=vector).results) == 1
+
+
+def test_bad_embeds_and_vectors_are_refused(client: memlane.Client, user_id: str) -> None:
+    me = mpb.Caller(user_id=user_id)
+    with pytest.raises(memlane.InvalidArgumentError, match="empty"):
+        client.embed(texts=[])
+    with pytest.raises(memlane.InvalidArgumentError, match="at most 256"):
+        client.embed(texts=["x"] * 257)
+    with pytest.raises(memlane.InvalidArgumentError, match="longer than"):
+        client.embed(texts=["x" * (64 * 1024 + 1)])
+    with pytest.raises(memlane.InvalidArgumentError, match="384"):
+        client.search_memories(caller=me, query_vector=[0.1] * 10)
+    for bad in ([0.0] * 384, [math.nan] * 384, [math.inf] + [0.0] * 383):
+        with pytest.raises(memlane.InvalidArgumentError, match="finite"):
+            client.search_memories(caller=me, query_vector=bad)
+    with pytest.raises(memlane.InvalidArgumentError, match="query is required"):
+        client.search_memories(caller=me, query_vector=[0.1] * 384, mode=mpb.SEARCH_MODE_KEYWORD)
+    with pytest.raises(memlane.InvalidArgumentError, match="query is required"):
+        client.search_memories(caller=me)
+    assert len(client.embed(texts=["x"] * 256).embeddings) == 256  # positive control: the limit itself
+
+
+TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in ("alpha", "auditor")}
+
+
+@pytest.fixture(scope="module")
+def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
+    path: Path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"sha256": hashlib.sha256(t.encode()).hexdigest(), "agent": a} for a, t in TOKENS.items()
+                ],
+                "agents": {"auditor": {"roles": ["auditor"]}},
+            }
+        )
+    )
+    return start_server(auth_required=True, access_policy_file=str(path))
+
+
+def test_embed_needs_an_identity_and_is_not_for_auditors(secured: SidecarThread) -> None:
+    with (
+        memlane.Client(secured.target, token="not-a-token", timeout=10) as nobody,
+        pytest.raises(memlane.UnauthenticatedError),
+    ):
+        nobody.embed(texts=["x"])
+    with (
+        memlane.Client(secured.target, token=TOKENS["auditor"], timeout=10) as auditor,
+        pytest.raises(memlane.PermissionDeniedError),
+    ):
+        auditor.embed(texts=["x"])
+    with memlane.Client(secured.target, token=TOKENS["alpha"], timeout=10) as alpha:
+        assert alpha.embed(texts=["x"]).dimensions == 384
