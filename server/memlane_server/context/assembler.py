@@ -31,6 +31,7 @@ from .sources import MemorySource, NoMemory
 from .summarization import SummaryScheduler
 from .trace_access import TurnTraces
 from .traces import TraceStore, new_trace_id, now_ms
+from .turn_memo import TurnMemo
 
 log = logging.getLogger("memlane.context")
 
@@ -74,6 +75,8 @@ class ContextAssembler:
         self._history = HistoryReader(store, counter, self._policy, executor)
         self._gather = Gatherer(store, self._memory, self._history, self._policy, resume)
         self._gap_summarizer = ExtractiveSummarizer(counter, executor=executor)
+        # The wire form of conversation turns, filled by the API layer (see ``turn_memo``).
+        self.turn_memo = TurnMemo()
 
     @property
     def policy(self) -> BudgetPolicy:
@@ -90,6 +93,7 @@ class ContextAssembler:
     def forget(self, user_id: str, session_ids: set[str]) -> None:
         """Drops every cached copy of the user's data (erasure)."""
         self._history.forget(session_ids)
+        self.turn_memo.forget(session_ids)
         self._memory.forget(user_id)
 
     # ------------------------------------------------------------------------------------- assembly
@@ -102,6 +106,7 @@ class ContextAssembler:
         started = time.perf_counter()
         created = now_ms()
         session = await self._gather.session(req)
+        self.turn_memo.check(session)
         s = settle(
             req,
             session,
