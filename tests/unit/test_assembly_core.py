@@ -143,7 +143,10 @@ def test_headroom_invariant_of_the_pure_core(
         s, Gathered(system, profile, memories, history), policy=policy, max_summary_tokens=8192, fold_gap=fold
     )
     blocks, stats = out.blocks, out.stats
-    stored_input = bool(history.readable) and history.readable[-1].content == user_input and input_cost > 0
+    last = history.readable[-1] if history.readable else None
+    stored_input = (
+        input_cost > 0 and last is not None and (last.role, last.content) == (Role.USER, user_input)
+    )
     event(f"input already stored: {stored_input}")
     assert stats.input_tokens == (0 if stored_input else input_cost)
 

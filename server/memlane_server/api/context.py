@@ -211,6 +211,8 @@ class ContextServicer(cpb_grpc.ContextServiceServicer):
                 out.stats.CopyFrom(stats_to_pb(flush.stats))
                 if self._on_stats is not None:
                     self._on_stats(flush.stats)
+            if flush.stored is not None:
+                await flush.stored  # the stats name the trace: it must be stored before they go out
             yield out
 
     async def SubmitSummary(

@@ -8,6 +8,7 @@ later block is sent as soon as it and everything before it is ready.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -135,12 +136,15 @@ class ContextAssembler:
             history = await self._history_blocks(c, await reads.history)
             stats = c.finish()
             stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
-            # The stats (with the trace id) go out only after the trace is stored, so a GetTurnTrace
-            # right after the stream always finds it.
-            await self._traces.record(
-                TurnTrace(stats.trace_id, session.session_id, created, req, c.blocks, stats)
-            )
-            yield Flush([*ready, *history], stats)
+            trace = TurnTrace(stats.trace_id, session.session_id, created, req, c.blocks, stats)
+            stored = asyncio.ensure_future(self._traces.record(trace))
+            try:
+                yield Flush([*ready, *history], stats, stored)
+            finally:
+                # Not left running when the stream stops early; a failure reaches the caller through
+                # whoever sends the stats (they await ``stored``), so it is not raised twice here.
+                with contextlib.suppress(Exception):
+                    await stored
         finally:
             await reads.cancel()
 

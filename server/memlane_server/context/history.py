@@ -102,21 +102,21 @@ class HistoryReader:
         encoding = encoding_for_model(model, self._counter.default_encoding)
         same = encoding == encoding_for_model(session.model, self._counter.default_encoding)
         sid = session.session_id
-        known: dict[int, int] = {}
+        counts = [m.token_count if same and (m.token_count or not m.content) else -1 for m in msgs]
         todo: list[int] = []
-        for i, m in enumerate(msgs):
-            if same and (m.token_count or not m.content):
-                known[i] = m.token_count
-            elif (hit := self._recounts.get((sid, m.message_id, encoding))) is not None:
-                known[i] = hit
-            else:
-                todo.append(i)
-        self.count_hits += len(known)
+        for i, n in enumerate(counts):
+            if n < 0:
+                hit = self._recounts.get((sid, msgs[i].message_id, encoding))
+                if hit is None:
+                    todo.append(i)
+                else:
+                    counts[i] = hit
+        self.count_hits += len(msgs) - len(todo)
         self.count_misses += len(todo)
         if todo:
             for i, n in zip(todo, await self.count([msgs[i].content for i in todo], model), strict=True):
-                known[i] = n
+                counts[i] = n
                 self._recounts[(sid, msgs[i].message_id, encoding)] = n
             while len(self._recounts) > _RECOUNT_CACHE_SIZE:
                 self._recounts.popitem(last=False)
-        return [known[i] for i in range(len(msgs))]
+        return counts
