@@ -586,7 +586,12 @@ class SessionStore:
                         async with self.redis.pipeline(transaction=False) as pipe:
                             pipe.hmget(k.doc, list(doc_fields))
                             pipe.execute_command(*cmd)
-                            fields, flat = await pipe.execute()
+                            # Errors come back as values: raised as Redis sent them (NOSCRIPT, NOTFOUND), not
+                            # annotated with their place in the pipeline.
+                            fields, flat = await pipe.execute(raise_on_error=False)
+                        for reply in (fields, flat):
+                            if isinstance(reply, Exception):
+                                raise reply
                     else:
                         flat = await self._command(*cmd)
                     break
