@@ -215,3 +215,16 @@ def test_a_removed_turn_leaves_the_encoded_turns_of_its_session(
     blocks = [b for r in client.assemble_context(session_id=sid, user_input="hi") for b in r.blocks]
     assert memo.get(sid, first.message_id, first.seq) is None
     assert all("4417" not in m.content for b in blocks for m in b.messages)
+
+
+def test_forget_user_drops_the_encoded_turns_of_their_sessions(
+    server: SidecarThread, client: memlane.Client, user_id: str
+) -> None:
+    sid = client.create_session(user_id=user_id).session.session_id
+    client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I keep bees.")])
+    stored = client.list_messages(session_id=sid).messages[0]
+    list(client.assemble_context(session_id=sid, user_input="what do I keep?"))
+    memo = server.sidecar.context.turn_memo  # type: ignore[union-attr]
+    assert memo.get(sid, stored.message_id, stored.seq)  # positive control
+    client.forget_user(user_id=user_id)
+    assert memo.get(sid, stored.message_id, stored.seq) is None
