@@ -90,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         # Imported here so `memlane --help` works on a client-only install without the server extras.
+        from .lazy_modules import defer_unused_packages
+
+        defer_unused_packages()  # seconds off start-up (see the module)
         try:
             from .app import serve
             from .observability.logs import configure

@@ -123,3 +123,31 @@ def test_erasure_takes_effect_on_the_next_assembly_on_both_sidecars(
     # The erasure took the session too: read through a new one (the caches are per user, not session).
     sid = a.create_session(user_id=user, agent_id=AGENT).session.session_id
     _gone_everywhere(pair, sid, "matcha")
+
+
+def test_a_user_without_memories_gets_their_first_one_on_the_next_assembly_on_both_sidecars(
+    pair: tuple[memlane.Client, memlane.Client],
+) -> None:
+    """Assembly skips profile and recall for a caller who can see no memory at the user's current LTM
+    version (no query embedding); the first write changes the version, so it shows at once."""
+    a, b = pair
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    sid = a.create_session(user_id=user, agent_id=AGENT).session.session_id
+    for c in pair:
+        for _ in range(2):  # the second assembly takes the remembered answer
+            assert _seen(c, sid, "what does the user like to drink?") == ("", "")
+    b.create_memory(caller=_who(user), kind=mpb.MEMORY_KIND_PREFERENCE, content="User prefers mint tea.")
+    for c in pair:
+        profile, memories = _seen(c, sid, "what does the user like to drink?")
+        assert "mint tea" in profile and "mint tea" in memories
+    # Another agent's private memory is not the first one this caller sees: still nothing for it.
+    other = f"u-{uuid.uuid4().hex[:8]}"
+    sid2 = a.create_session(user_id=other, agent_id=AGENT).session.session_id
+    assert _seen(a, sid2, "what does the user like?") == ("", "")
+    a.create_memory(
+        caller=mpb.Caller(user_id=other, agent_id="agent-b"),
+        kind=mpb.MEMORY_KIND_PREFERENCE,
+        content="User prefers green tea.",
+        scope=mpb.MEMORY_SCOPE_AGENT,
+    )
+    assert _seen(a, sid2, "what does the user like?") == ("", "")

@@ -3,6 +3,7 @@ what the real server assembles (the real ``ContextAssembler`` over real Redis, L
 
 Whatever the sections hold, the blocks plus the input plus the reserved output fit the window; token
 counts are exact; each section stays within its cap; the conversation is the newest turns, in order.
+``tests/unit/test_assembly_core.py`` checks the same on the pure core itself, with many more examples.
 """
 
 from __future__ import annotations

@@ -195,3 +195,36 @@ def test_a_summary_read_before_a_removal_never_stores_the_removed_turn(start_ser
             text = wait_for(landed, timeout=60)
             assert "ORD-44120" in text  # positive control: the summary holds the turns it covers
             assert "CN-55190" not in text
+
+
+def test_a_removed_turn_leaves_the_encoded_turns_of_its_session(
+    server: SidecarThread, client: memlane.Client, user_id: str
+) -> None:
+    """Assembly keeps each turn's encoded form; a removal drops the session's (the next assembly sees
+    a document that did not only grow), so a removed turn's text is not kept in memory."""
+    sid = client.create_session(user_id=user_id).session.session_id
+    client.append_messages(
+        session_id=sid,
+        messages=[Message(role=Role.ROLE_USER, content=t) for t in ("my PIN is 4417", "hello")],
+    )
+    first = client.list_messages(session_id=sid).messages[0]
+    list(client.assemble_context(session_id=sid, user_input="hi"))
+    memo = server.sidecar.context.turn_memo  # type: ignore[union-attr]
+    assert memo.get(sid, first.message_id, first.seq)  # positive control
+    client.remove_messages(session_id=sid, message_ids=[first.message_id])
+    blocks = [b for r in client.assemble_context(session_id=sid, user_input="hi") for b in r.blocks]
+    assert memo.get(sid, first.message_id, first.seq) is None
+    assert all("4417" not in m.content for b in blocks for m in b.messages)
+
+
+def test_forget_user_drops_the_encoded_turns_of_their_sessions(
+    server: SidecarThread, client: memlane.Client, user_id: str
+) -> None:
+    sid = client.create_session(user_id=user_id).session.session_id
+    client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I keep bees.")])
+    stored = client.list_messages(session_id=sid).messages[0]
+    list(client.assemble_context(session_id=sid, user_input="what do I keep?"))
+    memo = server.sidecar.context.turn_memo  # type: ignore[union-attr]
+    assert memo.get(sid, stored.message_id, stored.seq)  # positive control
+    client.forget_user(user_id=user_id)
+    assert memo.get(sid, stored.message_id, stored.seq) is None

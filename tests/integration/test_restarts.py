@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import memlane
 from memlane import Message, Role
+from memlane.v1 import context_pb2 as cpb
 from memlane_server.infra.embedded_redis import server_binary
 from tests.conftest import ServerFactory, wait_for
 
@@ -157,3 +160,35 @@ def c_seq_check(target: str, sid: str) -> bool:
 
 
 pytestmark = pytest.mark.slow
+
+
+def test_reads_survive_a_redis_that_forgot_its_scripts(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    """A restarted Redis (or SCRIPT FLUSH) answers NOSCRIPT: the range reads, bare and pipelined, load
+    the script and resend. On a private embedded Redis (a flush would reach every test's server)."""
+    srv = start_server(redis_url="", data_dir=str(tmp_path / "data"), key_prefix="ns")
+    with memlane.Client(srv.target) as c:
+        sid = c.create_session(user_id=user_id).session.session_id
+        c.append_messages(
+            session_id=sid, messages=[Message(role=Role.ROLE_USER, content=f"m{i}") for i in range(3)]
+        )
+        assert [m.content for m in c.list_messages(session_id=sid).messages] == ["m0", "m1", "m2"]
+        for read in ("list", "tail"):
+            redis = srv.sidecar.redis
+            assert redis is not None
+
+            async def flush(r: Any = redis) -> list[bool]:
+                await r.script_flush()
+                return list(await r.script_exists(srv.sidecar.sessions._read.sha))
+
+            assert asyncio.run_coroutine_threadsafe(flush(), srv._loop).result(10) == [False]
+            if read == "list":  # the pipelined read (document fields + range)
+                assert [m.content for m in c.list_messages(session_id=sid).messages] == ["m0", "m1", "m2"]
+            else:  # the bare one, through assembly's history read (a sliding window reads the tail)
+                blocks = [
+                    b
+                    for r in c.assemble_context(session_id=sid, strategy=cpb.CONTEXT_STRATEGY_SLIDING_WINDOW)
+                    for b in r.blocks
+                ]
+                assert [m.content for m in blocks[-1].messages] == ["m0", "m1", "m2"]

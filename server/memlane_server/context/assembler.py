@@ -1,8 +1,8 @@
 """Working-memory assembly: per request, exactly what the model sees, streamed section by section.
 
-The system block goes out at once while profile, recall and the history read run concurrently; each
-later block is sent as soon as it and everything before it is ready. Budgets are granted in priority
-order by a ``Ledger`` (see ``budget``), so the headroom invariant holds whatever the sections return.
+Gathering (``gather``: the session, then profile, recall and the history read, concurrently) feeds the
+pure core (``core``: blocks and stats within the budgets). The system block goes out at once; each
+later block is sent as soon as it and everything before it is ready.
 """
 
 from __future__ import annotations
@@ -13,25 +13,27 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import replace
 
 from memlane_server.access.identity import Caller
-from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.sessions.model import Session, Summary
 from memlane_server.sessions.policies import ChannelPolicy, PolicyBook
 from memlane_server.sessions.store import SessionStore
+from memlane_server.summarizers import ExtractiveSummarizer
 from memlane_server.tokens import TokenCounter
 
-from .budget import BudgetPolicy, Ledger, plan_budget, resolve_window
+from .budget import BudgetPolicy
 from .client_summary import submit_summary
-from .compose import MEMORY_HEADING, PROFILE_HEADING, Costing, hits_block, render, text_block
-from .history import INLINE_COUNT_CHARS, HistoryBuilder, ReadHistory, TurnState
-from .model import AssembleRequest, AssembleStats, Block, Flush, Provenance, Section, Truncation, TurnTrace
-from .procedures import NoProcedures, ProcedureBlocks, ProcedureSource, ProcedureText
-from .sources import MemoryHit, MemorySource, NoMemory
-from .strategy import resolve_strategy, resolve_window_turns
+from .core import Composition, GatheredHistory, settle
+from .gap_summary import fold_gap
+from .gather import Gatherer
+from .history import INLINE_COUNT_CHARS, HistoryReader
+from .model import AssembleRequest, Block, Flush, Section, TurnTrace
+from .procedures import NoProcedures, ProcedureBlocks, ProcedureSource, ProcedureText, procedures_block
+from .sources import MemorySource, NoMemory
 from .summarization import SummaryScheduler
+from .trace_access import TurnTraces
 from .traces import TraceStore, new_trace_id, now_ms
+from .turn_memo import TurnMemo
 
 log = logging.getLogger("memlane.context")
 
@@ -64,14 +66,11 @@ class ContextAssembler:
     ) -> None:
         self._store = store
         # Approved procedures of the viewer's agent and groups: injected after the system prompt.
-        self._procedures: ProcedureSource = procedures or NoProcedures()
         self._procedures_max_tokens = procedures_max_tokens
         self._procedure_blocks = ProcedureBlocks()
         # Channel policies (recorded on each session at creation) choose strategy and window per channel.
         self._policies = policies or PolicyBook(ChannelPolicy())
-        # Reloads a retired session's recent turns from the archive; True when it did (re-read then).
-        self._resume = resume
-        self._traces = traces
+        self._traces = TurnTraces(traces, store)
         self._counter = counter
         self._memory: MemorySource = memory or NoMemory()
         self._scheduler = scheduler
@@ -80,14 +79,13 @@ class ContextAssembler:
         self._default_model = default_model
         self._max_summary_tokens = max_summary_tokens
         self._executor = executor
-        self._history = HistoryBuilder(
-            store,
-            counter,
-            self._policy,
-            scheduler=scheduler,
-            max_summary_tokens=max_summary_tokens,
-            executor=executor,
+        self._history = HistoryReader(store, counter, self._policy, executor)
+        self._gather = Gatherer(
+            store, self._memory, self._history, self._policy, resume, procedures or NoProcedures()
         )
+        self._gap_summarizer = ExtractiveSummarizer(counter, executor=executor)
+        # The wire form of conversation turns, filled by the API layer (see ``turn_memo``).
+        self.turn_memo = TurnMemo()
 
     @property
     def policy(self) -> BudgetPolicy:
@@ -95,7 +93,7 @@ class ContextAssembler:
 
     @property
     def traces(self) -> TraceStore:
-        return self._traces
+        return self._traces.store
 
     def count_cache(self) -> tuple[int, int]:
         """(hits, misses) of turns' token counts: known without tokenizing vs tokenized now."""
@@ -104,106 +102,13 @@ class ContextAssembler:
     def forget(self, user_id: str, session_ids: set[str]) -> None:
         """Drops every cached copy of the user's data (erasure)."""
         self._history.forget(session_ids)
+        self.turn_memo.forget(session_ids)
         self._memory.forget(user_id)
         # Built procedure blocks may quote the user (an example learned from their session): not keyed
         # by user, so all go; they are rebuilt on the next assembly.
         self._procedure_blocks.clear()
 
     # ------------------------------------------------------------------------------------- assembly
-
-    async def _start(self, req: AssembleRequest, created: int) -> TurnState:
-        """Reads the session and settles the request's model, window, strategy and budgets."""
-        if not req.session_id:
-            raise InvalidArgument("session_id is required")
-        if req.window_turns < 0 or req.memory_limit < 0:
-            raise InvalidArgument("window_turns and memory_limit must not be negative")
-        session = await self._store.get(req.session_id)
-        if self._resume is not None and await self._resume(session):
-            session = await self._store.get(req.session_id)
-        p = self._policy
-        model = req.model or session.model or self._default_model
-        window = resolve_window(model, req.context_window)
-        reserved = req.reserved_output or min(p.default_reserved_output, window // 4)
-        channel = self._policies.for_session(session)
-        strategy = resolve_strategy(req, session.metadata, channel, p.default_strategy)
-        costing = Costing(self._counter, model)
-        input_tokens = costing.message(req.user_input) if req.user_input else 0
-        plan = plan_budget(window, reserved, input_tokens, req.caps, p)
-        stats = AssembleStats(
-            trace_id=new_trace_id(created),
-            model=model,
-            context_window=window,
-            reserved_output=reserved,
-            strategy=strategy,
-            summary_through_seq=session.summary.through_seq,
-        )
-        window_turns = resolve_window_turns(req, channel, p.window_turns)
-        return TurnState(
-            req, session, model, strategy, window_turns, costing, plan, Ledger(plan), stats, input_tokens
-        )
-
-    async def _system_block(self, t: TurnState) -> tuple[Block, int]:
-        system = t.req.system_prompt if t.req.system_prompt is not None else self._system_prompt
-        grant = t.ledger.grant(Section.SYSTEM)
-        if len(system) > INLINE_COUNT_CHARS:
-            loop = asyncio.get_running_loop()
-            block = await loop.run_in_executor(
-                self._executor, text_block, t.costing, Provenance.SYSTEM, system, grant
-            )
-        else:
-            block = text_block(t.costing, Provenance.SYSTEM, system, grant)
-        if block.truncated:
-            removed = t.costing.message(system) - block.token_count
-            t.stats.truncations.append(Truncation(Section.SYSTEM, "system prompt exceeds its cap", removed))
-        return block, grant
-
-    def _start_procedures(self, t: TurnState) -> asyncio.Task[list[ProcedureText]]:
-        viewer = t.req.viewer
-        # No caller identity (auth off, no agent header): the session's own agent is the viewer.
-        agent = t.session.agent_id if viewer.unrestricted else viewer.agent_id
-        return asyncio.create_task(self._procedures.for_agent(agent, sorted(viewer.groups)))
-
-    def _with_procedures(
-        self, t: TurnState, system: Block, grant: int, items: list[ProcedureText]
-    ) -> list[Block]:
-        """The system section's blocks: the prompt, then the procedures within what the prompt left of
-        the section's grant and their own cap; one spend for both (they share the grant)."""
-        limit = max(0, min(self._procedures_max_tokens, grant - system.token_count))
-        procs = self._procedure_blocks.block(t.costing, items, limit)
-        if procs.truncated:
-            t.stats.truncations.append(
-                Truncation(
-                    Section.SYSTEM,
-                    "procedures over their cap",
-                    items_removed=len(items) - len(procs.procedures),
-                )
-            )
-        t.ledger.spend(Section.SYSTEM, grant, system.token_count + procs.token_count)
-        blocks = [system, procs] if procs.messages or procs.truncated else [system]
-        for block in blocks:
-            if t.req.render_text:
-                block.rendered_text = render(block)
-        return blocks
-
-    def _start_reads(
-        self, t: TurnState
-    ) -> tuple[asyncio.Task[list[MemoryHit]], asyncio.Task[list[MemoryHit]], asyncio.Task[ReadHistory]]:
-        """Profile, recall and the history read, as tasks."""
-        session, req = t.session, t.req
-        viewer = req.viewer
-        if viewer.unrestricted and session.agent_id:
-            # No caller identity (auth off, no agent header): the session's own agent is the viewer.
-            viewer = replace(viewer, agent_id=session.agent_id)
-        limit = req.memory_limit or self._policy.memory_limit
-        return (
-            asyncio.create_task(self._memory.profile(session.user_id, viewer, t.plan.caps[Section.PROFILE])),
-            asyncio.create_task(
-                self._memory.recall(session.user_id, viewer, req.user_input, limit, session.channel)
-                if req.user_input
-                else _nothing()
-            ),
-            asyncio.create_task(self._history.read(session, t.strategy, t.window_turns, req.viewer)),
-        )
 
     async def assemble(self, req: AssembleRequest) -> AsyncIterator[Flush]:
         """Yields the system, profile, memory, summary and conversation blocks, in that order, batched
@@ -212,92 +117,86 @@ class ContextAssembler:
         (each response costs a round trip's worth of gRPC work). The last flush carries the stats."""
         started = time.perf_counter()
         created = now_ms()
-        t = await self._start(req, created)
-        stats, ledger = t.stats, t.ledger
-        blocks: list[Block] = []
-
+        session = await self._gather.session(req)
+        self.turn_memo.check(session)
+        s = settle(
+            req,
+            session,
+            policy=self._policy,
+            channel=self._policies.for_session(session),
+            counter=self._counter,
+            default_model=self._default_model,
+            trace_id=new_trace_id(created),
+        )
+        c = Composition(s, self._policy, self._max_summary_tokens)
         # Retrieval and the history read start now and overlap the blocks sent before them.
-        procedures_task = self._start_procedures(t)
-        profile_task, recall_task, history_task = self._start_reads(t)
-        tasks = (procedures_task, profile_task, recall_task, history_task)
+        reads = self._gather.start(s)
         try:
-            block, grant = await self._system_block(t)
-            ready = self._with_procedures(t, block, grant, await procedures_task)
-            blocks.extend(ready)
+            ready = await self._system(c, await reads.procedures)
             # One turn of the loop lets retrieval that needs no I/O (a cached profile, no LTM) finish
             # and share the first response.
             await asyncio.sleep(0)
-
-            for section, task, provenance, heading in (
-                (Section.PROFILE, profile_task, Provenance.PROFILE, PROFILE_HEADING),
-                (Section.MEMORY, recall_task, Provenance.MEMORY, MEMORY_HEADING),
-            ):
+            for section, task in ((Section.PROFILE, reads.profile), (Section.MEMORY, reads.recall)):
                 if not task.done():
                     yield Flush(ready)
                     ready = []
-                hits = await task
-                grant = ledger.grant(section)
-                block = hits_block(t.costing, provenance, heading, hits, grant)
-                if len(block.memories) < len(hits):
-                    removed = len(hits) - len(block.memories)
-                    stats.truncations.append(
-                        Truncation(section, "over the section cap", items_removed=removed)
-                    )
-                ready.append(
-                    self._emit(req, ledger, section=section, grant=grant, block=block, blocks=blocks)
-                )
-
-            if not history_task.done() and ready:
+                ready.append(c.hits(section, await task))
+            if not reads.history.done() and ready:
                 yield Flush(ready)
                 ready = []
-            summary_block, conversation, grant = await self._history.build(t, await history_task)
-            # Both history blocks share one grant; spend it in one go, then send them in order.
-            ledger.spend(Section.HISTORY, grant, summary_block.token_count + conversation.token_count)
-            for block in (summary_block, conversation):
-                if req.render_text:
-                    block.rendered_text = render(block)
-                blocks.append(block)
-            await self._finish(t, blocks, started, created)
-            yield Flush([*ready, summary_block, conversation], stats)
+            history = await self._history_blocks(c, await reads.history)
+            stats = c.finish()
+            stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
+            trace = TurnTrace(stats.trace_id, session.session_id, created, req, c.blocks, stats)
+            stored = asyncio.ensure_future(self._traces.record(trace))
+            try:
+                yield Flush([*ready, *history], stats, stored)
+            finally:
+                # Not left running when the stream stops early; a failure reaches the caller through
+                # whoever sends the stats (they await ``stored``), so it is not raised twice here.
+                with contextlib.suppress(Exception):
+                    await stored
         finally:
-            for running in tasks:
-                running.cancel()
-            for running in tasks:
-                with contextlib.suppress(BaseException):
-                    await running
+            await reads.cancel()
 
-    async def _finish(self, t: TurnState, blocks: list[Block], started: float, created: int) -> None:
-        """Totals into the stats, and the trace stored: the stats (with the trace id) go out only after,
-        so a GetTurnTrace right after the stream always finds it."""
-        stats = t.stats
-        stats.total_tokens = sum(b.token_count for b in blocks)
-        stats.headroom_tokens = t.plan.window - t.plan.reserved_output - t.input_tokens - stats.total_tokens
-        stats.budgets = t.ledger.budgets
-        stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
-        await self._traces.put(TurnTrace(stats.trace_id, t.session.session_id, created, t.req, blocks, stats))
+    async def _system(self, c: Composition, procedures: list[ProcedureText]) -> list[Block]:
+        req = c.s.req
+        system = req.system_prompt if req.system_prompt is not None else self._system_prompt
+        limit = self._procedures_max_tokens
+        if len(system) > INLINE_COUNT_CHARS:
+            # Off the loop the block cache (not thread-safe) is bypassed: long prompts are rare.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._executor, c.system, system, procedures, limit, procedures_block
+            )
+        return c.system(system, procedures, limit, self._procedure_blocks.block)
 
-    def _emit(
-        self,
-        req: AssembleRequest,
-        ledger: Ledger,
-        *,
-        section: Section,
-        grant: int,
-        block: Block,
-        blocks: list[Block],
-    ) -> Block:
-        ledger.spend(section, grant, block.token_count)
-        if req.render_text:
-            block.rendered_text = render(block)
-        blocks.append(block)
-        return block
+    async def _history_blocks(self, c: Composition, read: GatheredHistory) -> tuple[Block, Block]:
+        """The history step, with its gap folded (off the loop) and background summarization started."""
+        s = c.s
+        gap = c.history(read)
+        folded, stored = (
+            await fold_gap(self._gap_summarizer, self._store, s.session, s.req.viewer, gap)
+            if gap is not None
+            else (None, False)
+        )
+        blocks = c.history_blocks(folded, stored=stored)
+        if c.summary_due is not None:
+            if self._scheduler is None:
+                s.stats.summary_request = c.summary_due
+            else:
+                s.stats.summarization_scheduled = self._scheduler.schedule(
+                    s.session.session_id, c.summary_due
+                )
+        return blocks
 
     async def submit_summary(
         self, session_id: str, text: str, after_seq: int, through_seq: int, through_message_id: str
     ) -> Summary:
         return await submit_summary(
             self._store,
-            self._history,
+            self._history.count,
+            self._gap_summarizer,
             self._max_summary_tokens,
             session_id=session_id,
             text=text,
@@ -308,28 +207,14 @@ class ContextAssembler:
 
     # ---------------------------------------------------------------------------------------- traces
 
-    # A trace holds what one caller's model saw, private turns included: only that caller, an auditor,
-    # or an orchestrator reading for it may replay it. Others get NOT_FOUND / a filtered page.
-
     async def get_trace(self, session_id: str, trace_id: str, viewer: Caller) -> TurnTrace:
-        trace = await self._traces.get(session_id, trace_id)
-        if not viewer.reads_for(trace.request.viewer.agent_id):
-            raise NotFound(f"trace {trace_id!r} not found in session {session_id!r}")
-        return trace
+        return await self._traces.get(session_id, trace_id, viewer)
 
     async def list_traces(
         self, viewer: Caller, session_id: str, page_size: int, page_token: str
     ) -> tuple[list[TurnTrace], str]:
-        if not session_id:
-            raise InvalidArgument("session_id is required")
-        await self._store.get(session_id)  # NOT_FOUND for an unknown session, not an empty page
-        traces, token = await self._traces.list(session_id, page_size, page_token)
-        return [t for t in traces if viewer.reads_for(t.request.viewer.agent_id)], token
+        return await self._traces.list(viewer, session_id, page_size, page_token)
 
     async def aclose(self) -> None:
         if self._scheduler is not None:
             await self._scheduler.aclose()
-
-
-async def _nothing() -> list[MemoryHit]:
-    return []

@@ -7,14 +7,15 @@ folded into their scopes' parts here, extractively, so that a client summary nev
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from memlane_server.errors import Conflict, InvalidArgument, ResourceExhausted
 from memlane_server.sessions.model import Summary
 from memlane_server.sessions.store import SessionStore
+from memlane_server.summarizers import Summarizer
 from memlane_server.summarizers.scoped import SESSION_SCOPE, fold_scoped, scope_of
 
-from .history import HistoryBuilder
 from .traces import now_ms
 
 # Least budget of a scope's part folded at submission (the client's text sets it when longer).
@@ -34,7 +35,8 @@ def _check(session_id: str, text: str, after_seq: int, through_seq: int, through
 
 async def submit_summary(
     store: SessionStore,
-    history: HistoryBuilder,
+    count: Callable[[list[str], str], Awaitable[list[int]]],
+    summarizer: Summarizer,
     max_summary_tokens: int,
     *,
     session_id: str,
@@ -66,11 +68,11 @@ async def submit_summary(
         raise InvalidArgument(
             f"through_message_id {through_message_id!r} is not the turn at seq {through_seq}"
         )
-    tokens = (await history.count([text], session.model))[0]
+    tokens = (await count([text], session.model))[0]
     if tokens > max_summary_tokens:
         raise ResourceExhausted(f"summary has {tokens} tokens; the limit is {max_summary_tokens}")
     scoped = [m for m in leaving if scope_of(m) != SESSION_SCOPE]
-    folded = await fold_scoped(history.gap_summarizer, stored, scoped, max(_MIN_SCOPED_TOKENS, tokens))
+    folded = await fold_scoped(summarizer, stored, scoped, max(_MIN_SCOPED_TOKENS, tokens))
     new = replace(
         folded,
         text=text,

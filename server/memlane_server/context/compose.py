@@ -203,11 +203,13 @@ def select_history(
 
 def history_blocks(costing: Costing, plan: HistoryPlan, limit: int) -> tuple[Block, Block]:
     """The summary block and the conversation block; together within ``limit``."""
-    conversation = Block(Provenance.CONVERSATION, cap_tokens=limit)
-    for msg, cost in zip(plan.kept, plan.kept_costs, strict=True):
-        conversation.messages.append(block_message(msg))
-        conversation.message_ids.append(msg.message_id)
-        conversation.token_count += cost
+    conversation = Block(
+        Provenance.CONVERSATION,
+        token_count=sum(plan.kept_costs),
+        messages=[block_message(m) for m in plan.kept],
+        message_ids=[m.message_id for m in plan.kept],
+        cap_tokens=limit,
+    )
     conversation.truncated = plan.dropped > 0 or bool(plan.gap)
     room = limit - conversation.token_count
     summary = Block(Provenance.SUMMARY, cap_tokens=room)
@@ -222,14 +224,15 @@ def history_blocks(costing: Costing, plan: HistoryPlan, limit: int) -> tuple[Blo
 
 
 def block_message(msg: Message) -> BlockMessage:
+    # Positional: this runs for every turn shown, on every assembly (role, content, name, id, seq, native).
     return BlockMessage(
-        role=msg.role,
-        content=msg.content,
-        name=msg.participant_name,
-        message_id=msg.message_id,
-        seq=msg.seq,
-        native_format=msg.native_format,
-        native_json=msg.native_json,
+        msg.role,
+        msg.content,
+        msg.participant_name,
+        msg.message_id,
+        msg.seq,
+        msg.native_format,
+        msg.native_json,
     )
 
 

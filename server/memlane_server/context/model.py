@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from memlane_server.access.identity import UNRESTRICTED, Caller
@@ -176,10 +177,15 @@ class AssembleStats:
 
 @dataclass(slots=True)
 class Flush:
-    """One response of the assembly stream: blocks in section order; the last one has the stats."""
+    """One response of the assembly stream: blocks in section order; the last one has the stats.
+
+    ``stored`` (last flush only) completes when the turn trace is stored: the stats, which carry its id,
+    must not be sent before it (a GetTurnTrace right after the stream has to find it). Encoding the
+    response meanwhile overlaps that round trip."""
 
     blocks: list[Block]
     stats: AssembleStats | None = None
+    stored: Awaitable[None] | None = None
 
 
 @dataclass(slots=True)

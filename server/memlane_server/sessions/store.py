@@ -568,11 +568,37 @@ class SessionStore:
     async def _read_range(
         self, session_id: str, lo: str, hi: str, count: int, newest_first: bool
     ) -> list[Message]:
+        return (await self._read_range_with(session_id, lo, hi, count, newest_first, doc_fields=()))[1]
+
+    async def _read_range_with(
+        self, session_id: str, lo: str, hi: str, count: int, newest_first: bool, *, doc_fields: Sequence[str]
+    ) -> tuple[list[bytes | None], list[Message]]:
+        """Messages by seq range, and ``doc_fields`` of the session document read in the same round trip.
+        A bare EVALSHA (redis-py's Script wrapper costs about as much as the round trip), pipelined
+        behind an HMGET when fields are asked for; on NOSCRIPT the script is loaded and both resent."""
         k = self.keys.session(session_id)
+        cmd = ("EVALSHA", self._read.sha, 3, k.doc, k.order, k.messages, lo, hi, count, int(newest_first))
+        fields: list[bytes | None] = []
         try:
-            flat = await self._read(
-                keys=[k.doc, k.order, k.messages], args=[lo, hi, count, int(newest_first)]
-            )
+            for attempt in (0, 1):
+                try:
+                    if doc_fields:
+                        async with self.redis.pipeline(transaction=False) as pipe:
+                            pipe.hmget(k.doc, list(doc_fields))
+                            pipe.execute_command(*cmd)
+                            # Errors come back as values: raised as Redis sent them (NOSCRIPT, NOTFOUND), not
+                            # annotated with their place in the pipeline.
+                            fields, flat = await pipe.execute(raise_on_error=False)
+                        for reply in (fields, flat):
+                            if isinstance(reply, Exception):
+                                raise reply
+                    else:
+                        flat = await self._command(*cmd)
+                    break
+                except NoScriptError:
+                    if attempt:
+                        raise
+                    await self.redis.script_load(scripts.READ_RANGE)
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
         out = []
@@ -580,7 +606,7 @@ class SessionStore:
             payload = flat[i + 2]
             if len(payload) > FINGERPRINT_LEN:  # a message retired between ZRANGE and HGET is skipped
                 out.append(decode_message(session_id, flat[i + 1].decode(), int(flat[i]), payload))
-        return out
+        return fields, out
 
     async def restore(self, session_id: str, messages: Sequence[Message]) -> None:
         """Puts archived messages back under their original ids and seqs (resumption of a retired
@@ -627,12 +653,8 @@ class SessionStore:
         )
         cursor = decode_token(token, q)
         last: int | None = int_cursor(cursor, 1)[0] if cursor is not None else None
-        # Read, not cached: after an erasure the id may belong to another user's new session.
-        raw_user, raw_channel = cast(
-            list[bytes | None],
-            await self.redis.hmget(self.keys.session(session_id).doc, ["user_id", "channel"]),
-        )
-        user_id, channel = (raw_user or b"").decode(), (raw_channel or b"").decode()
+        user_id: str | None = None
+        channel = ""
         out: list[Message] = []
         page_bytes = scanned = 0
         more = False
@@ -642,7 +664,15 @@ class SessionStore:
                 lo, hi = "-inf", (f"({last}" if last is not None else "+inf")
             else:
                 lo, hi = (f"({last}" if last is not None else "-inf"), "+inf"
-            rows = await self._read_range(session_id, lo, hi, want, f.newest_first)
+            if user_id is None:
+                # Read, not cached (after an erasure the id may belong to another user's new session),
+                # in the first range read's round trip.
+                (raw_user, raw_channel), rows = await self._read_range_with(
+                    session_id, lo, hi, want, f.newest_first, doc_fields=("user_id", "channel")
+                )
+                user_id, channel = (raw_user or b"").decode(), (raw_channel or b"").decode()
+            else:
+                rows = await self._read_range(session_id, lo, hi, want, f.newest_first)
             for m in rows:
                 if len(out) == size:
                     more = True
