@@ -20,6 +20,7 @@ from lancedb.expr import Expr, col, lit
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memlane_server.errors import Unavailable
+from memlane_server.infra.object_store import lance_storage_options
 from memlane_server.ltm.filters import KEY_COLUMNS
 from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
 from memlane_server.ltm.query import content_terms
@@ -53,7 +54,8 @@ class Hit:
 
 
 class LanceMemoryStore:
-    """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...``."""
+    """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...`` (the
+    endpoint and credentials from the AWS environment variables, see ``infra/object_store.py``)."""
 
     def __init__(self, db: lancedb.AsyncConnection, table: lancedb.AsyncTable, ndims: int) -> None:
         self._db = db
@@ -72,6 +74,8 @@ class LanceMemoryStore:
             if cache_mb
             else None
         )
+        if storage_options is None:
+            storage_options = lance_storage_options(uri)
         try:
             db = await lancedb.connect_async(uri, storage_options=storage_options, session=session)
             names = (await db.list_tables()).tables
