@@ -3,15 +3,19 @@ loopback (scripts/s3-server, moto's S3), found through the usual AWS environment
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import lancedb
 import pyarrow.parquet as pq
 
 import memlane
 from memlane import Message, Role, SessionStatus
 from memlane.v1 import memory_pb2 as mpb
-from memlane_server.infra.object_store import arrow_filesystem
+from memlane_server.infra.object_store import arrow_filesystem, lance_storage_options
 from tests.conftest import ServerFactory, redis_client, wait_for
 from tests.s3 import S3Server, s3
 
@@ -70,3 +74,87 @@ def test_ltm_and_archive_round_trip_and_resume_on_s3(
         for d in ("summaries", "traces", "transcripts")
     ]
     assert not (data / "ltm").exists() and not (data / "archive").exists()
+
+
+def _ids(c: memlane.Client, user: str) -> set[str]:
+    return {m.memory_id for m in c.list_memories(caller=mpb.Caller(user_id=user), page_size=500).memories}
+
+
+def test_two_sidecars_share_one_ltm_table_on_s3(start_server: ServerFactory, s3: S3Server) -> None:
+    """Both write at once while both compact every second; one erases a user mid-way. No acknowledged
+    write is lost, each sees the other's, and the one that did not erase reads on (its handle's version
+    was cleaned up under it by the other's erasure)."""
+    tag = uuid.uuid4().hex[:8]
+    shared = {
+        "key_prefix": f"t{uuid.uuid4().hex[:10]}",  # one Redis namespace: the table lock, LTM versions
+        "ltm_uri": s3.uri(tag, "ltm"),
+        "archive_uri": s3.uri(tag, "archive"),
+        "ltm_optimize_interval_seconds": 1.0,
+        "ltm_optimize_after_writes": 2,
+    }
+    a, b = start_server(**shared), start_server(**shared)
+    users = [f"u{i}-{tag}" for i in range(3)]
+    victim, mark = f"victim-{tag}", f"Wombat{uuid.uuid4().hex[:8]}"
+    with memlane.Client(a.target, timeout=120) as ca, memlane.Client(b.target, timeout=120) as cb:
+        for i in range(3):
+            ca.create_memory(
+                caller=mpb.Caller(user_id=victim), kind=mpb.MEMORY_KIND_FACT, content=f"{mark} fact {i}."
+            )
+        acked: dict[str, set[str]] = {u: set() for u in users}
+        lock = threading.Lock()
+
+        def write(c: memlane.Client, name: str, n: int) -> None:
+            for i in range(n):
+                user = users[i % len(users)]
+                made = c.create_memory(
+                    caller=mpb.Caller(user_id=user),
+                    kind=mpb.MEMORY_KIND_FACT,
+                    content=f"Fact {i} from {name} about topic {uuid.uuid4().hex[:6]}.",
+                )
+                with lock:
+                    acked[user].add(made.memory.memory_id)
+
+        with ThreadPoolExecutor(4) as pool:
+            writers = [pool.submit(write, c, f"w{k}", 12) for k, c in enumerate((ca, ca, cb, cb))]
+            erased = pool.submit(cb.forget_user, user_id=victim)
+            for f in writers:
+                f.result()
+            assert erased.result().erased["lancedb.items"] == 3
+
+        # Each sees every acknowledged write, the other's too, within ltm_read_consistency_seconds.
+        def converged() -> bool:
+            return all(_ids(c, u) == acked[u] for c in (ca, cb) for u in users)
+
+        wait_for(converged, timeout=10)
+        assert not _ids(ca, victim)
+
+    assert s3.holders(f"{tag}/ltm/", mark.encode()) == []
+
+
+def _fragments(uri: str) -> int:
+    """Fragments of the latest version, read by a handle of the test's own."""
+    table = lancedb.connect(uri, storage_options=lance_storage_options(uri)).open_table("memories")
+    stats: Any = table.stats()  # annotated as a class, a dict at run time (lancedb 0.40)
+    return int(stats["fragment_stats"]["num_fragments"])
+
+
+def test_a_reader_on_a_cleaned_up_version_reads_on(start_server: ServerFactory, s3: S3Server) -> None:
+    """A's handle stays on the version it wrote (no version checks: the widest staleness window). B
+    compacts A's row and its own into one fragment, then erases its user: that rewrites the fragment and
+    deletes every older version's files, those A reads among them. A's next search finds them gone and
+    re-reads the latest."""
+    tag = uuid.uuid4().hex[:8]
+    uri = s3.uri(tag, "ltm")
+    shared = {"key_prefix": f"t{uuid.uuid4().hex[:10]}", "ltm_uri": uri}
+    a = start_server(**shared, ltm_read_consistency_seconds=-1)
+    b = start_server(**shared, ltm_optimize_interval_seconds=0.2, ltm_optimize_after_writes=1)
+    reader, doomed = mpb.Caller(user_id=f"reader-{tag}"), mpb.Caller(user_id=f"doomed-{tag}")
+    with memlane.Client(a.target, timeout=60) as ca, memlane.Client(b.target, timeout=60) as cb:
+        made = ca.create_memory(caller=reader, kind=mpb.MEMORY_KIND_FACT, content="User grows basil.")
+        cb.create_memory(caller=doomed, kind=mpb.MEMORY_KIND_FACT, content="User grows thyme.")
+        wait_for(lambda: _fragments(uri) == 1, timeout=30)
+        assert a.sidecar.ltm is not None and a.sidecar.ltm.store.contention.stale_reads_retried == 0
+        assert cb.forget_user(user_id=doomed.user_id).erased["lancedb.items"] == 1
+        hits = ca.search_memories(caller=reader, query="basil").results
+        assert [h.memory.memory_id for h in hits] == [made.memory.memory_id]
+        assert a.sidecar.ltm.store.contention.stale_reads_retried >= 1
