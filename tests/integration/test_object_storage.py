@@ -16,6 +16,7 @@ import memlane
 from memlane import Message, Role, SessionStatus
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.infra.object_store import arrow_filesystem, lance_storage_options
+from memlane_server.ltm import filters
 from tests.conftest import ServerFactory, redis_client, wait_for
 from tests.s3 import S3Server, s3
 
@@ -158,3 +159,39 @@ def test_a_reader_on_a_cleaned_up_version_reads_on(start_server: ServerFactory, 
         hits = ca.search_memories(caller=reader, query="basil").results
         assert [h.memory.memory_id for h in hits] == [made.memory.memory_id]
         assert a.sidecar.ltm.store.contention.stale_reads_retried >= 1
+
+
+def test_forget_user_leaves_no_byte_in_the_bucket(start_server: ServerFactory, s3: S3Server) -> None:
+    """ForgetUser on S3: every object under the sidecar's prefixes (LTM data, indexes, old versions,
+    manifests, transaction files; archive parts) is read raw and holds neither the user's content, nor
+    their id, nor the id's digest that LanceDB predicates use."""
+    tag = uuid.uuid4().hex[:8]
+    srv = start_server(ltm_uri=s3.uri(tag, "ltm"), archive_uri=s3.uri(tag, "archive"))
+    a, b = f"erin{uuid.uuid4().hex[:10]}", f"fred{uuid.uuid4().hex[:10]}"
+    mark_a, mark_b = f"axolotl{uuid.uuid4().hex[:10]}", f"pangolin{uuid.uuid4().hex[:10]}"
+    with memlane.Client(srv.target, timeout=120) as c:
+        for user, mark in ((a, mark_a), (b, mark_b)):
+            sid = c.create_session(user_id=user, channel="web").session.session_id
+            c.append_messages(
+                session_id=sid,
+                messages=[Message(role=Role.ROLE_USER, content=f"My codename is {mark}. I live in Porto.")],
+            )
+            c.create_memory(
+                caller=mpb.Caller(user_id=user), kind=mpb.MEMORY_KIND_FACT, content=f"Codename is {mark}."
+            )
+            c.promote_session(session_id=sid, close=True, timeout=120)
+        needles = (mark_a.encode(), a.encode(), filters.key(a).encode())
+        # Positive controls: each needle is in the bucket, raw, before erasure; the archive too.
+        for needle in needles:
+            assert s3.holders(f"{tag}/ltm/", needle), needle
+        assert s3.holders(f"{tag}/archive/", a.encode())
+
+        receipt = c.forget_user(user_id=a)
+        assert receipt.erased["lancedb.items"] >= 2 and receipt.erased["archive.files"] >= 3
+
+        for needle in needles:
+            assert s3.holders(f"{tag}/", needle) == [], needle
+        # The other user is untouched.
+        assert s3.holders(f"{tag}/ltm/", mark_b.encode()) and s3.holders(f"{tag}/archive/", b.encode())
+        hits = c.search_memories(caller=mpb.Caller(user_id=b), query=f"codename {mark_b}").results
+        assert any(mark_b in h.memory.content for h in hits)
