@@ -300,6 +300,7 @@ class LanceMemoryStore:
         async with self._lock.hold(0) as held:
             if not held:
                 self.contention.skipped_busy += 1
+                log.info("LTM compaction skipped: another sidecar holds the table lock")
                 return False
             await self.refresh()
             await self._write("optimize", lambda: self._optimize(cleanup_older_than))
