@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3  # type: ignore[import-untyped]  # moto's dependency (dev extra); no stubs installed
+import redis
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
@@ -60,7 +61,7 @@ def s3_server(workdir: Path, racy: bool) -> tuple[subprocess.Popen[str], str]:
         str(ready),
     ]
     args += ["--no-write-lock"] if racy else []
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=(workdir / "s3.log").open("ab"), text=True)
     deadline = time.monotonic() + 60
     while not ready.exists():
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -211,6 +212,14 @@ def leftovers(endpoint: str, prefix: str, needles: list[bytes]) -> int:
     return found
 
 
+def drop_keys(url: str, prefix: str) -> None:
+    r = redis.Redis.from_url(url)
+    keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+    for i in range(0, len(keys), 500):
+        r.delete(*keys[i : i + 500])
+    r.close()
+
+
 def run(n_sidecars: int, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     """One workload on a fresh S3 server (its commit counts are this run's alone)."""
     prefix = f"bench{uuid.uuid4().hex[:8]}"
@@ -243,6 +252,7 @@ def run(n_sidecars: int, args: argparse.Namespace, run_dir: Path) -> dict[str, A
         for p in procs:
             p.wait(120)
         server.send_signal(signal.SIGTERM)
+        drop_keys(args.redis_url, prefix)
         lines = [ln for ln in server.communicate(timeout=30)[0].splitlines() if ln.startswith("STATS ")]
     out["s3"] = json.loads(lines[-1][6:]) if lines else {}
     logs = "".join((run_dir / f"{prefix}-s{i}.log").read_text(errors="replace") for i in range(n_sidecars))

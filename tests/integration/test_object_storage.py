@@ -29,13 +29,17 @@ def test_ltm_and_archive_round_trip_and_resume_on_s3(
     base = uuid.uuid4().hex[:10]
     mark = f"Quokka{uuid.uuid4().hex[:8]}"
     policies = tmp_path / "p.yaml"
-    policies.write_text("channels:\n  chat: {kind: messaging, hot_retention: 0, resume_turns: 3}\n")
+    policies.write_text(
+        "channels:\n  chat: {kind: messaging, hot_retention: 0, resume_turns: 3}\n"
+        "  brief: {archive_retention: 1s}\n"
+    )
     data = tmp_path / "data"
     srv = start_server(
         data_dir=str(data),
         ltm_uri=s3.uri(base, "ltm"),
         archive_uri=s3.uri(base, "archive"),
         channel_policies_file=str(policies),
+        archive_retention_interval_seconds=0.3,
     )
     who = mpb.Caller(user_id=user_id)
     with memlane.Client(srv.target, timeout=60) as c:
@@ -66,6 +70,20 @@ def test_ltm_and_archive_round_trip_and_resume_on_s3(
         resumed = c.get_session(session_id=sid).session
         assert resumed.status == SessionStatus.SESSION_STATUS_ACTIVE
         assert [m.content for m in c.list_messages(session_id=sid).messages] == said[-3:]
+
+        # Retention deletes a short-lived channel's parts from the bucket, and only those.
+        brief = c.create_session(user_id=user_id, channel="brief").session.session_id
+        c.append_messages(session_id=brief, messages=[Message(role=Role.ROLE_USER, content="Short-lived.")])
+        assert c.promote_session(session_id=brief, close=True).archive_uris
+        assert [k for k in s3.keys(f"{base}/archive/") if "channel=brief/" in k and k.endswith(".parquet")]
+        wait_for(
+            lambda: (
+                not [
+                    k for k in s3.keys(f"{base}/archive/") if "channel=brief/" in k and k.endswith(".parquet")
+                ]
+            ),
+            timeout=15,
+        )
 
     # It all lives in the bucket, nothing under the data directory.
     assert s3.holders(f"{base}/ltm/memories.lance/data/", mark.encode())
