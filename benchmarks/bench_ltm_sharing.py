@@ -19,6 +19,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,7 +45,8 @@ USERS = [f"user{i}" for i in range(6)]
 LOG_COUNTS = {
     "write retries (commit lost, run again on the latest version)": "retrying on the latest version",
     "stale reads re-read (version cleaned up by another's erasure)": "re-reading the latest",
-    "compactions skipped (another sidecar held the table lock)": "compaction skipped",
+    "compactions skipped (another sidecar held the table lock)": "another sidecar holds the table lock",
+    "compactions that lost their commit (left to the next round)": "lost its commit",
     "maintenance rounds failed": "memory maintenance failed",
 }
 
@@ -100,6 +102,7 @@ class Tally:
         self.latency: list[float] = []
         self.errors: collections.Counter[str] = collections.Counter()
         self.searches = 0
+        self.forget_s: list[float] = []
 
     def error(self, what: str, exc: memlane.MemlaneError) -> None:
         with self.lock:
@@ -141,10 +144,13 @@ def eraser(targets: list[str], victims: list[str], gap_s: float, tally: Tally) -
     for i, victim in enumerate(victims):
         time.sleep(gap_s)
         with memlane.Client(targets[i % len(targets)], timeout=300) as c:
+            t0 = time.perf_counter()
             try:
                 erased += c.forget_user(user_id=victim).erased["lancedb.items"]
             except memlane.MemlaneError as exc:
                 tally.error("forget", exc)
+            with tally.lock:
+                tally.forget_s.append(time.perf_counter() - t0)
     return erased
 
 
@@ -268,12 +274,19 @@ def main() -> None:
     parser.add_argument("--forget", type=int, default=3, help="victims erased mid-run")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--racy-s3", action="store_true", help="plain moto: conditional puts not atomic")
+    parser.add_argument("--keep", action="store_true", help="keep the sidecars' logs (prints where)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="memlane-bench-sharing-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="memlane-bench-sharing-")
+    try:
         shared = run(args.sidecars, args, Path(tmp))
         # Baseline: the same writer threads, all through one sidecar (no cross-sidecar conflicts).
         one = argparse.Namespace(**{**vars(args), "writers": args.writers * args.sidecars})
         base = run(1, one, Path(tmp))
+    finally:
+        if args.keep:
+            print(f"logs under {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     report(args, shared, base)
 
 
@@ -299,7 +312,7 @@ def report(args: argparse.Namespace, shared: dict[str, Any], base: dict[str, Any
         )
         print(
             f"  [{name}] {rate(r):.1f} writes/s, CreateMemory p50 {pct(r, 0.5):.0f} ms,"
-            f" p99 {pct(r, 0.99):.0f} ms"
+            f" p99 {pct(r, 0.99):.0f} ms; ForgetUser {', '.join(f'{x:.1f}' for x in t.forget_s)} s"
         )
         for label, n in r["logs"].items():
             print(f"  [{name}] {label}: {n}")

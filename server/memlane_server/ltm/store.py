@@ -26,7 +26,16 @@ from memlane_server.ltm.filters import KEY_COLUMNS
 from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
 from memlane_server.ltm.query import content_terms
 from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
-from memlane_server.ltm.sharing import Contention, LocalTableLock, TableLock, retry_read, retry_write
+from memlane_server.ltm.sharing import (
+    LANCE_ERRORS,
+    Contention,
+    LocalTableLock,
+    TableLock,
+    is_conflict,
+    is_stale,
+    retry_read,
+    retry_write,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -129,8 +138,10 @@ class LanceMemoryStore:
             await store._write("index", store._ensure_scalar_indexes)
         return store
 
-    async def _write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        return await retry_write(call, refresh=self.refresh, stats=self.contention, what=what)
+    async def _write(self, what: str, call: Callable[[], Awaitable[T]], attempts: int = 8) -> T:
+        return await retry_write(
+            call, refresh=self.refresh, stats=self.contention, what=what, attempts=attempts
+        )
 
     async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
         return await retry_read(call, refresh=self.refresh, stats=self.contention)
@@ -303,7 +314,16 @@ class LanceMemoryStore:
                 log.info("LTM compaction skipped: another sidecar holds the table lock")
                 return False
             await self.refresh()
-            await self._write("optimize", lambda: self._optimize(cleanup_older_than))
+            try:
+                await self._optimize(cleanup_older_than)
+            except LANCE_ERRORS as exc:
+                # Lost to a concurrent write: not worth holding the lock (an erasure may be waiting for
+                # it) to compact again at once; the next round does, from the latest version.
+                if not (is_conflict(exc) or is_stale(exc)):
+                    raise
+                self.contention.skipped_busy += 1
+                log.info("LTM compaction skipped: lost its commit to a concurrent write (%s)", str(exc)[:160])
+                return False
             return True
 
     async def _optimize(self, cleanup_older_than: timedelta) -> None:
