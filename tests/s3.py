@@ -70,6 +70,8 @@ class S3Server:
 
     def stop(self) -> dict[str, Any]:
         """Stops the server; returns its commit counts (see scripts/s3-server)."""
+        if self.proc.poll() is not None:
+            return {}
         self.proc.send_signal(signal.SIGTERM)
         out, _ = self.proc.communicate(timeout=30)
         stats = [line for line in out.splitlines() if line.startswith("STATS ")]

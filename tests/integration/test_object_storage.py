@@ -3,6 +3,7 @@ loopback (scripts/s3-server, moto's S3), found through the usual AWS environment
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -11,12 +12,14 @@ from typing import Any
 
 import lancedb
 import pyarrow.parquet as pq
+import pytest
 
 import memlane
 from memlane import Message, Role, SessionStatus
 from memlane.v1 import memory_pb2 as mpb
+from memlane_server.errors import Unavailable
 from memlane_server.infra.object_store import arrow_filesystem, lance_storage_options
-from memlane_server.ltm import filters
+from memlane_server.ltm import LanceMemoryStore, MemoryItem, MemoryKind, MemoryScope, filters
 from tests.conftest import ServerFactory, redis_client, wait_for
 from tests.s3 import S3Server, s3
 
@@ -213,3 +216,37 @@ def test_forget_user_leaves_no_byte_in_the_bucket(start_server: ServerFactory, s
         assert s3.holders(f"{tag}/ltm/", mark_b.encode()) and s3.holders(f"{tag}/archive/", b.encode())
         hits = c.search_memories(caller=mpb.Caller(user_id=b), query=f"codename {mark_b}").results
         assert any(mark_b in h.memory.content for h in hits)
+
+
+async def test_an_unreachable_object_store_answers_unavailable(tmp_path: Path) -> None:
+    """The store stops answering (a chaos pause, an outage): reads and writes fail as UNAVAILABLE, which
+    clients retry, not INTERNAL."""
+    server = S3Server(tmp_path)
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        uri = server.uri(uuid.uuid4().hex[:8], "ltm")
+        store = await LanceMemoryStore.open(uri, 384)
+        victim = MemoryItem(
+            id="m1",
+            user_id="u",
+            agent_id="a",
+            scope=MemoryScope.USER,
+            kind=MemoryKind.FACT,
+            content="x",
+            vector=[0.1] * 384,
+        )
+        await store.add([victim])  # positive control: it answers while up
+        server.stop()
+        with pytest.raises(Unavailable):
+            await store.fetch(filters.owned_by("u"))
+        with pytest.raises(Unavailable):
+            await store.add([victim])
+        store.close()
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

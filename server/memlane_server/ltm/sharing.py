@@ -25,12 +25,17 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from memlane_server.errors import Unavailable
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # LanceDB raises these as RuntimeError (sometimes OSError/ValueError) with the Rust error's text.
 _CONFLICT = re.compile(r"commit conflict|too many concurrent writers|preempted by concurrent", re.IGNORECASE)
 _STALE = re.compile(r"\bnot found\b", re.IGNORECASE)
+# The object store did not answer (paused, down, unreachable): UNAVAILABLE, which clients retry, not
+# INTERNAL. LanceDB has then already retried the request for a while (object_store's retry policy).
+_IO = re.compile(r"LanceError\(IO\)|error sending request|timed out|connection refused", re.IGNORECASE)
 LANCE_ERRORS = (RuntimeError, OSError, ValueError)
 
 
@@ -81,6 +86,13 @@ def is_stale(exc: BaseException) -> bool:
     return _STALE.search(str(exc)) is not None
 
 
+def unreachable(exc: BaseException) -> BaseException:
+    """``Unavailable`` for an object-store failure (raise it ``from exc``); ``exc`` itself otherwise."""
+    if _IO.search(str(exc)) is None:
+        return exc
+    return Unavailable(f"the memory store did not answer: {str(exc)[:300]}")
+
+
 async def retry_write(
     call: Callable[[], Awaitable[T]],
     *,
@@ -98,7 +110,7 @@ async def retry_write(
             return await call()
         except LANCE_ERRORS as exc:
             if attempt == attempts - 1 or not (is_conflict(exc) or is_stale(exc)):
-                raise
+                raise unreachable(exc) from exc
             stats.conflicts_retried += 1
             log.info("LTM %s: %s; retrying on the latest version (%d)", what, str(exc)[:160], attempt + 1)
         await refresh()
@@ -114,8 +126,11 @@ async def retry_read(
         return await call()
     except LANCE_ERRORS as exc:
         if not is_stale(exc):
-            raise
+            raise unreachable(exc) from exc
         stats.stale_reads_retried += 1
         log.info("LTM read on a cleaned-up version (%s); re-reading the latest", str(exc)[:160])
-    await refresh()
-    return await call()
+    try:
+        await refresh()
+        return await call()
+    except LANCE_ERRORS as exc:
+        raise unreachable(exc) from exc

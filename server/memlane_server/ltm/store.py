@@ -42,6 +42,12 @@ T = TypeVar("T")
 # How long an erasure waits for another sidecar's compaction (43 s at 100k rows) before UNAVAILABLE;
 # a sidecar starting on a fresh table waits as long for another creating its indexes.
 _EXCLUSIVE_WAIT_S = 300.0
+_SCALAR_INDEXES: list[tuple[str, Any]] = [
+    ("user_key", Bitmap()),
+    ("id_key", BTree()),
+    # Stemming and stop words help prose; ascii folding lets "Zurich" find "Zürich".
+    ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
+]
 
 # What a string literal in a predicate may be (see ``filters``): a digest, an enum word, or empty.
 _LITERAL = re.compile(r"'((?:[^']|'')*)'")
@@ -132,11 +138,24 @@ class LanceMemoryStore:
                 f" makes {ndims}: re-embed the table or configure the model it was built with"
             )
         store = cls(db, table, ndims, lock)
-        async with store._lock.hold(_EXCLUSIVE_WAIT_S):  # held or not: both steps check before acting
-            await store.refresh()
-            await store._write("migrate", store._add_key_columns)
-            await store._write("index", store._ensure_scalar_indexes)
+        if await store._setup_pending():
+            # Only then the lock: a sidecar restarting after a kill -9 mid-compaction must not wait out
+            # the dead holder's lease for nothing.
+            async with store._lock.hold(_EXCLUSIVE_WAIT_S):  # held or not: both steps check first
+                await store.refresh()
+                await store._write("migrate", store._add_key_columns)
+                await store._write("index", store._ensure_scalar_indexes)
         return store
+
+    async def _setup_pending(self) -> bool:
+        """Whether ``_add_key_columns`` or ``_ensure_scalar_indexes`` has anything to do."""
+        names = set((await self._table.schema()).names)
+        indexed = {tuple(ix.columns) for ix in await self._table.list_indices()}
+        return (
+            any(k not in names for k in KEY_COLUMNS.values())
+            or bool(indexed & {("user_id",), ("id",)})
+            or any((column,) not in indexed for column, _ in _SCALAR_INDEXES)
+        )
 
     async def _write(self, what: str, call: Callable[[], Awaitable[T]], attempts: int = 8) -> T:
         return await retry_write(
@@ -166,13 +185,7 @@ class LanceMemoryStore:
 
     async def _ensure_scalar_indexes(self, *, rebuild: bool = False) -> None:
         have = {tuple(ix.columns) for ix in await self._table.list_indices()}
-        wanted: list[tuple[str, Any]] = [
-            ("user_key", Bitmap()),
-            ("id_key", BTree()),
-            # Stemming and stop words help prose; ascii folding lets "Zurich" find "Zürich".
-            ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
-        ]
-        for column, config in wanted:
+        for column, config in _SCALAR_INDEXES:
             if rebuild or (column,) not in have:
                 await self._table.create_index(column, config=config, replace=True)
 

@@ -53,7 +53,7 @@ class LeaseLock:
     """``ltm.sharing.TableLock`` on a Redis lease, renewed while held: every sidecar sharing the Redis
     key prefix (and so the LTM table) takes turns. A holder that dies frees it within ``ttl_ms``."""
 
-    def __init__(self, redis: aioredis.Redis, key: str, ttl_ms: int = 30_000) -> None:
+    def __init__(self, redis: aioredis.Redis, key: str, ttl_ms: int = 10_000) -> None:
         self._redis = redis
         self._key = key
         self._ttl_ms = ttl_ms
