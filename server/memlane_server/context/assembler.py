@@ -81,7 +81,7 @@ class ContextAssembler:
         self._executor = executor
         self._history = HistoryReader(store, counter, self._policy, executor)
         self._gather = Gatherer(
-            store, self._memory, self._history, self._policy, resume, procedures or NoProcedures()
+            store, self._memory, self._history, self._policy, resume, procedures=procedures or NoProcedures()
         )
         self._gap_summarizer = ExtractiveSummarizer(counter, executor=executor)
         # The wire form of conversation turns, filled by the API layer (see ``turn_memo``).

@@ -48,6 +48,7 @@ class Gatherer:
         history: HistoryReader,
         policy: BudgetPolicy,
         resume: Callable[[Session], Awaitable[bool]] | None,
+        *,
         procedures: ProcedureSource,
     ) -> None:
         self._procedures = procedures

@@ -134,6 +134,10 @@ class KeySpace:
         user's sessions (erasure and export find them here)."""
         return f"{self.prefix}:user:{{{user_id}}}:procsrc"
 
+    def ltm_lock(self) -> str:
+        """STRING with a TTL: the sidecar compacting, indexing or erasing the shared LTM table now."""
+        return f"{self.prefix}:ltm:lock"
+
     def all_sessions(self) -> str:
         """ZSET: every session id, scored by creation time."""
         return f"{self.prefix}:sessions"
