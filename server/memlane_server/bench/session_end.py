@@ -1,0 +1,59 @@
+"""The session-end row: many 50-turn sessions ending at once (as when their TTLs expire together), each
+closed and promoted through ``PromoteSession``; the rate is sessions fully ended per second."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import memlane
+from memlane import Message, Role
+
+from .report import Report
+from .runner import Latency, percentiles
+
+TURNS = 50
+TARGET_PER_S = 6.0
+
+
+def _turns(k: int) -> list[Message]:
+    return [
+        Message(
+            role=Role.ROLE_USER if j % 2 == 0 else Role.ROLE_ASSISTANT,
+            content=f"Turn {j}: I prefer window seats; my booking ref is BK{k}{j:03d}.",
+        )
+        for j in range(TURNS)
+    ]
+
+
+async def _end_all(target: str, sessions: int) -> tuple[float, list[float]]:
+    async with memlane.AsyncClient(target, timeout=300) as c:
+        sids = []
+        for k in range(sessions):
+            sid = (await c.create_session(user_id=f"ender-{k}", agent_id="bench-agent")).session.session_id
+            await c.append_messages(session_id=sid, messages=_turns(k))
+            sids.append(sid)
+
+        async def end(sid: str) -> float:
+            t0 = time.perf_counter()
+            await c.promote_session(session_id=sid, close=True)
+            return time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        each = await asyncio.gather(*(end(s) for s in sids))
+        return time.perf_counter() - t0, list(each)
+
+
+def session_end(report: Report, target: str, sessions: int) -> None:
+    elapsed, each = asyncio.run(_end_all(target, sessions))
+    p50, p99 = percentiles(each)
+    report.latency(
+        Latency(
+            f"session end ({TURNS} turns, promote + archive), each of {sessions} at once", p50, p99, sessions
+        )
+    )
+    report.rate(
+        f"session end with promotion, {sessions} sessions ending at once",
+        sessions / elapsed,
+        at_least=TARGET_PER_S,
+    )
