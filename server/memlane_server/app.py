@@ -357,6 +357,7 @@ class Sidecar:
             guard=find_pii,
             usage_flush_interval_s=s.ltm_usage_flush_seconds,
             on_change=versions.bump,
+            hot_index_mb=s.ltm_hot_index_mb,
         )
         self._ltm_maintenance = MemoryMaintenance(
             self.ltm,

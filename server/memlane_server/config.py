@@ -94,6 +94,8 @@ class Settings:
     # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
     ltm_cross_channel_episodes: bool = False
     ltm_cache_mb: int = 128  # LanceDB index cache (metadata cache: half of it)
+    # Hot readers' memory vectors held in memory for recall (ltm/hot.py); 0: every search asks LanceDB.
+    ltm_hot_index_mb: int = 64
     # Usage counts of injected items are written in batches: each write is a new table version.
     ltm_usage_flush_seconds: float = 30.0
     ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)

@@ -98,6 +98,7 @@ class LtmMemorySource:
         for key in [k for k in self._profiles if k[0] == user_id]:
             del self._profiles[key]
         self._seen.pop(user_id, None)  # the user id itself is the user's data
+        self._memory.drop_cached(user_id)  # and the recall index of the user's items
 
     async def recall(
         self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""

@@ -20,6 +20,7 @@ from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
 from memlane_server.ltm import filters
 from memlane_server.ltm.conflicts import Action, Decision, decide
+from memlane_server.ltm.hot import HotEntry, HotIndex, mask_for
 from memlane_server.ltm.model import (
     Feedback,
     IngestOutcome,
@@ -86,6 +87,7 @@ class MemoryService:
         clock: Callable[[], int] = _now_ms,
         usage_flush_interval_s: float = 1.0,
         on_change: Callable[[str], Awaitable[None]] | None = None,
+        hot_index_mb: int = 64,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -99,6 +101,7 @@ class MemoryService:
         # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
         # decide "insert" for the same fact; unrelated users rarely share a stripe.
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
+        self._hot = HotIndex(store, max_bytes=hot_index_mb << 20)
 
     @property
     def store(self) -> LanceMemoryStore:
@@ -122,16 +125,17 @@ class MemoryService:
         now = self._clock()
         where = filters.recall_filter(query.who, query.filter, now)
         n = max(self._policy.candidates, query.limit)
+        hot = None if query.filter.include_retired else await self._hot.view(query.who)
+        mask = mask_for(hot, query.filter, now) if hot is not None else None
+        if mask is not None and not mask.any():
+            return []  # nothing the caller may see passes the filter: no query to embed, no index to ask
         keyword_hits: list[Hit] = []
         vector_hits: list[Hit] = []
-        if query.mode is SearchMode.KEYWORD:
-            keyword_hits = await self._store.keyword_search(text, where, n)
-        elif query.mode is SearchMode.VECTOR:
-            vector_hits = await self._vector_hits(text, where, n)
-        else:
-            keyword_hits, vector_hits = await asyncio.gather(
-                self._store.keyword_search(text, where, n), self._vector_hits(text, where, n)
-            )
+        want_keywords = query.mode is not SearchMode.VECTOR
+        want_vectors = query.mode is not SearchMode.KEYWORD
+        keyword_task = self._store.keyword_search(text, where, n) if want_keywords else _no_hits()
+        vector_task = self._vector_hits(text, where, n, hot, mask) if want_vectors else _no_hits()
+        keyword_hits, vector_hits = await asyncio.gather(keyword_task, vector_task)
         return fuse_and_rank(
             keyword_hits,
             vector_hits,
@@ -141,9 +145,21 @@ class MemoryService:
             min_score=query.min_score,
         )
 
-    async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
+    async def _vector_hits(
+        self, text: str, where: Expr, n: int, hot: HotEntry | None, mask: npt.NDArray[np.bool_] | None
+    ) -> list[Hit]:
         vector = (await self._embedder.embed([text]))[0]
-        return await self._store.vector_search(vector, where, n)
+        if hot is None or mask is None:
+            return await self._store.vector_search(vector, where, n)
+        return hot.top(mask, vector, n)
+
+    def drop_cached(self, user_id: str) -> None:
+        """Forget what is held in memory about the user (their data changed, maybe elsewhere)."""
+        self._hot.forget(user_id)
+
+    @property
+    def hot_index(self) -> HotIndex:
+        return self._hot
 
     async def profile(self, who: Visibility, *, max_items: int = 0, max_chars: int = 0) -> Profile:
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""
@@ -226,6 +242,8 @@ class MemoryService:
         return results
 
     async def _changed(self, *user_ids: str) -> None:
+        for user_id in user_ids:
+            self._hot.forget(user_id)
         if self._on_change is not None:
             for user_id in user_ids:
                 await self._on_change(user_id)
@@ -566,6 +584,10 @@ _PRUNE_COLUMNS = [
     "superseded_by",
     "valid_until_ms",
 ]
+
+
+async def _no_hits() -> list[Hit]:
+    return []
 
 
 def _prune_view(row: dict[str, object]) -> MemoryItem:
