@@ -18,7 +18,7 @@ from lancedb.expr import Expr
 
 from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
-from memlane_server.ltm import filters
+from memlane_server.ltm import audience, filters
 from memlane_server.ltm.conflicts import Action, Decision, decide
 from memlane_server.ltm.hot import HotEntry, HotIndex, mask_for
 from memlane_server.ltm.model import (
@@ -282,18 +282,14 @@ class MemoryService:
                 if prior is not None:
                     results.append(IngestResult(prior, IngestOutcome.SKIPPED))
                     continue
-            # A draft may retire (supersede) only items whose readers could all read where it came from.
-            peers = [i for i, e in enumerate(existing) if _may_change(draft, e)]
+            # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
+            peers = [i for i, e in enumerate(existing) if audience.may_supersede(draft, e)]
             among = partial(
                 _decide, draft, kind, content, vector, existing=existing, matrix=matrix, similarity=similarity
             )
             decision = among(peers=peers)
-            audience = _draft_audience(draft, kind)
-            if decision.target is not None and _item_audience(decision.target) != audience:
-                # A merge (rewording) keeps its readers: folded into an item for other readers, the draft
-                # would be published (narrow into wide) or hidden from its own readers (wide into narrow).
-                same = [i for i in peers if _item_audience(existing[i]) == audience]
-                decision = among(peers=same)
+            if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
+                decision = among(peers=[i for i in peers if audience.may_merge(draft, kind, existing[i])])
             if decision.action is Action.MERGE and decision.target is not None:
                 target = decision.target
                 self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
@@ -613,17 +609,6 @@ def _prune_view(row: dict[str, object]) -> MemoryItem:
     )
 
 
-def _audience(scope: MemoryScope, group: str) -> tuple[MemoryScope, str]:
-    """Who reads an item of the writing agent with this scope: USER and SHARED reach the same agents."""
-    if scope is MemoryScope.SHARED:
-        scope = MemoryScope.USER
-    return scope, group if scope is MemoryScope.GROUP else ""
-
-
-def _item_audience(item: MemoryItem) -> tuple[MemoryScope, str]:
-    return _audience(item.scope, item.group)
-
-
 def _decide(
     draft: MemoryDraft,
     kind: MemoryKind,
@@ -645,29 +630,6 @@ def _decide(
         existing_vectors=matrix[peers],
         duplicate_similarity=similarity,
     )
-
-
-def _draft_audience(draft: MemoryDraft, kind: MemoryKind) -> tuple[MemoryScope, str]:
-    extra = draft if isinstance(draft, NewMemory) else None
-    scope = MemoryScope(extra.scope) if extra and extra.scope else default_scope(kind)
-    return _audience(scope, extra.group if extra else "")
-
-
-def _may_change(draft: MemoryDraft, target: MemoryItem) -> bool:
-    """Whether ``draft`` may supersede ``target`` (an item of the same user and agent).
-
-    A draft with an explicit agent or group scope came from a narrower audience (an agent-private or a
-    group turn: see ``pipelines.promote``); it may only change items no wider than that audience. A draft
-    with the default or a user-wide scope may change any of the agent's items.
-    """
-    if not isinstance(draft, NewMemory) or not draft.scope:
-        return True
-    scope = MemoryScope(draft.scope)
-    if scope is MemoryScope.GROUP:
-        return target.scope is MemoryScope.AGENT or (
-            target.scope is MemoryScope.GROUP and target.group == draft.group
-        )
-    return scope is not MemoryScope.AGENT or target.scope is MemoryScope.AGENT
 
 
 def _readable(who: Visibility) -> Expr:
