@@ -1,6 +1,6 @@
 """ForgetUser drops every in-process copy of the user's data, down to the ids that key them: the
-per-user LTM version view, the in-memory recall index and the per-message token recounts (the user id and session ids are the
-user's data too)."""
+per-user LTM version view, the in-memory recall index and the per-message token recounts (the user id
+and session ids are the user's data too)."""
 
 from __future__ import annotations
 

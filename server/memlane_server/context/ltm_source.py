@@ -54,6 +54,10 @@ class LtmMemorySource:
         self.profile_hits = 0  # profile cache lookups, read by metrics
         self.profile_misses = 0
 
+    @property
+    def service(self) -> MemoryService:
+        return self._memory
+
     async def _version(self, user_id: str) -> bytes:
         """The user's current LTM version; on a change, this sidecar's view of the store is refreshed
         and its cached profiles of the user dropped before anything is read."""
