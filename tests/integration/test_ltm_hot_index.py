@@ -164,5 +164,11 @@ def test_ranking_matches_a_sidecar_without_the_index(
                 want = _ids(cold, who, query, mode)
                 assert len(want) == len(facts) or mode == mpb.SEARCH_MODE_HYBRID
                 assert _ids(hot, who, query, mode) == want, (query, mode)
+        # The profile (read from the index when it holds the reader) too, after writes of other kinds.
+        hot.create_memory(caller=who, kind=mpb.MEMORY_KIND_INSTRUCTION, content="Answer in French.")
+        hot.create_memory(caller=who, kind=mpb.MEMORY_KIND_EPISODIC, content="We talked about Lyon.")
+        served = hot.get_profile(caller=who)
+        assert [m.content for m in served.instructions] == ["Answer in French."]
+        assert len(served.facts) == len(facts) and not served.preferences
     ltm = hot_server.sidecar.ltm
     assert ltm is not None and ltm.hot_index.stats.hits > 0

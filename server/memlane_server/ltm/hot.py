@@ -31,7 +31,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from memlane_server.ltm import filters
-from memlane_server.ltm.model import MemoryFilter, Visibility
+from memlane_server.ltm.model import MemoryFilter, MemoryItem, Visibility
 from memlane_server.ltm.schema import META_COLUMNS, from_row
 from memlane_server.ltm.store import Hit, LanceMemoryStore
 
@@ -49,6 +49,10 @@ class HotEntry:
 
     def __len__(self) -> int:
         return int(self.meta.num_rows)
+
+    def items(self, mask: npt.NDArray[np.bool_]) -> list[MemoryItem]:
+        """The rows under ``mask``, in table order."""
+        return [from_row(r) for r in self.meta.filter(pa.array(mask)).to_pylist()]
 
     def top(self, mask: npt.NDArray[np.bool_], query: npt.NDArray[np.float32], n: int) -> list[Hit]:
         """The ``n`` rows under ``mask`` most similar to ``query``, best first, scored by cosine."""

@@ -167,7 +167,11 @@ class MemoryService:
         max_chars = max_chars or self._policy.profile_max_chars
         now = self._clock()
         flt = MemoryFilter(kinds=[MemoryKind.INSTRUCTION, MemoryKind.PREFERENCE, MemoryKind.FACT])
-        items = await self._store.fetch(filters.recall_filter(who, flt, now))
+        hot = await self._hot.view(who)
+        if hot is not None:
+            items = hot.items(mask_for(hot, flt, now))
+        else:
+            items = await self._store.fetch(filters.recall_filter(who, flt, now))
         kind_order = {MemoryKind.INSTRUCTION: 0, MemoryKind.PREFERENCE: 1, MemoryKind.FACT: 2}
         # Within a kind: single-valued attributes (name, location, units) first, they are the profile.
         items.sort(
