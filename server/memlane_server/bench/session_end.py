@@ -12,7 +12,7 @@ from memlane import Message, Role
 from ..config import Settings
 from ..embedding import OnnxEmbedder, default_spec
 from ..extraction.episodes import build_episodes
-from ..ltm.service import embedding_text
+from ..ltm.ingest import embedding_text
 from ..sessions.model import Message as Turn
 from ..sessions.model import Role as TurnRole
 from ..sessions.model import Session

@@ -1,0 +1,264 @@
+"""Writes of new memories (promotion, ExtractMemories, CreateMemory): dedupe, merge, supersede, caps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane_server.errors import AlreadyExists, InvalidArgument
+from memlane_server.ltm import audience, filters
+from memlane_server.ltm.conflicts import Action, Decision, decide
+from memlane_server.ltm.core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
+from memlane_server.ltm.model import (
+    IngestOutcome,
+    IngestResult,
+    MemoryDraft,
+    MemoryItem,
+    MemoryKind,
+    MemoryScope,
+    NewMemory,
+    Owner,
+    new_memory_id,
+)
+from memlane_server.ltm.policy import default_scope
+from memlane_server.ltm.ranking import prune_score
+
+log = logging.getLogger(__name__)
+
+
+class MemoryWriter(MemoryCore):
+    # ----------------------------------------------------------------------------------- writes
+
+    async def create(self, owner: Owner, draft: NewMemory) -> IngestResult:
+        """CreateMemory: one item, through the same merge/supersede rules as promotion."""
+        self._check_content(draft.content)
+        if draft.memory_id:
+            found = await self._store.fetch(filters.with_id(draft.memory_id), limit=1)
+            if found:
+                same = found[0]
+                if same.user_id == owner.user_id and same.content == draft.content.strip():
+                    return IngestResult(same, IngestOutcome.CREATED)
+                raise AlreadyExists(f"memory {draft.memory_id} already exists")
+        results = await self.ingest(owner, [draft], strict=True)
+        return results[0]
+
+    async def ingest(
+        self, owner: Owner, drafts: Sequence[MemoryDraft], *, strict: bool = False
+    ) -> list[IngestResult]:
+        """Store candidate memories (promotion, ExtractMemories): dedupe, supersede, cap. One write batch.
+
+        Drafts that fail validation (empty, too long, PII) are skipped, or raise when ``strict``.
+        Drafts may be ``NewMemory`` or any object with the ``MemoryDraft`` attributes.
+        """
+        user_id = owner.user_id
+        if not user_id:
+            raise InvalidArgument("user_id is required")
+        accepted: list[tuple[MemoryDraft, MemoryKind, str]] = []
+        for draft in drafts:
+            try:
+                kind = MemoryKind(draft.kind)
+                content = self._check_content(draft.content)
+            except (ValueError, InvalidArgument) as exc:
+                if strict:
+                    raise InvalidArgument(str(exc)) from exc
+                log.info("skipping memory draft: %s", exc)
+                continue
+            accepted.append((draft, kind, content))
+        if not accepted:
+            return []
+        vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
+        now = self._clock()
+        async with self._locks[hash((user_id, owner.agent_id)) % LOCK_STRIPES]:
+            results = await self._ingest_locked(owner, accepted, vectors, now)
+        await self._changed(user_id)
+        return results
+
+    async def _ingest_locked(
+        self,
+        owner: Owner,
+        accepted: list[tuple[MemoryDraft, MemoryKind, str]],
+        vectors: npt.NDArray[np.float32],
+        now: int,
+    ) -> list[IngestResult]:
+        similarity = self._policy.duplicate_similarity
+        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
+        existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
+        ndims = self._embedder.ndims
+        matrix = (
+            np.asarray([e.vector for e in existing], dtype=np.float32)
+            if existing
+            else np.zeros((0, ndims), np.float32)
+        )
+        seen_turns: dict[str, MemoryItem] = {}
+        if owner.source_session_id and any(k is MemoryKind.EPISODIC for _, k, _ in accepted):
+            episodes = await self._store.fetch(
+                mine
+                & filters.of_kind(MemoryKind.EPISODIC)
+                & filters.is_("source_session_id", owner.source_session_id)
+            )
+            seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
+
+        new_items: dict[str, MemoryItem] = {}
+        changed: dict[str, MemoryItem] = {}
+        results: list[IngestResult] = []
+        for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
+            if kind is MemoryKind.EPISODIC and draft.source_message_ids[:1]:
+                prior = seen_turns.get(draft.source_message_ids[0])
+                if prior is not None:
+                    results.append(IngestResult(prior, IngestOutcome.SKIPPED))
+                    continue
+            # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
+            peers = [i for i, e in enumerate(existing) if audience.may_supersede(draft, e)]
+            among = partial(
+                _decide, draft, kind, content, vector, existing=existing, matrix=matrix, similarity=similarity
+            )
+            decision = among(peers=peers)
+            if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
+                decision = among(peers=[i for i in peers if audience.may_merge(draft, kind, existing[i])])
+            if decision.action is Action.MERGE and decision.target is not None:
+                target = decision.target
+                self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
+                matrix[existing.index(target)] = vector
+                if target.id not in new_items:
+                    changed[target.id] = target
+                results.append(IngestResult(target, IngestOutcome.MERGED))
+                continue
+            item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
+            new_items[item.id] = item
+            retired_ids: list[str] = []
+            for old in decision.retire:
+                old.superseded_by = item.id
+                old.valid_until_ms = now
+                old.updated_at_ms = now
+                retired_ids.append(old.id)
+                if old.id not in new_items:
+                    changed[old.id] = old
+                keep = [i for i, e in enumerate(existing) if e.id != old.id]
+                existing = [existing[i] for i in keep]
+                matrix = matrix[keep]
+            if kind is not MemoryKind.EPISODIC:
+                existing.append(item)
+                matrix = np.vstack([matrix, vector[None, :]])
+            outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
+            results.append(IngestResult(item, outcome, retired_ids))
+
+        await self._store.add([i for i in new_items.values() if i.is_active(now) or i.superseded_by])
+        await self._store.upsert(list(changed.values()))
+        await self._enforce_caps(owner, existing, now)
+        return results
+
+    def _new_item(
+        self,
+        owner: Owner,
+        draft: MemoryDraft,
+        *,
+        kind: MemoryKind,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        now: int,
+    ) -> MemoryItem:
+        extra = draft if isinstance(draft, NewMemory) else None
+        scope = MemoryScope(extra.scope) if extra and extra.scope else default_scope(kind)
+        if scope is MemoryScope.GROUP and not (extra and extra.group):
+            raise InvalidArgument("a group-scoped memory needs a group")
+        return MemoryItem(
+            id=(extra.memory_id if extra and extra.memory_id else new_memory_id(now)),
+            user_id=owner.user_id,
+            agent_id=owner.agent_id,
+            scope=scope,
+            kind=kind,
+            content=content,
+            keywords=clean_keywords(draft.keywords),
+            slot=draft.slot,
+            group=extra.group if extra else "",
+            importance=clamp(draft.importance),
+            created_at_ms=now,
+            updated_at_ms=now,
+            occurred_at_ms=draft.occurred_at_ms or now,
+            source_session_id=owner.source_session_id,
+            source_message_ids=list(draft.source_message_ids)[: self._policy.max_source_ids],
+            channel=owner.channel,
+            valid_until_ms=extra.valid_until_ms if extra else 0,
+            metadata=dict(extra.metadata) if extra else {},
+            vector=vector.tolist(),
+        )
+
+    def _merge_into(
+        self,
+        target: MemoryItem,
+        draft: MemoryDraft,
+        *,
+        kind: MemoryKind,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        now: int,
+    ) -> None:
+        """Newest wording wins; importance and usage carry over; provenance accumulates."""
+        target.content = content
+        target.kind = kind
+        target.vector = vector.tolist()
+        target.slot = draft.slot or target.slot
+        target.importance = max(target.importance, clamp(draft.importance))
+        target.keywords = clean_keywords([*draft.keywords, *target.keywords])
+        ids = list(dict.fromkeys([*target.source_message_ids, *draft.source_message_ids]))
+        target.source_message_ids = ids[-self._policy.max_source_ids :]
+        target.updated_at_ms = now
+
+    async def _enforce_caps(self, owner: Owner, active_facts: list[MemoryItem], now: int) -> None:
+        """Hard cap per (user, agent): drop the lowest prune scores over the cap, right away."""
+        doomed: list[str] = []
+        over = len(active_facts) - self._policy.max_items_per_agent
+        if over > 0:
+            ranked = sorted(active_facts, key=lambda i: (prune_score(i, now, self._policy), i.updated_at_ms))
+            doomed.extend(i.id for i in ranked[:over])
+        episodic = filters.written_by(owner.user_id, owner.agent_id) & filters.of_kind(MemoryKind.EPISODIC)
+        if await self._store.count(episodic) > self._policy.max_episodes_per_agent:
+            episodes = await self._store.fetch(episodic)
+            ranked = sorted(episodes, key=lambda i: (prune_score(i, now, self._policy), i.occurred_at_ms))
+            doomed.extend(i.id for i in ranked[: len(episodes) - self._policy.max_episodes_per_agent])
+        for start in range(0, len(doomed), DELETE_BATCH):
+            await self._store.delete(filters.with_ids(doomed[start : start + DELETE_BATCH]))
+
+
+def _decide(
+    draft: MemoryDraft,
+    kind: MemoryKind,
+    content: str,
+    vector: npt.NDArray[np.float32],
+    *,
+    peers: list[int],
+    existing: list[MemoryItem],
+    matrix: npt.NDArray[np.float32],
+    similarity: float,
+) -> Decision:
+    """``decide`` over the ``peers`` (indexes into ``existing`` and its vector ``matrix``)."""
+    return decide(
+        kind,
+        draft.slot,
+        vector,
+        content=content,
+        existing=[existing[i] for i in peers],
+        existing_vectors=matrix[peers],
+        duplicate_similarity=similarity,
+    )
+
+
+def embedding_text(content: str, keywords: Sequence[str]) -> str:
+    """What an item's vector is computed from: its content, then its keywords. Keywords are keys the
+    content implies but may not say (an episode's neighbouring turns, a date); the vector model sees
+    them as the full-text index does."""
+    keys = " ".join(clean_keywords(keywords))
+    return f"{content}\n{keys}" if keys else content
+
+
+def clamp(value: float) -> float:
+    return min(1.0, max(0.0, float(value)))
+
+
+def clean_keywords(words: Sequence[str]) -> list[str]:
+    out = list(dict.fromkeys(w.strip() for w in words if w and w.strip()))
+    return out[:32]
