@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -84,7 +85,37 @@ class MemoryWriter(MemoryCore):
         vectors: npt.NDArray[np.float32],
         now: int,
     ) -> list[IngestResult]:
-        similarity = self._policy.duplicate_similarity
+        peers, seen_turns = await self._load_peers(owner, accepted, now)
+        batch = _Batch()
+        results: list[IngestResult] = []
+        for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
+            prior = seen_turns.get(draft.source_message_ids[0]) if _is_turn_episode(draft, kind) else None
+            if prior is not None:
+                results.append(IngestResult(prior, IngestOutcome.SKIPPED))
+                continue
+            decision = self._decision(draft, kind, content, vector, peers)
+            if decision.action is Action.MERGE and decision.target is not None:
+                target = decision.target
+                self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
+                peers.matrix[peers.items.index(target)] = vector
+                batch.touch(target)
+                results.append(IngestResult(target, IngestOutcome.MERGED))
+                continue
+            item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
+            results.append(
+                _insert(item, decision.retire, kind=kind, vector=vector, now=now, peers=peers, batch=batch)
+            )
+
+        await self._store.add([i for i in batch.new_items.values() if i.is_active(now) or i.superseded_by])
+        await self._store.upsert(list(batch.changed.values()))
+        await self._enforce_caps(owner, peers.items, now)
+        return results
+
+    async def _load_peers(
+        self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
+    ) -> tuple[_Peers, dict[str, MemoryItem]]:
+        """The (user, agent)'s active non-episodic items with their vectors, and the episodes already
+        stored for this session's turns (by the turn's message id: a re-run must not add them twice)."""
         mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
         existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
         ndims = self._embedder.ndims
@@ -101,55 +132,33 @@ class MemoryWriter(MemoryCore):
                 & filters.is_("source_session_id", owner.source_session_id)
             )
             seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
+        return _Peers(existing, matrix), seen_turns
 
-        new_items: dict[str, MemoryItem] = {}
-        changed: dict[str, MemoryItem] = {}
-        results: list[IngestResult] = []
-        for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
-            if kind is MemoryKind.EPISODIC and draft.source_message_ids[:1]:
-                prior = seen_turns.get(draft.source_message_ids[0])
-                if prior is not None:
-                    results.append(IngestResult(prior, IngestOutcome.SKIPPED))
-                    continue
-            # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
-            peers = [i for i, e in enumerate(existing) if audience.may_supersede(draft, e)]
-            among = partial(
-                _decide, draft, kind, content, vector, existing=existing, matrix=matrix, similarity=similarity
-            )
-            decision = among(peers=peers)
-            if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
-                decision = among(peers=[i for i in peers if audience.may_merge(draft, kind, existing[i])])
-            if decision.action is Action.MERGE and decision.target is not None:
-                target = decision.target
-                self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
-                matrix[existing.index(target)] = vector
-                if target.id not in new_items:
-                    changed[target.id] = target
-                results.append(IngestResult(target, IngestOutcome.MERGED))
-                continue
-            item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
-            new_items[item.id] = item
-            retired_ids: list[str] = []
-            for old in decision.retire:
-                old.superseded_by = item.id
-                old.valid_until_ms = now
-                old.updated_at_ms = now
-                retired_ids.append(old.id)
-                if old.id not in new_items:
-                    changed[old.id] = old
-                keep = [i for i, e in enumerate(existing) if e.id != old.id]
-                existing = [existing[i] for i in keep]
-                matrix = matrix[keep]
-            if kind is not MemoryKind.EPISODIC:
-                existing.append(item)
-                matrix = np.vstack([matrix, vector[None, :]])
-            outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
-            results.append(IngestResult(item, outcome, retired_ids))
-
-        await self._store.add([i for i in new_items.values() if i.is_active(now) or i.superseded_by])
-        await self._store.upsert(list(changed.values()))
-        await self._enforce_caps(owner, existing, now)
-        return results
+    def _decision(
+        self,
+        draft: MemoryDraft,
+        kind: MemoryKind,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        peers: _Peers,
+    ) -> Decision:
+        # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
+        existing = peers.items
+        allowed = [i for i, e in enumerate(existing) if audience.may_supersede(draft, e)]
+        among = partial(
+            _decide,
+            draft,
+            kind,
+            content,
+            vector,
+            existing=existing,
+            matrix=peers.matrix,
+            similarity=self._policy.duplicate_similarity,
+        )
+        decision = among(peers=allowed)
+        if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
+            decision = among(peers=[i for i in allowed if audience.may_merge(draft, kind, existing[i])])
+        return decision
 
     def _new_item(
         self,
@@ -222,6 +231,60 @@ class MemoryWriter(MemoryCore):
             doomed.extend(i.id for i in ranked[: len(episodes) - self._policy.max_episodes_per_agent])
         for start in range(0, len(doomed), DELETE_BATCH):
             await self._store.delete(filters.with_ids(doomed[start : start + DELETE_BATCH]))
+
+
+@dataclass(slots=True)
+class _Peers:
+    """The items a draft is compared with (a (user, agent)'s active non-episodic ones), as ingest
+    changes them, and their vectors row by row."""
+
+    items: list[MemoryItem]
+    matrix: npt.NDArray[np.float32]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What one ingest writes: new rows, and changed existing rows (merged into or retired)."""
+
+    new_items: dict[str, MemoryItem] = field(default_factory=dict)
+    changed: dict[str, MemoryItem] = field(default_factory=dict)
+
+    def touch(self, item: MemoryItem) -> None:
+        if item.id not in self.new_items:
+            self.changed[item.id] = item
+
+
+def _is_turn_episode(draft: MemoryDraft, kind: MemoryKind) -> bool:
+    return kind is MemoryKind.EPISODIC and bool(draft.source_message_ids[:1])
+
+
+def _insert(
+    item: MemoryItem,
+    retire: list[MemoryItem],
+    *,
+    kind: MemoryKind,
+    vector: npt.NDArray[np.float32],
+    now: int,
+    peers: _Peers,
+    batch: _Batch,
+) -> IngestResult:
+    """Adds ``item``, retiring (superseding) ``retire``; a non-episode joins the peers of later drafts."""
+    batch.new_items[item.id] = item
+    retired_ids: list[str] = []
+    for old in retire:
+        old.superseded_by = item.id
+        old.valid_until_ms = now
+        old.updated_at_ms = now
+        retired_ids.append(old.id)
+        batch.touch(old)
+        keep = [i for i, e in enumerate(peers.items) if e.id != old.id]
+        peers.items = [peers.items[i] for i in keep]
+        peers.matrix = peers.matrix[keep]
+    if kind is not MemoryKind.EPISODIC:
+        peers.items.append(item)
+        peers.matrix = np.vstack([peers.matrix, vector[None, :]])
+    outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
+    return IngestResult(item, outcome, retired_ids)
 
 
 def _decide(
