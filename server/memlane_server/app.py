@@ -402,6 +402,7 @@ class Sidecar:
             usage_flush_interval_s=s.ltm_usage_flush_seconds,
             on_change=versions.bump,
             history=self.memory_history,
+            hot_index_mb=s.ltm_hot_index_mb,
         )
         self._ltm_maintenance = MemoryMaintenance(
             self.ltm,

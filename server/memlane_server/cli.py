@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
     bench.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
+    bench.add_argument(
+        "--compare", metavar="REF.json", help="print each figure's ratio to an earlier --json run"
+    )
     evaluate = sub.add_parser("eval", help="measure recall of a real sidecar on a benchmark file")
     eval_sets = evaluate.add_subparsers(dest="eval_set", required=True)
     locomo = eval_sets.add_parser("locomo", help="evidence recall on a LoCoMo-format file, with baselines")
@@ -75,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from .bench.suite import run
 
-        run(args.quick, args.redis_url, args.json_out)
+        run(args.quick, args.redis_url, args.json_out, args.compare)
         return 0
     if args.command == "eval":
         # Imported here, like bench: the harness needs the server extras and loads the model.

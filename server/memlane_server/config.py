@@ -100,6 +100,8 @@ class Settings:
     # Sidecars sharing the table see each other's writes this late at most (a version check per read
     # after it; 0: on every read, an S3 LIST each); negative: never (a table no other sidecar writes).
     ltm_read_consistency_seconds: float = 2.0
+    # Hot readers' memory vectors held in memory for recall (ltm/hot.py); 0: every search asks LanceDB.
+    ltm_hot_index_mb: int = 64
     # Usage counts of injected items are written in batches: each write is a new table version.
     ltm_usage_flush_seconds: float = 30.0
     ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)

@@ -145,12 +145,14 @@ def register_caches(
     embedder: Embedder | None,
 ) -> None:
     """Every in-process cache in one collector (two would each emit the same metric families): turns'
-    token counts, the profile cache of assembly and the query-embedding cache of recall (the last
-    two with long-term memory only)."""
+    token counts, the profile cache of assembly, the in-memory recall index and the query-embedding
+    cache of recall (the last three with long-term memory only)."""
     sources: dict[str, Callable[[], tuple[int, int]]] = {"token_counts": context.count_cache}
     if isinstance(memory, LtmMemorySource):
         ltm_source = memory
         sources["profile"] = lambda: (ltm_source.profile_hits, ltm_source.profile_misses)
+        hot = ltm_source.service.hot_index.stats
+        sources["recall_index"] = lambda: (hot.hits, hot.misses)
     cache = getattr(embedder, "cache", None)
     if cache is not None:
         sources["recall_embedding"] = lambda: (cache.hits, cache.misses)

@@ -20,7 +20,6 @@ Kubernetes Secret in production). The file is re-read when it changes; no restar
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import hashlib
 import logging
@@ -33,6 +32,7 @@ import jwt
 import yaml
 
 from ..errors import Unauthenticated
+from ..infra.periodic import Periodic
 from .identity import Caller, CallerRole
 from .user_token import KeysError, parse_jwks
 
@@ -150,7 +150,7 @@ class PolicyFile:
         self.interval = interval
         self.policy = EMPTY
         self._stamp: tuple[float, int, int] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._watcher = Periodic("policy-reload", self._reload, interval)
         if path is not None:
             self.policy = self._load()  # a broken file at start is fatal: fail fast, not open
 
@@ -184,17 +184,12 @@ class PolicyFile:
         return True
 
     def start(self) -> None:
-        if self.path is not None and self._task is None:
-            self._task = asyncio.create_task(self._watch(), name="memlane-policy-reload")
+        if self.path is not None:
+            self._watcher.interval_s = self.interval
+            self._watcher.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._watcher.stop()
 
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            await asyncio.to_thread(self.reload_if_changed)
+    async def _reload(self) -> None:
+        await asyncio.to_thread(self.reload_if_changed)

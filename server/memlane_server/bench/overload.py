@@ -1,4 +1,4 @@
-"""The overload row: 32 clients each appending then assembling (with LTM) as fast as they can, against a
+"""The load rows: 32 clients each appending then assembling (with LTM) as fast as they can, against a
 sidecar whose admission gates shed what it cannot serve. Reported: p50/p99 of the assemblies that were
 served, p99 of a cheap call (GetSession) made meanwhile, served and shed calls per second.
 
@@ -14,6 +14,7 @@ from typing import Any
 import memlane
 from memlane import Message, Role
 
+from .report import Report
 from .runner import Latency, percentiles
 
 CLIENTS = 32
@@ -63,24 +64,20 @@ async def _flood(target: str, user: str, seconds: float) -> dict[str, Any]:
     return {"served": served, "cheap": cheap, "shed": shed, "failed": failed, "elapsed": elapsed}
 
 
-def overload(
-    add: Callable[[Latency], None], throughput: dict[str, float], target: str, user: str, seconds: float
-) -> None:
-    """Adds the overload rows through ``add`` and the rates to ``throughput``."""
+def overload(report: Report, echo: Callable[[int], Latency], target: str, user: str, seconds: float) -> None:
+    """The load rows: served iterations per second (append + assemble), assembly p50/p99, a cheap call's
+    latency meanwhile, and how many calls the gates shed."""
     out = asyncio.run(_flood(target, user, seconds))
-    if out["served"]:
-        p50, p99 = percentiles(out["served"])
-        add(
-            Latency(
-                f"AssembleContext under overload ({CLIENTS} clients append+assemble, LTM)",
-                p50,
-                p99,
-                len(out["served"]),
-            )
-        )
+    base = echo(100)
+    served = out["served"] or [float("nan")]
+    p50, p99 = percentiles(served)
+    name = f"append + assemble with LTM, {CLIENTS} clients"
+    report.latency(
+        Latency(f"AssembleContext under load ({name})", p50, p99, len(out["served"])), base, p99_ms=150
+    )
+    report.rate(f"load: {name}, iterations served", len(out["served"]) / out["elapsed"], at_least=200)
     if out["cheap"]:
         p50, p99 = percentiles(out["cheap"])
-        add(Latency("GetSession during that overload", p50, p99, len(out["cheap"])))
-    throughput["AssembleContext served under overload"] = len(out["served"]) / out["elapsed"]
-    throughput["AssembleContext shed under overload"] = out["shed"] / out["elapsed"]
-    throughput["calls failed otherwise under overload"] = out["failed"] / out["elapsed"]
+        report.latency(Latency("GetSession during that load", p50, p99, len(out["cheap"])), base)
+    report.rate("load: AssembleContext shed by admission", out["shed"] / out["elapsed"])
+    report.rate("load: calls failed otherwise", out["failed"] / out["elapsed"])

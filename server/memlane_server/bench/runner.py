@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,12 @@ async def throughput(call: Callable[[], Awaitable[object]], concurrency: int, se
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return done / (time.perf_counter() - t0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Process:

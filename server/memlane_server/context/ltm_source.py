@@ -61,6 +61,10 @@ class LtmMemorySource:
         self.profile_hits = 0  # profile cache lookups, read by metrics
         self.profile_misses = 0
 
+    @property
+    def service(self) -> MemoryService:
+        return self._memory
+
     async def _version(self, user_id: str) -> bytes:
         """The user's current LTM version; on a change, this sidecar's view of the store is refreshed
         and its cached profiles of the user dropped before anything is read."""
@@ -133,6 +137,7 @@ class LtmMemorySource:
         for empty in [k for k in self._empty if k[0] == user_id]:
             del self._empty[empty]
         self._seen.pop(user_id, None)  # the user id itself is the user's data
+        self._memory.drop_cached(user_id)  # and the recall index of the user's items
 
     async def recall(
         self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""

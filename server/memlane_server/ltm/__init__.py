@@ -28,6 +28,7 @@ string ever reaches a LanceDB predicate, see ``filters``); retired items (supers
 wrong, past ``valid_until``) are kept for audit but never returned by ``search`` or ``profile``.
 """
 
+from memlane_server.ltm.core import ContentGuard
 from memlane_server.ltm.maintenance import MemoryMaintenance
 from memlane_server.ltm.model import (
     Feedback,
@@ -50,8 +51,9 @@ from memlane_server.ltm.model import (
     Visibility,
 )
 from memlane_server.ltm.policy import MemoryPolicy, default_scope
-from memlane_server.ltm.service import ContentGuard, MemoryService, PruneReport
+from memlane_server.ltm.service import MemoryService
 from memlane_server.ltm.store import LanceMemoryStore
+from memlane_server.ltm.upkeep import PruneReport
 
 __all__ = [
     "ContentGuard",

@@ -17,7 +17,11 @@ manifests record delete predicates). Every read filter starts from ``visible_to`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from lancedb.expr import Expr, col, lit
 
 from memlane_server.errors import InvalidArgument
@@ -98,6 +102,41 @@ def narrowed(base: Expr, flt: MemoryFilter, now_ms: int) -> Expr:
     if flt.until_ms:
         expr = expr & (col("occurred_at_ms") < lit(int(flt.until_ms)))
     return expr
+
+
+# What ``narrowed_mask`` reads: the columns ``narrowed`` tests, as an in-memory index holds them.
+MASK_COLUMNS = ["kind", "scope", "channel_key", "occurred_at_ms", "valid_until_ms"]
+
+
+def narrowed_mask(
+    cols: Mapping[str, npt.NDArray[Any]], flt: MemoryFilter, now_ms: int
+) -> npt.NDArray[np.bool_]:
+    """``narrowed`` over rows held in memory (``ltm.hot``), for rows already loaded with
+    ``visible_to(who)`` and not superseded: the same rule, kept beside it so that both change together
+    (tests/integration/test_ltm_hot_index.py holds them equal). Retired items are never held, so a
+    filter that includes them is not served from memory (``include_retired`` raises)."""
+    if flt.include_retired:
+        raise ValueError("retired items are not held in memory")
+    valid_until = cols["valid_until_ms"]
+    mask: npt.NDArray[np.bool_] = (valid_until == 0) | (valid_until > int(now_ms))
+    kind, scope, channel = cols["kind"], cols["scope"], cols["channel_key"]
+    if flt.kinds:
+        mask &= np.isin(kind, [MemoryKind(k).value for k in flt.kinds])
+    if flt.scopes:
+        mask &= np.isin(scope, [MemoryScope(s).value for s in flt.scopes])
+    if flt.channel:
+        mask &= channel == key(flt.channel)
+    if flt.episodes_from_channel is not None:
+        mask &= (kind != MemoryKind.EPISODIC.value) | (channel == key(flt.episodes_from_channel))
+    if flt.since_ms:
+        mask &= cols["occurred_at_ms"] >= int(flt.since_ms)
+    if flt.until_ms:
+        mask &= cols["occurred_at_ms"] < int(flt.until_ms)
+    return mask
+
+
+def not_superseded() -> Expr:
+    return col("superseded_by") == lit("")
 
 
 def recall_filter(who: Visibility, flt: MemoryFilter, now_ms: int) -> Expr:

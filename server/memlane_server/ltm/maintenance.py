@@ -7,11 +7,10 @@ optimize; doing that on a timer keeps writes cheap and searches fast.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 
+from memlane_server.infra.periodic import Periodic
 from memlane_server.ltm.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -34,11 +33,11 @@ class MemoryMaintenance:
         self._check_interval = min(check_interval_s, optimize_interval_s)
         self._prune_interval = prune_interval_s
         self._vector_index_min_rows = vector_index_min_rows
-        self._task: asyncio.Task[None] | None = None
+        self._last_prune = self._last_optimize = time.monotonic()
+        self._loop = Periodic("ltm-maintenance", self._tick, self._check_interval)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="memlane-ltm-maintenance")
+        self._loop.start()
 
     async def run_once(self, *, prune: bool = True) -> None:
         store = self._service.store
@@ -51,30 +50,22 @@ class MemoryMaintenance:
         if store.writes_since_optimize:
             await store.optimize()
 
-    async def _run(self) -> None:
-        last_prune = last_optimize = time.monotonic()
-        while True:
-            # A burst of writes (promotions) leaves many small fragments outside the full-text index,
-            # and every search pays for scanning them: optimize early once enough writes piled up,
-            # not only on the timer.
-            await asyncio.sleep(self._check_interval)
-            now = time.monotonic()
-            after = self._optimize_after_writes
-            piled = after > 0 and self._service.store.writes_since_optimize >= after
-            if not piled and now - last_optimize < self._optimize_interval:
-                continue
-            due = now - last_prune >= self._prune_interval
-            try:
-                await self.run_once(prune=due)
-            except Exception:  # upkeep failing must not take the server down; next round retries
-                log.exception("memory maintenance failed")
-            last_optimize = time.monotonic()
+    async def _tick(self) -> None:
+        # A burst of writes (promotions) leaves many small fragments outside the full-text index, and
+        # every search pays for scanning them: optimize early once enough writes piled up, not only
+        # on the timer.
+        now = time.monotonic()
+        after = self._optimize_after_writes
+        piled = after > 0 and self._service.store.writes_since_optimize >= after
+        if not piled and now - self._last_optimize < self._optimize_interval:
+            return
+        due = now - self._last_prune >= self._prune_interval
+        try:
+            await self.run_once(prune=due)
+        finally:  # a failed round (logged by Periodic) waits for the next interval like a good one
+            self._last_optimize = time.monotonic()
             if due:
-                last_prune = last_optimize
+                self._last_prune = self._last_optimize
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()

@@ -1,136 +1,51 @@
-"""``MemoryService``: the domain face of long-term memory (see the package docstring for the API)."""
+"""``MemoryService``: the domain face of long-term memory (see the package docstring for the API).
+
+Recall and CRUD here; writes in ``ingest``, upkeep, export and erasure in ``upkeep``, shared state in
+``core``."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
-import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import partial
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 from lancedb.expr import Expr
 
-from memlane_server.embedding import Embedder
-from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
+from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm import filters, vectors
-from memlane_server.ltm.conflicts import Action, Decision, decide
-from memlane_server.ltm.history import Change, ChangeReason, HistoryLog
+from memlane_server.ltm.history import Change, ChangeReason
+from memlane_server.ltm.hot import HotEntry, mask_for
+from memlane_server.ltm.ingest import MemoryWriter, clamp, clean_keywords, embedding_text
 from memlane_server.ltm.model import (
     Feedback,
-    IngestOutcome,
-    IngestResult,
-    MemoryDraft,
     MemoryFilter,
     MemoryItem,
     MemoryKind,
     MemoryPage,
     MemoryPatch,
     MemoryScope,
-    NewMemory,
-    Owner,
     Profile,
     RecallQuery,
     ScoredMemory,
     SearchMode,
     Visibility,
-    new_memory_id,
 )
-from memlane_server.ltm.policy import DAY_MS, MemoryPolicy, default_scope
-from memlane_server.ltm.ranking import fuse_and_rank, prune_score
-from memlane_server.ltm.store import Hit, LanceMemoryStore
-from memlane_server.ltm.usage import UsageRecorder
+from memlane_server.ltm.ranking import fuse_and_rank
+from memlane_server.ltm.store import Hit
+from memlane_server.ltm.upkeep import MemoryUpkeep
 from memlane_server.page_bytes import fitting
 
-log = logging.getLogger(__name__)
-
-MAX_CONTENT_CHARS = 4000
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
 MAX_PAGE_SIZE = 500
-_LOCK_STRIPES = 64
-_DELETE_BATCH = 1000
-
-# Returns the kinds of personal data found in a text (empty when clean). Injected by app.py so the
-# storage boundary enforces the PII rule whoever wrote the item, without ltm importing extraction.
-ContentGuard = Callable[[str], list[str]]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(slots=True)
-class PruneReport:
-    over_cap: int = 0
-    unused: int = 0
-    retired: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.over_cap + self.unused + self.retired
-
-
-class MemoryService:
-    def __init__(
-        self,
-        store: LanceMemoryStore,
-        embedder: Embedder,
-        policy: MemoryPolicy | None = None,
-        *,
-        guard: ContentGuard | None = None,
-        clock: Callable[[], int] = _now_ms,
-        usage_flush_interval_s: float = 1.0,
-        on_change: Callable[[str], Awaitable[None]] | None = None,
-        history: HistoryLog | None = None,
-    ) -> None:
-        self._store = store
-        self._embedder = embedder
-        self._policy = policy or MemoryPolicy()
-        self._guard = guard
-        self._clock = clock
-        self._usage = UsageRecorder(store, flush_interval_s=usage_flush_interval_s)
-        # Called with a user id after each write that changes what the user's reads return (not usage
-        # counts), once the write is visible: caches of injected memories invalidate on it.
-        self._on_change = on_change
-        # Every change to an item is journaled there as a version (who, when, why): see ltm/history.py.
-        self._history = history
-        # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
-        # decide "insert" for the same fact; unrelated users rarely share a stripe.
-        self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
-
-    @property
-    def store(self) -> LanceMemoryStore:
-        return self._store
-
-    @property
-    def policy(self) -> MemoryPolicy:
-        return self._policy
-
-    @property
-    def embedder(self) -> Embedder:
-        return self._embedder
-
-    @property
-    def history(self) -> HistoryLog | None:
-        return self._history
-
-    def now_ms(self) -> int:
-        return self._clock()
-
-    async def changed(self, user_id: str) -> None:
-        """Announce a write made outside this class (a snapshot restore) to the caches."""
-        await self._changed(user_id)
-
-    async def _journal(self, user_id: str, actor: str, changes: list[Change]) -> None:
-        if self._history is not None and changes:
-            await self._history.record(user_id, actor, changes)
-
+class MemoryService(MemoryWriter, MemoryUpkeep):
     # ----------------------------------------------------------------------------------- recall
 
     async def search(self, query: RecallQuery) -> list[ScoredMemory]:
@@ -146,16 +61,20 @@ class MemoryService:
         now = self._clock()
         where = filters.recall_filter(query.who, query.filter, now)
         n = max(self._policy.candidates, query.limit)
+        hot = None if query.filter.include_retired else await self._hot.view(query.who)
+        mask = mask_for(hot, query.filter, now) if hot is not None else None
+        if mask is not None and not mask.any():
+            return []  # nothing the caller may see passes the filter: no query to embed, no index to ask
         keyword_hits: list[Hit] = []
         vector_hits: list[Hit] = []
-        if query.mode is SearchMode.KEYWORD:
-            keyword_hits = await self._store.keyword_search(text, where, n)
-        elif query.mode is SearchMode.VECTOR or not text:  # a query vector alone: vector-only recall
-            vector_hits = await self._vector_hits(text, where, n, given)
-        else:
-            keyword_hits, vector_hits = await asyncio.gather(
-                self._store.keyword_search(text, where, n), self._vector_hits(text, where, n, given)
-            )
+        # A query vector without text (SearchMemories.query_vector): vector-only recall.
+        want_keywords = query.mode is not SearchMode.VECTOR and bool(text)
+        want_vectors = query.mode is not SearchMode.KEYWORD
+        keyword_task = self._store.keyword_search(text, where, n) if want_keywords else _no_hits()
+        vector_task = (
+            self._vector_hits(text, where, n, hot, mask, given=given) if want_vectors else _no_hits()
+        )
+        keyword_hits, vector_hits = await asyncio.gather(keyword_task, vector_task)
         return fuse_and_rank(
             keyword_hits,
             vector_hits,
@@ -166,10 +85,19 @@ class MemoryService:
         )
 
     async def _vector_hits(
-        self, text: str, where: Expr, n: int, given: npt.NDArray[np.float32] | None = None
+        self,
+        text: str,
+        where: Expr,
+        n: int,
+        hot: HotEntry | None,
+        mask: npt.NDArray[np.bool_] | None,
+        *,
+        given: npt.NDArray[np.float32] | None = None,
     ) -> list[Hit]:
         vector = given if given is not None else (await self._embedder.embed([text]))[0]
-        return await self._store.vector_search(vector, where, n)
+        if hot is None or mask is None:
+            return await self._store.vector_search(vector, where, n)
+        return hot.top(mask, vector, n)
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
@@ -181,7 +109,11 @@ class MemoryService:
         max_chars = max_chars or self._policy.profile_max_chars
         now = self._clock()
         flt = MemoryFilter(kinds=[MemoryKind.INSTRUCTION, MemoryKind.PREFERENCE, MemoryKind.FACT])
-        items = await self._store.fetch(filters.recall_filter(who, flt, now))
+        hot = await self._hot.view(who)
+        if hot is not None:
+            items = hot.items(mask_for(hot, flt, now))
+        else:
+            items = await self._store.fetch(filters.recall_filter(who, flt, now))
         kind_order = {MemoryKind.INSTRUCTION: 0, MemoryKind.PREFERENCE: 1, MemoryKind.FACT: 2}
         # Within a kind: single-valued attributes (name, location, units) first, they are the profile.
         items.sort(
@@ -208,223 +140,6 @@ class MemoryService:
 
     async def flush_usage(self) -> None:
         await self._usage.flush()
-
-    # ----------------------------------------------------------------------------------- writes
-
-    async def create(self, owner: Owner, draft: NewMemory) -> IngestResult:
-        """CreateMemory: one item, through the same merge/supersede rules as promotion."""
-        self._check_content(draft.content)
-        if draft.memory_id:
-            found = await self._store.fetch(filters.with_id(draft.memory_id), limit=1)
-            if found:
-                same = found[0]
-                if same.user_id == owner.user_id and same.content == draft.content.strip():
-                    return IngestResult(same, IngestOutcome.CREATED)
-                raise AlreadyExists(f"memory {draft.memory_id} already exists")
-        results = await self.ingest(owner, [draft], strict=True, reason=ChangeReason.CREATE)
-        return results[0]
-
-    async def ingest(
-        self,
-        owner: Owner,
-        drafts: Sequence[MemoryDraft],
-        *,
-        strict: bool = False,
-        reason: ChangeReason = ChangeReason.EXTRACTION,
-    ) -> list[IngestResult]:
-        """Store candidate memories (promotion, ExtractMemories): dedupe, supersede, cap. One write batch.
-
-        Drafts that fail validation (empty, too long, PII) are skipped, or raise when ``strict``.
-        Drafts may be ``NewMemory`` or any object with the ``MemoryDraft`` attributes.
-        """
-        user_id = owner.user_id
-        if not user_id:
-            raise InvalidArgument("user_id is required")
-        accepted: list[tuple[MemoryDraft, MemoryKind, str]] = []
-        for draft in drafts:
-            try:
-                kind = MemoryKind(draft.kind)
-                content = self._check_content(draft.content)
-            except (ValueError, InvalidArgument) as exc:
-                if strict:
-                    raise InvalidArgument(str(exc)) from exc
-                log.info("skipping memory draft: %s", exc)
-                continue
-            accepted.append((draft, kind, content))
-        if not accepted:
-            return []
-        vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
-        now = self._clock()
-        async with self._locks[hash((user_id, owner.agent_id)) % _LOCK_STRIPES]:
-            results = await self._ingest_locked(owner, accepted, vectors, now, reason)
-        await self._changed(user_id)
-        return results
-
-    async def _changed(self, *user_ids: str) -> None:
-        if self._on_change is not None:
-            for user_id in user_ids:
-                await self._on_change(user_id)
-
-    async def _ingest_locked(
-        self,
-        owner: Owner,
-        accepted: list[tuple[MemoryDraft, MemoryKind, str]],
-        vectors: npt.NDArray[np.float32],
-        now: int,
-        reason: ChangeReason,
-    ) -> list[IngestResult]:
-        similarity = self._policy.duplicate_similarity
-        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
-        existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
-        ndims = self._embedder.ndims
-        matrix = (
-            np.asarray([e.vector for e in existing], dtype=np.float32)
-            if existing
-            else np.zeros((0, ndims), np.float32)
-        )
-        seen_turns: dict[str, MemoryItem] = {}
-        if owner.source_session_id and any(k is MemoryKind.EPISODIC for _, k, _ in accepted):
-            episodes = await self._store.fetch(
-                mine
-                & filters.of_kind(MemoryKind.EPISODIC)
-                & filters.is_("source_session_id", owner.source_session_id)
-            )
-            seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
-
-        new_items: dict[str, MemoryItem] = {}
-        changed: dict[str, MemoryItem] = {}
-        results: list[IngestResult] = []
-        for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
-            if kind is MemoryKind.EPISODIC and draft.source_message_ids[:1]:
-                prior = seen_turns.get(draft.source_message_ids[0])
-                if prior is not None:
-                    results.append(IngestResult(prior, IngestOutcome.SKIPPED))
-                    continue
-            # A draft may retire (supersede) only items whose readers could all read where it came from.
-            peers = [i for i, e in enumerate(existing) if _may_change(draft, e)]
-            among = partial(
-                _decide, draft, kind, content, vector, existing=existing, matrix=matrix, similarity=similarity
-            )
-            decision = among(peers=peers)
-            audience = _draft_audience(draft, kind)
-            if decision.target is not None and _item_audience(decision.target) != audience:
-                # A merge (rewording) keeps its readers: folded into an item for other readers, the draft
-                # would be published (narrow into wide) or hidden from its own readers (wide into narrow).
-                same = [i for i in peers if _item_audience(existing[i]) == audience]
-                decision = among(peers=same)
-            if decision.action is Action.MERGE and decision.target is not None:
-                target = decision.target
-                self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
-                matrix[existing.index(target)] = vector
-                if target.id not in new_items:
-                    changed[target.id] = target
-                results.append(IngestResult(target, IngestOutcome.MERGED))
-                continue
-            item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
-            new_items[item.id] = item
-            retired_ids: list[str] = []
-            for old in decision.retire:
-                old.superseded_by = item.id
-                old.valid_until_ms = now
-                old.updated_at_ms = now
-                retired_ids.append(old.id)
-                if old.id not in new_items:
-                    changed[old.id] = old
-                keep = [i for i, e in enumerate(existing) if e.id != old.id]
-                existing = [existing[i] for i in keep]
-                matrix = matrix[keep]
-            if kind is not MemoryKind.EPISODIC:
-                existing.append(item)
-                matrix = np.vstack([matrix, vector[None, :]])
-            outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
-            results.append(IngestResult(item, outcome, retired_ids))
-
-        stored = [i for i in new_items.values() if i.is_active(now) or i.superseded_by]
-        await self._store.add(stored)
-        await self._store.upsert(list(changed.values()))
-        dropped = await self._enforce_caps(owner, existing, now)
-        journal = [Change(i, reason) for i in stored]
-        journal += [
-            Change(i, ChangeReason.SUPERSEDE if i.superseded_by else ChangeReason.MERGE)
-            for i in changed.values()
-        ]
-        journal += [Change(i, ChangeReason.PRUNE, deleted=True) for i in dropped]
-        await self._journal(owner.user_id, owner.agent_id, journal)
-        return results
-
-    def _new_item(
-        self,
-        owner: Owner,
-        draft: MemoryDraft,
-        *,
-        kind: MemoryKind,
-        content: str,
-        vector: npt.NDArray[np.float32],
-        now: int,
-    ) -> MemoryItem:
-        extra = draft if isinstance(draft, NewMemory) else None
-        scope = MemoryScope(extra.scope) if extra and extra.scope else default_scope(kind)
-        if scope is MemoryScope.GROUP and not (extra and extra.group):
-            raise InvalidArgument("a group-scoped memory needs a group")
-        return MemoryItem(
-            id=(extra.memory_id if extra and extra.memory_id else new_memory_id(now)),
-            user_id=owner.user_id,
-            agent_id=owner.agent_id,
-            scope=scope,
-            kind=kind,
-            content=content,
-            keywords=_clean_keywords(draft.keywords),
-            slot=draft.slot,
-            group=extra.group if extra else "",
-            importance=_clamp(draft.importance),
-            created_at_ms=now,
-            updated_at_ms=now,
-            occurred_at_ms=draft.occurred_at_ms or now,
-            source_session_id=owner.source_session_id,
-            source_message_ids=list(draft.source_message_ids)[: self._policy.max_source_ids],
-            channel=owner.channel,
-            valid_until_ms=extra.valid_until_ms if extra else 0,
-            metadata=dict(extra.metadata) if extra else {},
-            vector=vector.tolist(),
-        )
-
-    def _merge_into(
-        self,
-        target: MemoryItem,
-        draft: MemoryDraft,
-        *,
-        kind: MemoryKind,
-        content: str,
-        vector: npt.NDArray[np.float32],
-        now: int,
-    ) -> None:
-        """Newest wording wins; importance and usage carry over; provenance accumulates."""
-        target.content = content
-        target.kind = kind
-        target.vector = vector.tolist()
-        target.slot = draft.slot or target.slot
-        target.importance = max(target.importance, _clamp(draft.importance))
-        target.keywords = _clean_keywords([*draft.keywords, *target.keywords])
-        ids = list(dict.fromkeys([*target.source_message_ids, *draft.source_message_ids]))
-        target.source_message_ids = ids[-self._policy.max_source_ids :]
-        target.updated_at_ms = now
-
-    async def _enforce_caps(self, owner: Owner, active_facts: list[MemoryItem], now: int) -> list[MemoryItem]:
-        """Hard cap per (user, agent): drop the lowest prune scores over the cap, right away; returns them."""
-        doomed: list[MemoryItem] = []
-        over = len(active_facts) - self._policy.max_items_per_agent
-        if over > 0:
-            ranked = sorted(active_facts, key=lambda i: (prune_score(i, now, self._policy), i.updated_at_ms))
-            doomed.extend(ranked[:over])
-        episodic = filters.written_by(owner.user_id, owner.agent_id) & filters.of_kind(MemoryKind.EPISODIC)
-        if await self._store.count(episodic) > self._policy.max_episodes_per_agent:
-            episodes = await self._store.fetch(episodic)
-            ranked = sorted(episodes, key=lambda i: (prune_score(i, now, self._policy), i.occurred_at_ms))
-            doomed.extend(ranked[: len(episodes) - self._policy.max_episodes_per_agent])
-        ids = [i.id for i in doomed]
-        for start in range(0, len(ids), _DELETE_BATCH):
-            await self._store.delete(filters.with_ids(ids[start : start + _DELETE_BATCH]))
-        return doomed
 
     # ----------------------------------------------------------------------------------- CRUD
 
@@ -464,9 +179,9 @@ class MemoryService:
         else:
             item.vector = await self._vector_of(item.id)
         if patch.keywords is not None:
-            item.keywords = _clean_keywords(patch.keywords)
+            item.keywords = clean_keywords(patch.keywords)
         if patch.importance is not None:
-            item.importance = _clamp(patch.importance)
+            item.importance = clamp(patch.importance)
         if patch.kind is not None:
             item.kind = MemoryKind(patch.kind)
         if patch.scope is not None:
@@ -504,10 +219,10 @@ class MemoryService:
             item.useful_count += 1
             item.usage_count += 1
             item.last_used_at_ms = now
-            item.importance = _clamp(item.importance + self._policy.useful_importance_step)
+            item.importance = clamp(item.importance + self._policy.useful_importance_step)
         else:
             item.wrong_count += 1
-            item.importance = _clamp(item.importance - self._policy.wrong_importance_step)
+            item.importance = clamp(item.importance - self._policy.wrong_importance_step)
             item.valid_until_ms = now
         item.updated_at_ms = now
         values = {
@@ -524,205 +239,19 @@ class MemoryService:
         await self._changed(who.user_id)
         return item
 
-    # ----------------------------------------------------------------------------------- upkeep
-
-    async def prune(self, now_ms: int | None = None) -> PruneReport:
-        """The scheduled pruning job: over-cap items, old never-used items, expired audit records."""
-        now = self._clock() if now_ms is None else now_ms
-        policy = self._policy
-        report = PruneReport()
-        all_items = await self._store.fetch_columns(None, _PRUNE_COLUMNS)
-        items = [_prune_view(r) for r in all_items.to_pylist()]
-        doomed: set[str] = set()
-        unused_before = now - int(policy.unused_ttl_days * DAY_MS)
-        retired_before = now - int(policy.retired_retention_days * DAY_MS)
-        groups: dict[tuple[str, str, bool], list[MemoryItem]] = {}
-        for item in items:
-            if not item.is_active(now):
-                if item.valid_until_ms and item.valid_until_ms < retired_before:
-                    doomed.add(item.id)
-                    report.retired += 1
-                continue
-            if (
-                item.usage_count == 0
-                and item.created_at_ms < unused_before
-                and item.importance < policy.unused_keep_importance
-            ):
-                doomed.add(item.id)
-                report.unused += 1
-                continue
-            key = (item.user_id, item.agent_id, item.kind is MemoryKind.EPISODIC)
-            groups.setdefault(key, []).append(item)
-        for (_, _, episodic), members in groups.items():
-            cap = policy.max_episodes_per_agent if episodic else policy.max_items_per_agent
-            if len(members) > cap:
-                ranked = sorted(members, key=lambda i: (prune_score(i, now, policy), i.updated_at_ms))
-                extra = ranked[: len(members) - cap]
-                doomed.update(i.id for i in extra)
-                report.over_cap += len(extra)
-        ids = sorted(doomed)
-        for start in range(0, len(ids), _DELETE_BATCH):
-            batch = filters.with_ids(ids[start : start + _DELETE_BATCH])
-            gone = await self._store.fetch(batch) if self._history is not None else []
-            await self._store.delete(batch)
-            for user_id in sorted({i.user_id for i in gone}):
-                pruned = [Change(i, ChangeReason.PRUNE, deleted=True) for i in gone if i.user_id == user_id]
-                await self._journal(user_id, "", pruned)
-        await self._changed(*sorted({i.user_id for i in items if i.id in doomed}))
-        return report
-
-    async def optimize(self) -> None:
-        await self._store.optimize()
-
-    # ------------------------------------------------------------------- per-user export and erasure
-
-    async def export_user(self, user_id: str) -> list[MemoryItem]:
-        """Every item of the user, retired ones included (an export hides nothing)."""
-        return await self._store.fetch(filters.owned_by(user_id))
-
-    async def erase_user(self, user_id: str) -> int:
-        """Deletes the user's items so that no byte of them stays on disk (see ``LanceMemoryStore.erase``).
-        Returns how many items there were."""
-        await self._usage.flush()  # a pending usage bump must not resurrect a row after the delete
-        n = await self._store.erase(filters.owned_by(user_id))
-        self._embedder.forget_cached()
-        await self._changed(user_id)
-        return n
-
     async def close(self) -> None:
         """Flush pending usage bumps. The store and embedder are closed by their owner (app.py)."""
         await self._usage.close()
 
-    def _check_content(self, content: str) -> str:
-        text = content.strip()
-        if not text:
-            raise InvalidArgument("content is required")
-        if len(text) > MAX_CONTENT_CHARS:
-            raise InvalidArgument(f"content is longer than {MAX_CONTENT_CHARS} characters")
-        if self._guard is not None:
-            found = self._guard(text)
-            if found:
-                raise InvalidArgument(f"content holds personal data ({', '.join(found)}); not stored")
-        return text
 
-
-_PRUNE_COLUMNS = [
-    "id",
-    "user_id",
-    "agent_id",
-    "kind",
-    "importance",
-    "usage_count",
-    "last_used_at_ms",
-    "created_at_ms",
-    "updated_at_ms",
-    "occurred_at_ms",
-    "superseded_by",
-    "valid_until_ms",
-]
-
-
-def _prune_view(row: dict[str, object]) -> MemoryItem:
-    def num(name: str) -> int:
-        value = row.get(name)
-        return int(value) if isinstance(value, int | float) else 0
-
-    return MemoryItem(
-        id=str(row["id"]),
-        user_id=str(row["user_id"]),
-        agent_id=str(row.get("agent_id") or ""),
-        scope=MemoryScope.USER,
-        kind=MemoryKind(str(row.get("kind") or MemoryKind.FACT.value)),
-        content="",
-        importance=float(row.get("importance") or 0.0),  # type: ignore[arg-type]
-        usage_count=num("usage_count"),
-        last_used_at_ms=num("last_used_at_ms"),
-        created_at_ms=num("created_at_ms"),
-        updated_at_ms=num("updated_at_ms"),
-        occurred_at_ms=num("occurred_at_ms"),
-        superseded_by=str(row.get("superseded_by") or ""),
-        valid_until_ms=num("valid_until_ms"),
-    )
-
-
-def _audience(scope: MemoryScope, group: str) -> tuple[MemoryScope, str]:
-    """Who reads an item of the writing agent with this scope: USER and SHARED reach the same agents."""
-    if scope is MemoryScope.SHARED:
-        scope = MemoryScope.USER
-    return scope, group if scope is MemoryScope.GROUP else ""
-
-
-def _item_audience(item: MemoryItem) -> tuple[MemoryScope, str]:
-    return _audience(item.scope, item.group)
-
-
-def _decide(
-    draft: MemoryDraft,
-    kind: MemoryKind,
-    content: str,
-    vector: npt.NDArray[np.float32],
-    *,
-    peers: list[int],
-    existing: list[MemoryItem],
-    matrix: npt.NDArray[np.float32],
-    similarity: float,
-) -> Decision:
-    """``decide`` over the ``peers`` (indexes into ``existing`` and its vector ``matrix``)."""
-    return decide(
-        kind,
-        draft.slot,
-        vector,
-        content=content,
-        existing=[existing[i] for i in peers],
-        existing_vectors=matrix[peers],
-        duplicate_similarity=similarity,
-    )
-
-
-def _draft_audience(draft: MemoryDraft, kind: MemoryKind) -> tuple[MemoryScope, str]:
-    extra = draft if isinstance(draft, NewMemory) else None
-    scope = MemoryScope(extra.scope) if extra and extra.scope else default_scope(kind)
-    return _audience(scope, extra.group if extra else "")
-
-
-def _may_change(draft: MemoryDraft, target: MemoryItem) -> bool:
-    """Whether ``draft`` may supersede ``target`` (an item of the same user and agent).
-
-    A draft with an explicit agent or group scope came from a narrower audience (an agent-private or a
-    group turn: see ``pipelines.promote``); it may only change items no wider than that audience. A draft
-    with the default or a user-wide scope may change any of the agent's items.
-    """
-    if not isinstance(draft, NewMemory) or not draft.scope:
-        return True
-    scope = MemoryScope(draft.scope)
-    if scope is MemoryScope.GROUP:
-        return target.scope is MemoryScope.AGENT or (
-            target.scope is MemoryScope.GROUP and target.group == draft.group
-        )
-    return scope is not MemoryScope.AGENT or target.scope is MemoryScope.AGENT
+async def _no_hits() -> list[Hit]:
+    return []
 
 
 def readable(who: Visibility) -> Expr:
     """CRUD visibility: an agent sees what recall would show it; no agent id means the user's own
     memory viewer, which sees every item of that user."""
     return filters.visible_to(who) if who.agent_id else filters.owned_by(who.user_id)
-
-
-def embedding_text(content: str, keywords: Sequence[str]) -> str:
-    """What an item's vector is computed from: its content, then its keywords. Keywords are keys the
-    content implies but may not say (an episode's neighbouring turns, a date); the vector model sees
-    them as the full-text index does."""
-    keys = " ".join(_clean_keywords(keywords))
-    return f"{content}\n{keys}" if keys else content
-
-
-def _clamp(value: float) -> float:
-    return min(1.0, max(0.0, float(value)))
-
-
-def _clean_keywords(words: Sequence[str]) -> list[str]:
-    out = list(dict.fromkeys(w.strip() for w in words if w and w.strip()))
-    return out[:32]
 
 
 def _encode_token(item: MemoryItem) -> str:

@@ -18,8 +18,9 @@ import orjson
 from ..errors import NotFound, PermissionDenied
 from . import filters
 from .history import Change, ChangeReason, HistoryLog, SnapshotBackend, item_bytes, item_from_bytes
+from .ingest import embedding_text
 from .model import MemoryItem, Visibility
-from .service import MemoryService, embedding_text, readable
+from .service import MemoryService, readable
 
 _DELETE_BATCH = 1000
 # What a diff compares: the item's meaning and state, not its usage counters (which move on every read).

@@ -10,8 +10,6 @@ This module imports nothing from the domain: probes are plain coroutines.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -20,6 +18,8 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from ..infra.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -193,18 +193,14 @@ class Sampler:
         self._metrics = metrics
         self._probes = dict(probes)
         self._interval = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("metrics-sampler", self.sample_once, interval_s, at_once=True)
 
     def start(self) -> None:
         if self._interval > 0 and self._probes:
-            self._task = asyncio.create_task(self._loop(), name="memlane-metrics-sampler")
+            self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
 
     async def sample_once(self) -> None:
         for name, probe in self._probes.items():
@@ -213,8 +209,3 @@ class Sampler:
             except Exception as exc:
                 self._metrics.sample_errors.labels(name).inc()
                 log.warning("metric probe failed", extra={"probe": name, "error": repr(exc)})
-
-    async def _loop(self) -> None:
-        while True:
-            await self.sample_once()
-            await asyncio.sleep(self._interval)

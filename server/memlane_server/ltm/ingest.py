@@ -1,0 +1,352 @@
+"""Writes of new memories (promotion, ExtractMemories, CreateMemory): dedupe, merge, supersede, caps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane_server.errors import AlreadyExists, InvalidArgument
+from memlane_server.ltm import audience, filters
+from memlane_server.ltm.conflicts import Action, Decision, decide
+from memlane_server.ltm.core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
+from memlane_server.ltm.history import Change, ChangeReason
+from memlane_server.ltm.model import (
+    IngestOutcome,
+    IngestResult,
+    MemoryDraft,
+    MemoryItem,
+    MemoryKind,
+    MemoryScope,
+    NewMemory,
+    Owner,
+    new_memory_id,
+)
+from memlane_server.ltm.policy import default_scope
+from memlane_server.ltm.ranking import prune_score
+
+log = logging.getLogger(__name__)
+
+
+class MemoryWriter(MemoryCore):
+    # ----------------------------------------------------------------------------------- writes
+
+    async def create(self, owner: Owner, draft: NewMemory) -> IngestResult:
+        """CreateMemory: one item, through the same merge/supersede rules as promotion."""
+        self._check_content(draft.content)
+        if draft.memory_id:
+            found = await self._store.fetch(filters.with_id(draft.memory_id), limit=1)
+            if found:
+                same = found[0]
+                if same.user_id == owner.user_id and same.content == draft.content.strip():
+                    return IngestResult(same, IngestOutcome.CREATED)
+                raise AlreadyExists(f"memory {draft.memory_id} already exists")
+        results = await self.ingest(owner, [draft], strict=True, reason=ChangeReason.CREATE)
+        return results[0]
+
+    async def ingest(
+        self,
+        owner: Owner,
+        drafts: Sequence[MemoryDraft],
+        *,
+        strict: bool = False,
+        reason: ChangeReason = ChangeReason.EXTRACTION,
+    ) -> list[IngestResult]:
+        """Store candidate memories (promotion, ExtractMemories): dedupe, supersede, cap. One write batch.
+
+        Drafts that fail validation (empty, too long, PII) are skipped, or raise when ``strict``.
+        Drafts may be ``NewMemory`` or any object with the ``MemoryDraft`` attributes.
+        """
+        user_id = owner.user_id
+        if not user_id:
+            raise InvalidArgument("user_id is required")
+        accepted: list[tuple[MemoryDraft, MemoryKind, str]] = []
+        for draft in drafts:
+            try:
+                kind = MemoryKind(draft.kind)
+                content = self._check_content(draft.content)
+            except (ValueError, InvalidArgument) as exc:
+                if strict:
+                    raise InvalidArgument(str(exc)) from exc
+                log.info("skipping memory draft: %s", exc)
+                continue
+            accepted.append((draft, kind, content))
+        if not accepted:
+            return []
+        vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
+        now = self._clock()
+        async with self._locks[hash((user_id, owner.agent_id)) % LOCK_STRIPES]:
+            results = await self._ingest_locked(owner, accepted, vectors, now, reason)
+        await self._changed(user_id)
+        return results
+
+    async def _ingest_locked(
+        self,
+        owner: Owner,
+        accepted: list[tuple[MemoryDraft, MemoryKind, str]],
+        vectors: npt.NDArray[np.float32],
+        now: int,
+        reason: ChangeReason,
+    ) -> list[IngestResult]:
+        peers, seen_turns = await self._load_peers(owner, accepted, now)
+        batch = _Batch()
+        results: list[IngestResult] = []
+        for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
+            prior = seen_turns.get(draft.source_message_ids[0]) if _is_turn_episode(draft, kind) else None
+            if prior is not None:
+                results.append(IngestResult(prior, IngestOutcome.SKIPPED))
+                continue
+            decision = self._decision(draft, kind, content, vector, peers)
+            if decision.action is Action.MERGE and decision.target is not None:
+                target = decision.target
+                self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
+                peers.matrix[peers.items.index(target)] = vector
+                batch.touch(target)
+                results.append(IngestResult(target, IngestOutcome.MERGED))
+                continue
+            item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
+            results.append(
+                _insert(item, decision.retire, kind=kind, vector=vector, now=now, peers=peers, batch=batch)
+            )
+
+        stored = [i for i in batch.new_items.values() if i.is_active(now) or i.superseded_by]
+        await self._store.add(stored)
+        await self._store.upsert(list(batch.changed.values()))
+        dropped = await self._enforce_caps(owner, peers.items, now)
+        await self._journal(owner.user_id, owner.agent_id, _changes(stored, batch, dropped, reason))
+        return results
+
+    async def _load_peers(
+        self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
+    ) -> tuple[_Peers, dict[str, MemoryItem]]:
+        """The (user, agent)'s active non-episodic items with their vectors, and the episodes already
+        stored for this session's turns (by the turn's message id: a re-run must not add them twice)."""
+        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
+        existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
+        ndims = self._embedder.ndims
+        matrix = (
+            np.asarray([e.vector for e in existing], dtype=np.float32)
+            if existing
+            else np.zeros((0, ndims), np.float32)
+        )
+        seen_turns: dict[str, MemoryItem] = {}
+        if owner.source_session_id and any(k is MemoryKind.EPISODIC for _, k, _ in accepted):
+            episodes = await self._store.fetch(
+                mine
+                & filters.of_kind(MemoryKind.EPISODIC)
+                & filters.is_("source_session_id", owner.source_session_id)
+            )
+            seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
+        return _Peers(existing, matrix), seen_turns
+
+    def _decision(
+        self,
+        draft: MemoryDraft,
+        kind: MemoryKind,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        peers: _Peers,
+    ) -> Decision:
+        # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
+        existing = peers.items
+        allowed = [i for i, e in enumerate(existing) if audience.may_supersede(draft, e)]
+        among = partial(
+            _decide,
+            draft,
+            kind,
+            content,
+            vector,
+            existing=existing,
+            matrix=peers.matrix,
+            similarity=self._policy.duplicate_similarity,
+        )
+        decision = among(peers=allowed)
+        if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
+            decision = among(peers=[i for i in allowed if audience.may_merge(draft, kind, existing[i])])
+        return decision
+
+    def _new_item(
+        self,
+        owner: Owner,
+        draft: MemoryDraft,
+        *,
+        kind: MemoryKind,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        now: int,
+    ) -> MemoryItem:
+        extra = draft if isinstance(draft, NewMemory) else None
+        scope = MemoryScope(extra.scope) if extra and extra.scope else default_scope(kind)
+        if scope is MemoryScope.GROUP and not (extra and extra.group):
+            raise InvalidArgument("a group-scoped memory needs a group")
+        return MemoryItem(
+            id=(extra.memory_id if extra and extra.memory_id else new_memory_id(now)),
+            user_id=owner.user_id,
+            agent_id=owner.agent_id,
+            scope=scope,
+            kind=kind,
+            content=content,
+            keywords=clean_keywords(draft.keywords),
+            slot=draft.slot,
+            group=extra.group if extra else "",
+            importance=clamp(draft.importance),
+            created_at_ms=now,
+            updated_at_ms=now,
+            occurred_at_ms=draft.occurred_at_ms or now,
+            source_session_id=owner.source_session_id,
+            source_message_ids=list(draft.source_message_ids)[: self._policy.max_source_ids],
+            channel=owner.channel,
+            valid_until_ms=extra.valid_until_ms if extra else 0,
+            metadata=dict(extra.metadata) if extra else {},
+            vector=vector.tolist(),
+        )
+
+    def _merge_into(
+        self,
+        target: MemoryItem,
+        draft: MemoryDraft,
+        *,
+        kind: MemoryKind,
+        content: str,
+        vector: npt.NDArray[np.float32],
+        now: int,
+    ) -> None:
+        """Newest wording wins; importance and usage carry over; provenance accumulates."""
+        target.content = content
+        target.kind = kind
+        target.vector = vector.tolist()
+        target.slot = draft.slot or target.slot
+        target.importance = max(target.importance, clamp(draft.importance))
+        target.keywords = clean_keywords([*draft.keywords, *target.keywords])
+        ids = list(dict.fromkeys([*target.source_message_ids, *draft.source_message_ids]))
+        target.source_message_ids = ids[-self._policy.max_source_ids :]
+        target.updated_at_ms = now
+
+    async def _enforce_caps(self, owner: Owner, active_facts: list[MemoryItem], now: int) -> list[MemoryItem]:
+        """Hard cap per (user, agent): drop the lowest prune scores over the cap, right away; returns them."""
+        doomed: list[MemoryItem] = []
+        over = len(active_facts) - self._policy.max_items_per_agent
+        if over > 0:
+            ranked = sorted(active_facts, key=lambda i: (prune_score(i, now, self._policy), i.updated_at_ms))
+            doomed.extend(ranked[:over])
+        episodic = filters.written_by(owner.user_id, owner.agent_id) & filters.of_kind(MemoryKind.EPISODIC)
+        if await self._store.count(episodic) > self._policy.max_episodes_per_agent:
+            episodes = await self._store.fetch(episodic)
+            ranked = sorted(episodes, key=lambda i: (prune_score(i, now, self._policy), i.occurred_at_ms))
+            doomed.extend(ranked[: len(episodes) - self._policy.max_episodes_per_agent])
+        ids = [i.id for i in doomed]
+        for start in range(0, len(ids), DELETE_BATCH):
+            await self._store.delete(filters.with_ids(ids[start : start + DELETE_BATCH]))
+        return doomed
+
+
+@dataclass(slots=True)
+class _Peers:
+    """The items a draft is compared with (a (user, agent)'s active non-episodic ones), as ingest
+    changes them, and their vectors row by row."""
+
+    items: list[MemoryItem]
+    matrix: npt.NDArray[np.float32]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What one ingest writes: new rows, and changed existing rows (merged into or retired)."""
+
+    new_items: dict[str, MemoryItem] = field(default_factory=dict)
+    changed: dict[str, MemoryItem] = field(default_factory=dict)
+
+    def touch(self, item: MemoryItem) -> None:
+        if item.id not in self.new_items:
+            self.changed[item.id] = item
+
+
+def _changes(
+    stored: list[MemoryItem], batch: _Batch, dropped: list[MemoryItem], reason: ChangeReason
+) -> list[Change]:
+    """The versions one ingest makes: new items (why: ``reason``), items merged into or superseded,
+    items dropped by a cap."""
+    journal = [Change(i, reason) for i in stored]
+    journal += [
+        Change(i, ChangeReason.SUPERSEDE if i.superseded_by else ChangeReason.MERGE)
+        for i in batch.changed.values()
+    ]
+    journal += [Change(i, ChangeReason.PRUNE, deleted=True) for i in dropped]
+    return journal
+
+
+def _is_turn_episode(draft: MemoryDraft, kind: MemoryKind) -> bool:
+    return kind is MemoryKind.EPISODIC and bool(draft.source_message_ids[:1])
+
+
+def _insert(
+    item: MemoryItem,
+    retire: list[MemoryItem],
+    *,
+    kind: MemoryKind,
+    vector: npt.NDArray[np.float32],
+    now: int,
+    peers: _Peers,
+    batch: _Batch,
+) -> IngestResult:
+    """Adds ``item``, retiring (superseding) ``retire``; a non-episode joins the peers of later drafts."""
+    batch.new_items[item.id] = item
+    retired_ids: list[str] = []
+    for old in retire:
+        old.superseded_by = item.id
+        old.valid_until_ms = now
+        old.updated_at_ms = now
+        retired_ids.append(old.id)
+        batch.touch(old)
+        keep = [i for i, e in enumerate(peers.items) if e.id != old.id]
+        peers.items = [peers.items[i] for i in keep]
+        peers.matrix = peers.matrix[keep]
+    if kind is not MemoryKind.EPISODIC:
+        peers.items.append(item)
+        peers.matrix = np.vstack([peers.matrix, vector[None, :]])
+    outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
+    return IngestResult(item, outcome, retired_ids)
+
+
+def _decide(
+    draft: MemoryDraft,
+    kind: MemoryKind,
+    content: str,
+    vector: npt.NDArray[np.float32],
+    *,
+    peers: list[int],
+    existing: list[MemoryItem],
+    matrix: npt.NDArray[np.float32],
+    similarity: float,
+) -> Decision:
+    """``decide`` over the ``peers`` (indexes into ``existing`` and its vector ``matrix``)."""
+    return decide(
+        kind,
+        draft.slot,
+        vector,
+        content=content,
+        existing=[existing[i] for i in peers],
+        existing_vectors=matrix[peers],
+        duplicate_similarity=similarity,
+    )
+
+
+def embedding_text(content: str, keywords: Sequence[str]) -> str:
+    """What an item's vector is computed from: its content, then its keywords. Keywords are keys the
+    content implies but may not say (an episode's neighbouring turns, a date); the vector model sees
+    them as the full-text index does."""
+    keys = " ".join(clean_keywords(keywords))
+    return f"{content}\n{keys}" if keys else content
+
+
+def clamp(value: float) -> float:
+    return min(1.0, max(0.0, float(value)))
+
+
+def clean_keywords(words: Sequence[str]) -> list[str]:
+    out = list(dict.fromkeys(w.strip() for w in words if w and w.strip()))
+    return out[:32]
