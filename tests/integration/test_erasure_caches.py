@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import memlane
 from memlane import Message, Role
+from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
 from memlane_server.context.ltm_source import LtmMemorySource
 
@@ -16,6 +17,10 @@ def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
     sid = client.create_session(user_id=user_id, model="gpt-4").session.session_id
     client.append_messages(
         session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I keep bees on the roof.")]
+    )
+    # A memory to recall: for a user with none visible, assembly skips recall (and its index) entirely.
+    client.create_memory(
+        caller=mpb.Caller(user_id=user_id), kind=mpb.MEMORY_KIND_FACT, content="User keeps bees."
     )
     # A model of another encoding than the session's makes assembly recount (and remember) the turns;
     # recall reads (and remembers) the user's LTM version.
