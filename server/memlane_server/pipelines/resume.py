@@ -13,7 +13,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from ..errors import Unavailable
-from ..sessions.events import EventType, SessionEvent
+from ..sessions.events import EventType, pending
 from ..sessions.keys import KeySpace
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Message, Session
@@ -87,9 +87,7 @@ class Resumer:
         await self._pipeline.checkpoints.restore(session_id, extra)  # the thread's framework state
         cleared = {k: v for k, v in extra.items() if k != RETIRED_FIELD}
         cleared["resumed_at_ms"] = now_ms()
-        await self._redis.hset(self._keys.session(session_id).doc, "extra", orjson.dumps(cleared).decode())
-        s = await self._store.get(session_id)
-        await self._lifecycle.events.emit(
-            SessionEvent.of(EventType.RESUMED, s, now_ms(), turns=str(len(turns)))
-        )
+        event = pending(EventType.RESUMED, now_ms(), turns=str(len(turns)))
+        await self._store.set_extra(session_id, cleared, event)
+        await self._lifecycle.events.relay(session_id)
         return True

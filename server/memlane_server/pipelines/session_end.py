@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 
 from ..errors import Conflict, FailedPrecondition, NotFound
 from ..sessions.end_queue import REASON_EXPIRED
-from ..sessions.events import EventType, SessionEvent
+from ..sessions.events import EventType, pending
 from ..sessions.keys import KeySpace
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus
@@ -48,18 +48,6 @@ log = logging.getLogger("memlane.pipeline")
 
 T = TypeVar("T")
 _ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
-
-# KEYS: doc, msgs, order, traces, tracedata.  ARGV: archived through-seq, the stub's new ``extra`` JSON.
-# Drops the hot data only if the session is still ended, archived, and has nothing newer than the archive.
-RETIRE = """
-local st = redis.call('HMGET', KEYS[1], 'status', 'last_seq', 'promotion_state')
-if not st[1] then return 0 end
-if (st[1] ~= '3' and st[1] ~= '4') or st[3] ~= '5' then return 0 end
-if tonumber(st[2]) ~= tonumber(ARGV[1]) then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-redis.call('HSET', KEYS[1], 'extra', ARGV[2])
-return 1
-"""
 
 # Keys inside ``Session.extra`` on a retired stub.
 RETIRED_FIELD = "retired_at_ms"
@@ -106,7 +94,6 @@ class SessionEndPipeline:
         self._summarizer = summarizer
         self._promoter = promoter
         self.config = config
-        self._retire = redis.register_script(RETIRE)
         self.checkpoints = CheckpointArchiver(redis, keys, archive)  # framework state retires too
 
     # ------------------------------------------------------------------ entry points
@@ -207,46 +194,54 @@ class SessionEndPipeline:
             if ended is None:
                 return EndReport(s)  # revived before it could expire
             s = ended
+        await self._lifecycle.events.relay(session_id)  # events a crashed run wrote but never relayed
         state = await self._state(session_id)
         last = s.last_seq
         if s.promotion_state is PromotionState.ARCHIVED and int(state.get("archived_through", 0)) >= last:
             return await self._report(session_id, ran=False)
-        await self._store.set_promotion_state(session_id, PromotionState.PROMOTING)
         policy = self._lifecycle.policies.for_session(s)
         ended_at = (s.closed_at_ms if s.status is SessionStatus.CLOSED else s.expired_at_ms) or now_ms()
-
-        await self._discard(session_id, int(state.get("discarded_through", 0)), last)
-        if self._summarizer is not None:
-            await self._summarize(session_id, last)
-        promoted_through = int(state.get("promoted_through", 0))
-        if promoted_through < last:
-            if policy.promote and self._promoter is not None:
-                await self._promote(session_id, promoted_through, last)
-            else:
-                await self._redis.hset(self._keys.pipeline(session_id), "promoted_through", last)
-        await self._store.set_promotion_state(session_id, PromotionState.PROMOTED)
-        s = await self._store.get(session_id)
-        ids = await self.promoted_ids(session_id)
-        await self._lifecycle.events.emit(
-            SessionEvent.of(
-                EventType.PROMOTED, s, now_ms(), memories=str(len(ids)), promote=str(policy.promote)
-            )
+        promoted = s.promotion_state is PromotionState.PROMOTED and all(
+            int(state.get(step, 0)) >= last for step in ("discarded_through", "promoted_through")
         )
+        if not promoted:  # a run that died after PROMOTED goes straight on to the archive
+            await self._promote_phase(s, state, policy.promote)
+        ids = await self.promoted_ids(session_id)
 
         archived_through = int(state.get("archived_through", 0))
         pointer: ArchivePointer | None = None
         if archived_through < last:
+            s = await self._store.get(session_id)
             pointer = await self._archive(s, archived_through, last, ended_at, ids)
-        await self._store.set_promotion_state(session_id, PromotionState.ARCHIVED)
-        s = await self._store.get(session_id)
         detail = {"transcript": pointer.transcript} if pointer else {}
-        await self._lifecycle.events.emit(SessionEvent.of(EventType.ARCHIVED, s, now_ms(), **detail))
+        await self._store.set_promotion_state(
+            session_id, PromotionState.ARCHIVED, event=pending(EventType.ARCHIVED, now_ms(), **detail)
+        )
+        await self._lifecycle.events.relay(session_id)
 
         retire_at = max(ended_at + int(policy.hot_retention * 1000), now_ms())
         await self._redis.zadd(self._keys.retire_due(), {session_id: retire_at})
         if policy.hot_retention <= 0:
             await self._retire_locked(session_id)
         return await self._report(session_id, ran=True)
+
+    async def _promote_phase(self, s: Session, state: dict[str, str], promote: bool) -> None:
+        """Discard, summarize and promote, then PROMOTED (its event written with the state)."""
+        session_id, last = s.session_id, s.last_seq
+        await self._store.set_promotion_state(session_id, PromotionState.PROMOTING)
+        await self._discard(session_id, int(state.get("discarded_through", 0)), last)
+        if self._summarizer is not None:
+            await self._summarize(session_id, last)
+        promoted_through = int(state.get("promoted_through", 0))
+        if promoted_through < last:
+            if promote and self._promoter is not None:
+                await self._promote(session_id, promoted_through, last)
+            else:
+                await self._redis.hset(self._keys.pipeline(session_id), "promoted_through", last)
+        ids = await self.promoted_ids(session_id)
+        event = pending(EventType.PROMOTED, now_ms(), memories=str(len(ids)), promote=str(promote))
+        await self._store.set_promotion_state(session_id, PromotionState.PROMOTED, event=event)
+        await self._lifecycle.events.relay(session_id)
 
     async def _messages(self, session_id: str, after: int, until: int) -> list[Message]:
         """Every message with ``after < seq <= until``, read in bounded batches."""
@@ -374,25 +369,15 @@ class SessionEndPipeline:
             ARCHIVE_FIELD: orjson.loads(state.get("archives", "[]")),
         }
         ck_generation = await self.checkpoints.before_retire(s, extra)
-        done = bool(
-            await self._retire(
-                keys=[
-                    self._keys.session(session_id).doc,
-                    self._keys.session(session_id).messages,
-                    self._keys.session(session_id).order,
-                    self._keys.session(session_id).traces,
-                    self._keys.session(session_id).trace_data,
-                ],
-                args=[archived_through, orjson.dumps(extra).decode()],
-            )
+        done = await self._store.retire_hot(
+            session_id, archived_through, extra, pending(EventType.RETIRED, now_ms())
         )
         # Retired, or no longer retirable as archived (revived or re-ended: its next archive re-schedules).
         await self._redis.zrem(self._keys.retire_due(), session_id)
         if done:
+            await self._lifecycle.events.relay(session_id)
             if ck_generation is not None:
                 await self.checkpoints.after_retire(session_id, ck_generation)
-            s = await self._store.get(session_id)
-            await self._lifecycle.events.emit(SessionEvent.of(EventType.RETIRED, s, now_ms()))
         return done
 
     async def retire_due(self, limit: int = 100) -> int:

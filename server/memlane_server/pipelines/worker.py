@@ -197,7 +197,14 @@ class SessionEndWorker:
             )
             return
         error = f"{type(exc).__name__}: {exc}"
-        parked_id = await self._queue.park(job, failures, error, now_ms())
+        detail = {"failures": str(failures), "error": error[:200]}
+        try:
+            session = await self._sessions.get(job.session_id)
+            event = SessionEvent.of(EventType.PARKED, session, now_ms(), **detail)
+        except NotFound:
+            event = SessionEvent(EventType.PARKED, job.session_id, at_ms=now_ms(), detail=detail)
+        # Written by the park script itself (which adds the parked id), so a crash cannot separate them.
+        parked_id = await self._queue.park(job, failures, error, now_ms(), self._events.queue_entry(event))
         await self._queue.clear_marker(job.session_id)
         self._metrics.parked.inc()
         log.error(
@@ -205,13 +212,7 @@ class SessionEndWorker:
             exc_info=exc,
             extra={"session_id": job.session_id, "failures": failures, "parked_id": parked_id},
         )
-        detail = {"parked_id": parked_id, "failures": str(failures), "error": error[:200]}
-        try:
-            session = await self._sessions.get(job.session_id)
-            event = SessionEvent.of(EventType.PARKED, session, now_ms(), **detail)
-        except NotFound:
-            event = SessionEvent(EventType.PARKED, job.session_id, at_ms=now_ms(), detail=detail)
-        await self._events.emit(event)
+        await self._events.relay_queue()
 
     @staticmethod
     async def _periodic(fn: Callable[[], Awaitable[None]], interval_s: float) -> None:

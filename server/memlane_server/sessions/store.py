@@ -14,11 +14,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..access.identity import UNRESTRICTED, Caller
-from ..errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from ..tokens import TokenCounter
 from . import scripts
 from .codec import (
@@ -51,6 +52,7 @@ from .model import (
     Topology,
     VisibilityKind,
 )
+from .outbox import NO_EVENT, OutboxWriter, PendingEvent
 from .paging import (
     MAX_PAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
@@ -203,6 +205,9 @@ class SessionStore:
         self._set_summary = redis.register_script(scripts.SET_SUMMARY)
         self._set_promotion = redis.register_script(scripts.SET_PROMOTION)
         self._create = redis.register_script(scripts.CREATE)
+        self._retire = redis.register_script(scripts.RETIRE)
+        self._set_extra = redis.register_script(scripts.SET_EXTRA)
+        self._outbox = OutboxWriter(redis, keys)
 
     # ----------------------------------------------------------------- sessions
 
@@ -383,33 +388,87 @@ class SessionStore:
         return await self.transition(session_id, to, allowed, ts)
 
     async def transition(
-        self, session_id: str, to: SessionStatus, allowed_from: Iterable[SessionStatus], ts_field: str = ""
+        self,
+        session_id: str,
+        to: SessionStatus,
+        allowed_from: Iterable[SessionStatus],
+        ts_field: str = "",
+        *,
+        event: PendingEvent | None = None,
+        event_from: Iterable[SessionStatus] = (),
     ) -> SessionStatus:
         """Moves the session to ``to`` if it is in one of ``allowed_from``; returns the previous status.
-        Reaching CLOSED/EXPIRED removes the session from the deadline index."""
+        Reaching CLOSED/EXPIRED removes the session from the deadline index. ``event`` is written to the
+        session's outbox in the same script when the move starts from one of ``event_from``."""
         k = self.keys.session(session_id)
-        try:
-            prev = await self._transition(
-                keys=[k.doc, k.alive],
-                args=[int(to), ts_field, now_ms(), ",".join(str(int(s)) for s in allowed_from)],
-            )
-        except ResponseError as exc:
-            raise self._script_error(exc, session_id) from exc
+        head: list[Any] = [
+            int(to),
+            ts_field,
+            event.at_ms if event is not None else now_ms(),
+            ",".join(str(int(s)) for s in allowed_from),
+            ",".join(str(int(s)) for s in event_from),
+        ]
+        prev = await self._evented(
+            session_id,
+            event,
+            lambda ev: self._transition(keys=[k.doc, k.alive, self.keys.outbox(session_id)], args=head + ev),
+        )
         if to in _ENDED:
             await self.redis.zrem(self.keys.deadlines(), session_id)
         return SessionStatus(int(prev))
 
     async def set_promotion_state(
-        self, session_id: str, to: PromotionState, allowed_from: Iterable[PromotionState] = ()
+        self,
+        session_id: str,
+        to: PromotionState,
+        allowed_from: Iterable[PromotionState] = (),
+        *,
+        event: PendingEvent | None = None,
     ) -> PromotionState:
+        """Moves the promotion state; ``event`` is written with it when the state changes."""
         k = self.keys.session(session_id)
-        try:
-            prev = await self._set_promotion(
-                keys=[k.doc], args=[int(to), ",".join(str(int(s)) for s in allowed_from)]
-            )
-        except ResponseError as exc:
-            raise self._script_error(exc, session_id) from exc
+        head: list[Any] = [int(to), ",".join(str(int(s)) for s in allowed_from)]
+        prev = await self._evented(
+            session_id,
+            event,
+            lambda ev: self._set_promotion(keys=[k.doc, self.keys.outbox(session_id)], args=head + ev),
+        )
         return PromotionState(int(prev))
+
+    async def retire_hot(
+        self, session_id: str, archived_through: int, extra: dict[str, Any], event: PendingEvent
+    ) -> bool:
+        """Drops the messages and traces of an archived session, keeping a stub whose ``extra`` is
+        ``extra``, unless anything was written since the archive; writes ``event`` if it did."""
+        k = self.keys.session(session_id)
+        keys = [k.doc, k.messages, k.order, k.traces, k.trace_data, self.keys.outbox(session_id)]
+        head: list[Any] = [archived_through, orjson.dumps(extra).decode()]
+        done = await self._evented(session_id, event, lambda ev: self._retire(keys=keys, args=head + ev))
+        self._meta_cache.pop(session_id, None)
+        return bool(done)
+
+    async def set_extra(
+        self, session_id: str, extra: dict[str, Any], event: PendingEvent | None = None
+    ) -> None:
+        """Replaces the document's ``extra``, with ``event`` in the same script."""
+        keys = [self.keys.session(session_id).doc, self.keys.outbox(session_id)]
+        head = [orjson.dumps(extra).decode()]
+        await self._evented(session_id, event, lambda ev: self._set_extra(keys=keys, args=head + ev))
+
+    async def _evented(
+        self, session_id: str, event: PendingEvent | None, run: Callable[[list[Any]], Awaitable[Any]]
+    ) -> Any:
+        """Runs a state-changing script with its event's ARGV: reserves the outbox pointer first, and
+        again if the script found the reservation too old (FENCE: this writer stalled)."""
+        for _ in range(3):
+            ev = list(NO_EVENT) if event is None else await self._outbox.reserve(session_id, event, now_ms())
+            try:
+                return await run(ev)
+            except ResponseError as exc:
+                if str(exc).startswith("FENCE"):
+                    continue
+                raise self._script_error(exc, session_id) from exc
+        raise Unavailable(f"session {session_id!r}: event write kept missing its fence; retry")
 
     async def set_summary(
         self, session_id: str, summary: Summary, expected_through_seq: int, read: Session | None = None
