@@ -194,5 +194,14 @@ class SessionEndQueue:
         info = await self._redis.xpending(self.key, GROUP)
         return int(info["pending"])
 
+    async def oldest_age_ms(self, now_ms: int) -> int:
+        """Age of the oldest unfinished job (0 when none): acknowledged jobs are deleted from the stream,
+        so its first entry is the oldest, and a stream id starts with its creation time in ms."""
+        first: Any = await self._redis.xrange(self.key, count=1)
+        if not first:
+            return 0
+        job_id = first[0][0].decode() if isinstance(first[0][0], bytes) else str(first[0][0])
+        return max(0, now_ms - int(job_id.split("-", 1)[0]))
+
     async def length(self) -> int:
         return int(await self._redis.xlen(self.key))

@@ -98,7 +98,7 @@ class KeySpace:
         return f"{self.prefix}:user:{{{escaped}}}:*"
 
     def ltm_version(self, user_id: str) -> str:
-        """STRING token: replaced on every long-term memory write of the user (context/ltm_versions.py)."""
+        """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
     def all_sessions(self) -> str:

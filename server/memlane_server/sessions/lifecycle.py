@@ -26,17 +26,17 @@ import contextlib
 import logging
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 
 from ..errors import Conflict, FailedPrecondition, NotFound
+from .codec import LEGACY_FIELD, decode_policy
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, pending
 from .ids import check_id
 from .keys import KeySpace
 from .keyspace import ExpirySubscriptions
 from .model import PromotionState, Session, SessionStatus
-from .policies import POLICY_FIELD, ChannelPolicy, PolicyBook
+from .policies import PolicyBook
 from .store import SessionStore, now_ms
 
 log = logging.getLogger("memlane.lifecycle")
@@ -151,31 +151,26 @@ class Lifecycle:
         if not due:
             return
         sids = [d.decode() for d in due]
-        fields = ["status", "last_activity_at_ms", "extra", "channel"]
+        fields = ["status", "last_activity_at_ms", "channel", "policy", LEGACY_FIELD]
         async with self._redis.pipeline(transaction=False) as pipe:
             for sid in sids:
                 pipe.hmget(self._keys.session(sid).doc, fields)
             rows = await pipe.execute()
         drop: list[str] = []
         rescore: dict[str, int] = {}
-        for sid, (status_b, last_b, extra_b, channel_b) in zip(sids, rows, strict=True):
-            if status_b is None:
+        for sid, row in zip(sids, rows, strict=True):
+            g = {name: v.decode() for name, v in zip(fields, row, strict=True) if v is not None}
+            if "status" not in g:
                 drop.append(sid)
                 continue
-            status = SessionStatus(int(status_b))
-            extra = orjson.loads(extra_b) if extra_b else {}
-            record = extra.get(POLICY_FIELD)
-            channel = (channel_b or b"").decode()
-            policy = (
-                ChannelPolicy.from_record(record)
-                if isinstance(record, dict)
-                else self.policies.for_channel(channel)
-            )
+            status = SessionStatus(int(g["status"]))
+            channel = g.get("channel", "")
+            policy = decode_policy(g) or self.policies.for_channel(channel)
             idle_ms = int(policy.idle_after * 1000)
             if status in _ENDED or idle_ms <= 0:
                 drop.append(sid)
                 continue
-            last = int(last_b or 0)
+            last = int(g.get("last_activity_at_ms") or 0)
             if status is SessionStatus.ACTIVE and last + idle_ms > now:
                 rescore[sid] = last + idle_ms
                 continue

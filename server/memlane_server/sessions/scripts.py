@@ -178,34 +178,55 @@ return cur
 """
 )
 
-# KEYS: doc, msgs, order, traces, tracedata, outbox.  ARGV: archived through-seq, the stub's new ``extra``
-# JSON, then the RETIRED event (base 3).  Drops the hot data only if the session is still ended, archived,
-# and has nothing newer than the archive; 1 if it did.
+# KEYS: doc, msgs, order, traces, tracedata, outbox.  ARGV: archived through-seq, then the RETIRED event
+# (base 2), then the stub's lifecycle field/value pairs (from 8; sessions/codec.py).  Drops the hot data
+# only if the session is still ended, archived, and has nothing newer than the archive; 1 if it did.
 RETIRE = EVENT_LIB + _statuses(
     r"""
 local st = redis.call('HMGET', KEYS[1], 'status', 'last_seq', 'promotion_state')
 if not st[1] then return 0 end
 if (st[1] ~= '$CLOSED' and st[1] ~= '$EXPIRED') or st[3] ~= '$P_ARCHIVED' then return 0 end
 if tonumber(st[2]) ~= tonumber(ARGV[1]) then return 0 end
-if event_fenced(3) then return redis.error_reply('FENCE') end
+if event_fenced(2) then return redis.error_reply('FENCE') end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-redis.call('HSET', KEYS[1], 'extra', ARGV[2])
-event_push(KEYS[6], KEYS[1], 3)
+redis.call('HDEL', KEYS[1], 'extra')
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
+event_push(KEYS[6], KEYS[1], 2)
 return 1
 """
 )
 
-# KEYS: doc, outbox.  ARGV: the new ``extra`` JSON, then the event (base 2).  Resumption's last step.
-SET_EXTRA = (
+# KEYS: doc, outbox.  ARGV: the event (base 1), the lifecycle fields to delete (space-separated), then
+# field/value pairs to set (from 8).  Rewrites the lifecycle's fields (resumption's last step); the
+# document's old single ``extra`` field goes too (sessions/codec.py migrates it on read).
+SET_LIFECYCLE = (
     EVENT_LIB
     + r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
-if event_fenced(2) then return redis.error_reply('FENCE') end
-redis.call('HSET', KEYS[1], 'extra', ARGV[1])
-event_push(KEYS[2], KEYS[1], 2)
+if event_fenced(1) then return redis.error_reply('FENCE') end
+redis.call('HDEL', KEYS[1], 'extra')
+for f in string.gmatch(ARGV[7], '[^ ]+') do redis.call('HDEL', KEYS[1], f) end
+if #ARGV > 7 then redis.call('HSET', KEYS[1], unpack(ARGV, 8)) end
+event_push(KEYS[2], KEYS[1], 1)
 return 1
 """
 )
+
+# --- turn traces (sessions/traces.py)
+
+# KEYS: trace_data, traces. ARGV: trace id, payload, created_at_ms, cap. One round trip: store, index,
+# and drop the oldest traces beyond the cap (payload and index entry together).
+PUT_TRACE = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if excess > 0 then
+  local stale = redis.call('ZRANGE', KEYS[2], 0, excess - 1)
+  redis.call('HDEL', KEYS[1], unpack(stale))
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
+end
+return 1
+"""
 
 # --- the session-end queue (sessions/end_queue.py); keys on the queue's slot
 
@@ -323,6 +344,16 @@ local totals = redis.call('HMGET', KEYS[1], 'token_total', 'message_count')
 return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 """
 
+# Whether the document is a retired stub: its ``retired_at_ms`` field (sessions/codec.py), or, on a
+# document written before that field, the same key inside its old single JSON field ``extra``.
+RETIRED_LIB = r"""
+local function is_retired(doc)
+  local r = redis.call('HMGET', doc, 'retired_at_ms', 'extra')
+  if r[1] and r[1] ~= '' and r[1] ~= '0' then return true end
+  return r[2] ~= false and string.find(r[2], '"retired_at_ms"', 1, true) ~= nil
+end
+"""
+
 # --- framework checkpoints (sessions/checkpoints.py); members are namespace\0checkpoint_id
 
 # KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, restoring
@@ -330,12 +361,9 @@ return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 # NOTFOUND / CLOSED like an append; RETIRED when the session's hot data went to the archive (the caller
 # resumes it and retries: the common case costs no extra round trip). Every change bumps the document's
 # ``ck_gen``, so retirement drops the state only if it is still what went to the archive.
-CK_PUT = _statuses(
+CK_PUT = RETIRED_LIB + _statuses(
     r"""
-local extra = redis.call('HGET', KEYS[1], 'extra')
-if ARGV[5] ~= '1' and extra and string.find(extra, '"retired_at_ms"', 1, true) then
-  return redis.error_reply('RETIRED')
-end
+if ARGV[5] ~= '1' and is_retired(KEYS[1]) then return redis.error_reply('RETIRED') end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
 if status == '$CLOSED' then return redis.error_reply('CLOSED') end
@@ -352,12 +380,11 @@ return 1
 # KEYS: doc, write_index, writes.  ARGV: restoring ('1' or '0'), then (member, payload, replace) triples.
 # Returns how many it stored: a member already stored is kept unless `replace` is '1' (special writes:
 # errors, interrupts).  RETIRED like CK_PUT.
-CK_PUT_WRITES = r"""
+CK_PUT_WRITES = (
+    RETIRED_LIB
+    + r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
-local extra = redis.call('HGET', KEYS[1], 'extra')
-if ARGV[1] ~= '1' and extra and string.find(extra, '"retired_at_ms"', 1, true) then
-  return redis.error_reply('RETIRED')
-end
+if ARGV[1] ~= '1' and is_retired(KEYS[1]) then return redis.error_reply('RETIRED') end
 local stored = 0
 for i = 2, #ARGV, 3 do
   if ARGV[i + 2] == '1' or redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
@@ -369,6 +396,7 @@ end
 if stored > 0 then redis.call('HINCRBY', KEYS[1], 'ck_gen', 1) end
 return stored
 """
+)
 
 # Splits "a\0b\0c" into {"a", "b", "c"}; the blob field of channel c at version v in namespace ns is
 # ns\0c\0v.  Shared by the reading and the dropping script.
@@ -391,12 +419,10 @@ end
 # KEYS: index, data, versions, blobs, write_index, writes, doc.  ARGV: lex min, lex max, count, reverse.
 # Returns {{member, record, {channel, version, blob, ...}, {write payload, ...}}, ...}.
 CK_READ = (
-    _CK_LIB
+    RETIRED_LIB
+    + _CK_LIB
     + r"""
-local extra = redis.call('HGET', KEYS[7], 'extra')
-if extra and string.find(extra, '"retired_at_ms"', 1, true) then
-  return redis.error_reply('RETIRED')
-end
+if is_retired(KEYS[7]) then return redis.error_reply('RETIRED') end
 local members
 if ARGV[4] == '1' then
   members = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[2], ARGV[1], 'LIMIT', 0, ARGV[3])
