@@ -6,6 +6,7 @@ the hot path decodes twenty at a time. The session document is a HASH so counter
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -160,10 +161,9 @@ def _lifecycle_values(g: dict[str, str]) -> dict[str, Any]:
         legacy = legacy if isinstance(legacy, dict) else {}
         return {name: legacy[old] for name, old in _LEGACY.items() if old in legacy}
     out: dict[str, Any] = {n: g[n] for n in LIFECYCLE_FIELDS if g.get(n)}
-    for name in ("policy", "archives"):
-        if name in out:
-            out[name] = orjson.loads(out[name])
-    return out
+    if "archives" in out:
+        out["archives"] = orjson.loads(out["archives"])
+    return out  # "policy" stays JSON text: _policy decodes it through a cache
 
 
 def decode_policy(g: dict[str, str]) -> ChannelPolicy | None:
@@ -178,6 +178,16 @@ def decode_retirement(g: dict[str, str]) -> Retirement | None:
 
 def _policy(v: dict[str, Any]) -> ChannelPolicy | None:
     record = v.get("policy")
+    if isinstance(record, str):
+        return _policy_of_json(record)
+    return ChannelPolicy.from_record(record) if isinstance(record, dict) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_of_json(text: str) -> ChannelPolicy | None:
+    """Sessions of one channel share one stored policy text, and building a policy costs more than the
+    rest of a document's decoding: decoded once per text (a frozen value, safe to share)."""
+    record = orjson.loads(text)
     return ChannelPolicy.from_record(record) if isinstance(record, dict) else None
 
 
