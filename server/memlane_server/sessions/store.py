@@ -298,12 +298,8 @@ class SessionStore:
         index = self.keys.user_sessions(f.user_id) if f.user_id else self.keys.all_sessions()
         hi: float = f.created_before_ms - 1 if f.created_before_ms else float("inf")
         lo: float = f.created_after_ms or float("-inf")
-        after: tuple[int, str] | None = None
-        if cursor is not None:
-            try:
-                after = (int(cursor[0]), str(cursor[1]))
-            except (IndexError, ValueError, TypeError) as exc:
-                raise InvalidArgument("page_token is malformed; start again without it") from exc
+        after = self._session_cursor(cursor)
+        if after is not None:
             hi = min(hi, after[0])
         out: list[Session] = []
         scanned = page_bytes = 0
@@ -341,6 +337,16 @@ class SessionStore:
         if last is not None and not out and scanned >= _SCAN_BUDGET:
             next_token = encode_token(q, [last[0], last[1]])
         return out, next_token
+
+    @staticmethod
+    def _session_cursor(cursor: Any) -> tuple[int, str] | None:
+        """The (created ms, id) of the last session a page token's page returned."""
+        if cursor is None:
+            return None
+        try:
+            return (int(cursor[0]), str(cursor[1]))
+        except (IndexError, ValueError, TypeError) as exc:
+            raise InvalidArgument("page_token is malformed; start again without it") from exc
 
     @staticmethod
     def _session_matches(s: Session, f: SessionFilter) -> bool:
