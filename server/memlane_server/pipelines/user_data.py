@@ -15,7 +15,6 @@ from typing import Any
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
 from ..sessions.checkpoints import CheckpointStore
-from ..sessions.codec import encode_session
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
@@ -65,7 +64,7 @@ class UserData:
         docs = await self._sessions.get_many(sids)
         for doc in docs:
             if doc is not None:
-                yield "session", {k: v for k, v in encode_session(doc).items()}
+                yield "session", self._sessions.export_record(doc)
         for sid, doc in zip(sids, docs, strict=True):
             user, channel = (doc.user_id, doc.channel) if doc is not None else (user_id, "")
             async for m in self._sessions.all_messages(sid):

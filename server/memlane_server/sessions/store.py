@@ -813,6 +813,11 @@ class SessionStore:
                 erased += int(await self.redis.lrem(key, 0, raw))
         return erased
 
+    @staticmethod
+    def export_record(s: Session) -> dict[str, Any]:
+        """A session document as ExportUserData yields it: its stored fields."""
+        return dict(encode_session(s))
+
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
 
