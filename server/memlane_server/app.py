@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -498,10 +499,12 @@ class Sidecar:
 
     async def stop(self) -> None:
         """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls while
-        handing session-end jobs back, then close pools and the embedded Redis."""
+        handing session-end jobs back, then close pools and the embedded Redis. Every step is bounded
+        and a failing one does not stop the rest: a shutdown that hangs or gives up half way would
+        leave the embedded Redis running or the pod past its termination grace period."""
         await self._health.enter_graceful_shutdown()
         if self._sampler is not None:
-            await self._sampler.stop()
+            await _bounded("metrics sampler", self._sampler.stop())
         grace = self.settings.shutdown_grace_seconds
         drains = []
         if self._server is not None:
@@ -509,34 +512,58 @@ class Sidecar:
         if hasattr(self, "end_worker"):
             # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
             drains.append(self.end_worker.stop())
-        await asyncio.gather(*drains)
-        if hasattr(self, "policy"):
-            await self.policy.stop()
-        if hasattr(self, "lifecycle"):
-            await self.lifecycle.stop()
-        if self._admin is not None:
-            await self._admin.stop()
-        if self._viewer is not None:
-            await self._viewer.close()
-        if self.context is not None:
-            await self.context.aclose()  # background summarizations in flight
-        if self._openai is not None:
-            await self._openai.aclose()
-        if self._ltm_maintenance is not None:
-            await self._ltm_maintenance.close()
-        if self.ltm is not None:
-            await self.ltm.close()  # flushes pending usage bumps
-        if self._ltm_store is not None:
-            self._ltm_store.close()
-        if self._extractor_http is not None:
-            await self._extractor_http.aclose()
-        if self._embedder is not None and self._owns_embedder:
-            await self._embedder.close()
-        if hasattr(self, "redis"):
-            await self.redis.aclose()
-        if self._embedded is not None:
-            await self._embedded.astop()
+        await _bounded("drain", asyncio.gather(*drains), grace + _STEP_SECONDS)
+        for name, close in self._closers():
+            await _bounded(name, close())
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _closers(self) -> list[tuple[str, Callable[[], Awaitable[object]]]]:
+        """What ``stop`` closes after the drain, in order; a part that never started is absent."""
+        parts: list[tuple[str, Callable[[], Awaitable[object]] | None]] = [
+            ("policy reload", self.policy.stop if hasattr(self, "policy") else None),
+            ("lifecycle", self.lifecycle.stop if hasattr(self, "lifecycle") else None),
+            ("admin http", self._admin.stop if self._admin is not None else None),
+            ("viewer", self._viewer.close if self._viewer is not None else None),
+            # background summarizations in flight
+            ("context", self.context.aclose if self.context is not None else None),
+            ("openai client", self._openai.aclose if self._openai is not None else None),
+            ("ltm maintenance", self._ltm_maintenance.close if self._ltm_maintenance is not None else None),
+            ("ltm", self.ltm.close if self.ltm is not None else None),  # flushes pending usage bumps
+            ("ltm store", _async(self._ltm_store.close) if self._ltm_store is not None else None),
+            ("extractor http", self._extractor_http.aclose if self._extractor_http is not None else None),
+            (
+                "embedder",
+                self._embedder.close if self._embedder is not None and self._owns_embedder else None,
+            ),
+            ("redis pool", self.redis.aclose if hasattr(self, "redis") else None),
+            ("embedded redis", self._embedded.astop if self._embedded is not None else None),
+        ]
+        return [(name, close) for name, close in parts if close is not None]
+
+
+# One shutdown step's limit: a step that needs longer is stuck (its name is logged) and skipped.
+_STEP_SECONDS = 15.0
+
+
+async def _bounded(name: str, step: Awaitable[object], limit: float = _STEP_SECONDS) -> None:
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(limit):  # not wait_for: on 3.11 it can swallow a cancellation
+            await step
+    except TimeoutError:
+        log.error("shutdown: %s did not finish within %.0f s; going on without it", name, limit)
+    except Exception:
+        log.exception("shutdown: %s failed; going on", name)
+    else:
+        if (took := time.monotonic() - started) > 2.0:
+            log.warning("shutdown: %s took %.1f s", name, took)
+
+
+def _async(close: Callable[[], object]) -> Callable[[], Awaitable[object]]:
+    async def run() -> object:
+        return close()
+
+    return run
 
 
 async def serve(settings: Settings) -> None:

@@ -7,7 +7,10 @@ the sidecar is the real one, served over real sockets, and callers talk to it th
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 import threading
+import traceback
 from concurrent.futures import Future
 
 from .app import Sidecar
@@ -44,13 +47,28 @@ class SidecarThread:
         self._started.result(timeout)
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         if not self._thread.is_alive():
             return
-        asyncio.run_coroutine_threadsafe(self.sidecar.stop(), self._loop).result(60)
+        stopping = asyncio.run_coroutine_threadsafe(self.sidecar.stop(), self._loop)
+        try:
+            stopping.result(timeout)
+        except TimeoutError:
+            # A stop that hangs is a bug to find, not to wait out: say where the loop is.
+            raise TimeoutError(f"the sidecar did not stop within {timeout} s\n{self._where()}") from None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
         self._loop.close()
+
+    def _where(self) -> str:
+        """The loop thread's stack (blocked in a call, or idle in select) and every pending task's."""
+        out = io.StringIO()
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        out.write("loop thread:\n" + "".join(traceback.format_stack(frame)) if frame else "no loop thread\n")
+        for task in list(asyncio.all_tasks(self._loop)):
+            out.write(f"\n{task!r}\n")
+            task.print_stack(limit=20, file=out)
+        return out.getvalue()
 
     def __enter__(self) -> SidecarThread:
         return self.start()

@@ -63,9 +63,13 @@ def check_id(value: str, field: str, *, required: bool = True) -> None:
     """Raises InvalidArgument naming ``field`` unless ``value`` is a valid id (or empty and optional)."""
     if not value:
         if required:
-            raise InvalidArgument(f"{field} is required")
+            raise InvalidArgument(f"{field} is required", field=field, reason="REQUIRED")
         return
     problem = id_problem(value, session=field.rsplit(".", 1)[-1] in _SESSION_FIELDS)
     if problem:
         # repr() of a printable-checked prefix: the message (and the log line it lands in) stays one line.
-        raise InvalidArgument(f"{field} {value[:64]!r} is not a valid id: it {problem} ({GRAMMAR})")
+        raise InvalidArgument(
+            f"{field} {value[:64]!r} is not a valid id: it {problem} ({GRAMMAR})",
+            field=field,
+            reason="INVALID_ID",
+        )

@@ -41,64 +41,110 @@ def _user(text: str = "x", **kw: Any) -> Message:
 
 
 @pytest.mark.parametrize(
-    ("make", "error", "match"),
+    ("make", "error", "match", "reason", "field"),
     [
-        (lambda: [], memlane.InvalidArgumentError, "messages must not be empty"),
-        (lambda: [Message(content="no role")], memlane.InvalidArgumentError, r"messages\[0\]\.role"),
+        (lambda: [], memlane.InvalidArgumentError, "messages must not be empty", "REQUIRED", "messages"),
+        (
+            lambda: [Message(content="no role")],
+            memlane.InvalidArgumentError,
+            r"messages\[0\]\.role",
+            "UNKNOWN_VALUE",
+            "messages[0].role",
+        ),
         (
             lambda: [_user(), Message(role=Role.ValueType(99), content="x")],
             memlane.InvalidArgumentError,
             r"messages\[1\]\.role",
+            "UNKNOWN_VALUE",
+            "messages[1].role",
         ),
         (
             lambda: [_user(message_id="bad id\nwith a newline")],
             memlane.InvalidArgumentError,
             r"messages\[0\]\.message_id .* is not a valid id",
+            "INVALID_ID",
+            "messages[0].message_id",
         ),
         (
             lambda: [_user(message_id="dup"), _user(message_id="dup")],
             memlane.InvalidArgumentError,
             "appears twice",
+            "DUPLICATE_ID",
+            "messages[1].message_id",
         ),
         (
             lambda: [_user("y" * 1001)],
             memlane.ResourceExhaustedError,
             r"messages\[0\] is 1001 bytes; the limit is 1000",
+            "MESSAGE_TOO_LARGE",
+            "messages[0]",
         ),
-        (lambda: [_user()] * 6, memlane.ResourceExhaustedError, "6 messages; at most 5"),
-        (lambda: [_user("z" * 900)] * 4, memlane.ResourceExhaustedError, "batch is 3600 bytes"),
-        (lambda: [Message(role=Role.ROLE_USER)], memlane.InvalidArgumentError, "no content"),
+        (
+            lambda: [_user()] * 6,
+            memlane.ResourceExhaustedError,
+            "6 messages; at most 5",
+            "BATCH_TOO_LARGE",
+            "messages",
+        ),
+        (
+            lambda: [_user("z" * 900)] * 4,
+            memlane.ResourceExhaustedError,
+            "batch is 3600 bytes",
+            "BATCH_TOO_LARGE",
+            "messages",
+        ),
+        (
+            lambda: [Message(role=Role.ROLE_USER)],
+            memlane.InvalidArgumentError,
+            "no content",
+            "EMPTY_MESSAGE",
+            "messages[0]",
+        ),
         (
             lambda: [_user(native=NativeMessage(format="langchain", json="{not json"))],
             memlane.InvalidArgumentError,
             r"native\.json is not valid JSON",
+            "INVALID_JSON",
+            "messages[0].native.json",
         ),
         (
             lambda: [_user(native=NativeMessage(json="{}"))],
             memlane.InvalidArgumentError,
             r"native\.format is required",
+            "REQUIRED",
+            "messages[0].native.format",
         ),
         (
             lambda: [_user(visibility=VisibilityKind.VISIBILITY_KIND_GROUP)],
             memlane.InvalidArgumentError,
             "visibility_group is required",
+            "REQUIRED",
+            "messages[0].visibility_group",
         ),
         (
             lambda: [_user(created_at_unix_ms=-5)],
             memlane.InvalidArgumentError,
             "created_at_unix_ms -5 is outside",
+            "TIME_OUT_OF_RANGE",
+            "messages[0].created_at_unix_ms",
         ),
     ],
 )
 def test_bad_messages_are_refused_whole(
     c: memlane.Client,
     sid: str,
+    *,
     make: Callable[[], list[Message]],
-    error: type[Exception],
+    error: type[memlane.MemlaneError],
     match: str,
+    reason: str,
+    field: str,
 ) -> None:
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match=match) as caught:
         c.append_messages(session_id=sid, messages=make())
+    # The structured details a program acts on: the field at fault and a stable reason.
+    assert (caught.value.reason, caught.value.field) == (reason, field)
+    assert not caught.value.retryable  # the same request would fail again
     assert _count(c, sid) == 0
 
 

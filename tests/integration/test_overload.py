@@ -50,6 +50,9 @@ async def _assemble(c: memlane.AsyncClient, sid: str) -> str:
             pass
         return "ok"
     except memlane.ResourceExhaustedError as exc:
+        # Shedding says so in the structured details, with when to come back.
+        assert exc.reason == "OVERLOADED" and exc.retryable, (exc.reason, exc)
+        assert exc.retry_after is not None and exc.retry_after > 0
         return f"shed: {exc}"
 
 

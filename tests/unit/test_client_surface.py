@@ -23,6 +23,8 @@ EXPECTED = {
     "OutOfRangeError", "PermissionDeniedError", "PromotionState", "ResourceExhaustedError", "RetryPolicy",
     "Role", "Session", "SessionStatus", "Summary", "Topology", "UnauthenticatedError", "UnavailableError",
     "UnimplementedError", "UnknownError", "VisibilityKind", "iter_pages", "new_id",
+    # grouping bases of the errors, and the field at fault
+    "ClientError", "RetryableError", "ServerError", "FieldViolation",
     # the high-level layer and the types a developer meets first
     "AppendResult", "AssembleStats", "AsyncMemlane", "Caller", "ChatMessage", "ContextBlock",
     "ContextMessage", "ContextSection", "ContextStrategy", "ExportFormat", "FeedbackVerdict",

@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 
 from ..observability.metrics import RpcMetrics
+from .status import trailer
 
-RETRY_AFTER_KEY = "retry-after-ms"
 DEFAULT_KIND = "*"
 
 
@@ -81,7 +81,8 @@ class Gate:
 
 
 async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-    await context.abort(grpc.StatusCode.UNAVAILABLE, "this sidecar is shutting down; retry (another one)")
+    code, message = grpc.StatusCode.UNAVAILABLE, "this sidecar is shutting down; retry (another one)"
+    await context.abort(code, message, trailing_metadata=trailer(code, message, "SHUTTING_DOWN"))
 
 
 # Request bytes are not decoded: the call is refused whatever it carries.
@@ -152,11 +153,13 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         self.shed += 1
         self._metrics.observe(name, "RESOURCE_EXHAUSTED", time.perf_counter() - start)
         hint = gate.retry_after_ms()
-        await context.abort(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        message = (
             f"{name}: the server is at its limit of {gate.limit} concurrent calls of this kind; "
-            f"retry after {hint} ms",
-            trailing_metadata=((RETRY_AFTER_KEY, str(hint)),),
+            f"retry after {hint} ms"
+        )
+        await context.abort(
+            code, message, trailing_metadata=trailer(code, message, "OVERLOADED", retry_after_ms=hint)
         )
 
     async def drain(self, timeout_s: float) -> None:

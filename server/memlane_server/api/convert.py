@@ -13,9 +13,17 @@ _VISIBILITIES = frozenset(int(v) for v in VisibilityKind)
 
 def message_from_pb(m: pb.Message, index: int) -> Message:
     if int(m.role) not in _ROLES:
-        raise InvalidArgument(f"messages[{index}].role {m.role} is not a known role")
+        raise InvalidArgument(
+            f"messages[{index}].role {m.role} is not a known role",
+            field=f"messages[{index}].role",
+            reason="UNKNOWN_VALUE",
+        )
     if int(m.visibility) not in _VISIBILITIES:
-        raise InvalidArgument(f"messages[{index}].visibility {m.visibility} is not a known visibility")
+        raise InvalidArgument(
+            f"messages[{index}].visibility {m.visibility} is not a known visibility",
+            field=f"messages[{index}].visibility",
+            reason="UNKNOWN_VALUE",
+        )
     return Message(
         message_id=m.message_id,
         session_id="",

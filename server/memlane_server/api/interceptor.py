@@ -25,6 +25,7 @@ from ..access.identity import Caller, CallerToken, enter_caller, exit_caller
 from ..observability.metrics import RpcMetrics
 from .binding import UserBinding
 from .request_ids import check_request_ids
+from .status import trailer
 
 log = logging.getLogger("memlane.api")
 
@@ -101,9 +102,10 @@ class _Boundary:
         elif not isinstance(exc, Exception):
             self._owner._metrics.observe(self._name, "CANCELLED", elapsed)  # the client went away
         else:
-            status, message = self._owner._status_for(exc, self._name)
+            status, message, details = self._owner._status_for(exc, self._name)
             self._owner._metrics.observe(self._name, status.name, elapsed)
-            await self._context.abort(status, message)  # raises AbortError in place of ``exc``
+            # raises AbortError in place of ``exc``
+            await self._context.abort(status, message, trailing_metadata=details)
 
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
@@ -178,19 +180,35 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         if isinstance(request, _Undecodable):
             raise errors.InvalidArgument(
                 f"request is not a valid memlane.v1.{request.type_name} "
-                f"(string fields must be UTF-8): {request.error}"
+                f"(string fields must be UTF-8): {request.error}",
+                reason="MALFORMED_REQUEST",
             )
         check_request_ids(request)  # one id grammar for every RPC
 
-    def _status_for(self, exc: BaseException, name: str) -> tuple[grpc.StatusCode, str]:
+    def _status_for(
+        self, exc: BaseException, name: str
+    ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]]:
         for kind, code in _CODES:
             if isinstance(exc, kind):
-                return code, str(exc)
+                message = str(exc)
+                return code, message, trailer(code, message, exc.reason, field=exc.field)
         if isinstance(exc, TimeoutError):
-            return grpc.StatusCode.DEADLINE_EXCEEDED, f"{name} did not finish before the call's deadline"
+            code, message = (
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"{name} did not finish before the call's deadline",
+            )
+            return code, message, trailer(code, message, "DEADLINE_EXCEEDED")
         if self._unavailable and isinstance(exc, self._unavailable):
             log.warning("backing store unavailable", extra={"rpc": name, "error": repr(exc)})
-            return grpc.StatusCode.UNAVAILABLE, "a backing store (Redis) is unavailable; retry shortly"
+            code, message = (
+                grpc.StatusCode.UNAVAILABLE,
+                "a backing store (Redis) is unavailable; retry shortly",
+            )
+            return code, message, trailer(code, message, "BACKEND_UNAVAILABLE")
         ref = uuid.uuid4().hex[:12]
         log.exception("unhandled error", extra={"rpc": name, "ref": ref})
-        return grpc.StatusCode.INTERNAL, f"internal error (ref {ref}); the server log has the details"
+        code, message = (
+            grpc.StatusCode.INTERNAL,
+            f"internal error (ref {ref}); the server log has the details",
+        )
+        return code, message, trailer(code, message, "INTERNAL", info={"ref": ref})

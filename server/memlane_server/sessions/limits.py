@@ -31,15 +31,21 @@ MAX_FUTURE_SKEW_MS = 24 * 3600 * 1000
 
 def check_short(value: str, field: str, limits: Limits) -> None:
     if len(value.encode()) > limits.max_text_field_bytes:
-        raise InvalidArgument(f"{field} is longer than {limits.max_text_field_bytes} bytes")
+        raise InvalidArgument(
+            f"{field} is longer than {limits.max_text_field_bytes} bytes", field=field, reason="TOO_LONG"
+        )
 
 
 def check_metadata(md: dict[str, str], field: str, limits: Limits) -> None:
     if len(md) > limits.max_metadata_entries:
-        raise InvalidArgument(f"{field} has {len(md)} entries; at most {limits.max_metadata_entries}")
+        raise InvalidArgument(
+            f"{field} has {len(md)} entries; at most {limits.max_metadata_entries}",
+            field=field,
+            reason="TOO_MANY_ENTRIES",
+        )
     for k, v in md.items():
         if not k:
-            raise InvalidArgument(f"{field} has an empty key")
+            raise InvalidArgument(f"{field} has an empty key", field=field, reason="EMPTY_KEY")
         check_short(k, f"{field} key", limits)
         check_short(v, f"{field}[{k!r}]", limits)
 
@@ -47,7 +53,11 @@ def check_metadata(md: dict[str, str], field: str, limits: Limits) -> None:
 def check_list(values: Sequence[str], field: str, limits: Limits, *, short: bool = True) -> None:
     """Bounds a repeated field; ``short`` also bounds each entry (names and ids, not free text)."""
     if len(values) > limits.max_list_entries:
-        raise InvalidArgument(f"{field} has {len(values)} entries; at most {limits.max_list_entries}")
+        raise InvalidArgument(
+            f"{field} has {len(values)} entries; at most {limits.max_list_entries}",
+            field=field,
+            reason="TOO_MANY_ENTRIES",
+        )
     if short:
         for i, v in enumerate(values):
             check_short(v, f"{field}[{i}]", limits)
@@ -58,7 +68,9 @@ def check_timestamp(value_ms: int, field: str, now_ms: int) -> None:
     if value_ms and not MIN_TIMESTAMP_MS <= value_ms <= now_ms + MAX_FUTURE_SKEW_MS:
         raise InvalidArgument(
             f"{field} {value_ms} is outside the accepted range: 0 (server time) or Unix milliseconds "
-            f"from {MIN_TIMESTAMP_MS} (2000-01-01) to one day after the server's clock"
+            f"from {MIN_TIMESTAMP_MS} (2000-01-01) to one day after the server's clock",
+            field=field,
+            reason="TIME_OUT_OF_RANGE",
         )
 
 
@@ -86,10 +98,12 @@ def message_bytes(m: Message) -> int:
 def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
     """Validates a batch before anything is written. Raises on the first bad message."""
     if not messages:
-        raise InvalidArgument("messages must not be empty")
+        raise InvalidArgument("messages must not be empty", field="messages", reason="REQUIRED")
     if len(messages) > limits.max_batch_messages:
         raise ResourceExhausted(
-            f"batch has {len(messages)} messages; at most {limits.max_batch_messages} per call"
+            f"batch has {len(messages)} messages; at most {limits.max_batch_messages} per call",
+            field="messages",
+            reason="BATCH_TOO_LARGE",
         )
     total = 0
     seen: set[str] = set()
@@ -98,32 +112,64 @@ def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
         check_id(m.message_id, f"{f}.message_id", required=False)
         if m.message_id:
             if m.message_id in seen:
-                raise InvalidArgument(f"{f}.message_id {m.message_id!r} appears twice in the batch")
+                raise InvalidArgument(
+                    f"{f}.message_id {m.message_id!r} appears twice in the batch",
+                    field=f"{f}.message_id",
+                    reason="DUPLICATE_ID",
+                )
             seen.add(m.message_id)
         if m.role not in Role or m.role == Role.UNSPECIFIED:
-            raise InvalidArgument(f"{f}.role must be one of user, assistant, system, tool, developer")
+            raise InvalidArgument(
+                f"{f}.role must be one of user, assistant, system, tool, developer",
+                field=f"{f}.role",
+                reason="UNKNOWN_VALUE",
+            )
         if m.visibility not in VisibilityKind:
-            raise InvalidArgument(f"{f}.visibility is not a known visibility kind")
+            raise InvalidArgument(
+                f"{f}.visibility is not a known visibility kind",
+                field=f"{f}.visibility",
+                reason="UNKNOWN_VALUE",
+            )
         if m.visibility == VisibilityKind.GROUP and not m.visibility_group:
-            raise InvalidArgument(f"{f}.visibility_group is required for group visibility")
+            raise InvalidArgument(
+                f"{f}.visibility_group is required for group visibility",
+                field=f"{f}.visibility_group",
+                reason="REQUIRED",
+            )
         if m.visibility == VisibilityKind.AGENT and not m.source_agent_id:
-            raise InvalidArgument(f"{f}.source_agent_id is required for agent-private visibility")
+            raise InvalidArgument(
+                f"{f}.source_agent_id is required for agent-private visibility",
+                field=f"{f}.source_agent_id",
+                reason="REQUIRED",
+            )
         size = message_bytes(m)
         if size > limits.max_message_bytes:
             raise ResourceExhausted(
                 f"{f} is {size} bytes; the limit is {limits.max_message_bytes} (content, native object, "
-                "lists and metadata)"
+                "lists and metadata)",
+                field=f,
+                reason="MESSAGE_TOO_LARGE",
             )
         total += size
         if not m.content and not m.native_json and not m.tool_call_ids:
-            raise InvalidArgument(f"{f} has no content, native object or tool call")
+            raise InvalidArgument(
+                f"{f} has no content, native object or tool call", field=f, reason="EMPTY_MESSAGE"
+            )
         if m.native_json:
             if not m.native_format:
-                raise InvalidArgument(f"{f}.native.format is required with native.json")
+                raise InvalidArgument(
+                    f"{f}.native.format is required with native.json",
+                    field=f"{f}.native.format",
+                    reason="REQUIRED",
+                )
             try:
                 orjson.loads(m.native_json)
             except orjson.JSONDecodeError as exc:
-                raise InvalidArgument(f"{f}.native.json is not valid JSON: {exc}") from exc
+                raise InvalidArgument(
+                    f"{f}.native.json is not valid JSON: {exc}",
+                    field=f"{f}.native.json",
+                    reason="INVALID_JSON",
+                ) from exc
         for name in ("source_agent_id", "participant_name", "user_id", "channel", "visibility_group"):
             check_short(getattr(m, name), f"{f}.{name}", limits)
         check_metadata(m.metadata, f"{f}.metadata", limits)
@@ -132,4 +178,8 @@ def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
         check_list(m.tool_call_ids, f"{f}.tool_call_ids", limits)
         check_timestamp(m.created_at_ms, f"{f}.created_at_unix_ms", now_ms)
     if total > limits.max_batch_bytes:
-        raise ResourceExhausted(f"batch is {total} bytes; the limit is {limits.max_batch_bytes}")
+        raise ResourceExhausted(
+            f"batch is {total} bytes; the limit is {limits.max_batch_bytes}",
+            field="messages",
+            reason="BATCH_TOO_LARGE",
+        )
