@@ -46,7 +46,6 @@ from .api.sessions import SessionServicer
 from .config import Settings
 from .context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
 from .context.ltm_source import LtmMemorySource
-from .context.ltm_versions import LtmVersions
 from .embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_spec
 from .extraction import (
     ExtractionMetrics,
@@ -73,7 +72,6 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
-from .pipelines.lease import LeaseLock
 from .pipelines.memory_history import RedisMemoryHistory
 from .pipelines.user_data import UserData
 from .procedures import ExtractingPromoter, Owner, ProcedureService, ProcedureStore
@@ -81,15 +79,19 @@ from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
 from .sessions.edits import MessageEditor
 from .sessions.end_queue import SessionEndQueue
+from .sessions.end_state import EndState
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
+from .sessions.lease import LeaseLock
 from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
+from .sessions.ltm_versions import LtmVersions
 from .sessions.model import Topology
 from .sessions.once import OnceMarks
 from .sessions.policies import PolicyBook
 from .sessions.removal import MessageRemover
 from .sessions.store import SessionStore
+from .sessions.traces import TraceRecords
 from .summarizers import (
     ExtractiveSummarizer,
     MeteredSummarizer,
@@ -187,6 +189,8 @@ class Sidecar:
             max_versions=s.ltm_versions_max_per_user,
             max_snapshots=s.ltm_snapshots_max_per_user,
         )
+        self.traces = TraceRecords(self.redis, self.keys, s.context_max_traces_per_session)
+        self.end_state = EndState(self.redis, self.keys)
 
         if s.ltm_enabled:
             await self._build_ltm()
@@ -241,6 +245,7 @@ class Sidecar:
                     caches=[self.context.forget],
                     history=self.memory_history,
                     procedures=self.procedures,
+                    checkpoints=self.checkpoints,
                 ),
                 self.lifecycle.queue,
             ),
@@ -290,8 +295,6 @@ class Sidecar:
         self._sampler = telemetry.start_sampler(
             self.metrics,
             s,
-            redis=self.redis,
-            keys=self.keys,
             sessions=self.sessions,
             queue=self._end_queue,
             ltm=self.ltm,
@@ -335,11 +338,12 @@ class Sidecar:
             s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics
         )
         self.pipeline = telemetry.MeteredPipeline(
-            self.redis,
             self.sessions,
-            self.keys,
             self.lifecycle,
             self.archive,
+            state=self.end_state,
+            traces=self.traces,
+            checkpoints=self.checkpoints,
             summarizer=end_summarizer,
             promoter=promoter,
             config=PipelineConfig(
@@ -349,10 +353,9 @@ class Sidecar:
             ),
             metrics=self.metrics,
         )
-        self.resumer = Resumer(self.redis, self.sessions, self.keys, self.lifecycle, self.pipeline)
+        self.resumer = Resumer(self.sessions, self.lifecycle, self.pipeline)
         self.end_worker = SessionEndWorker(
-            self.redis,
-            self.keys,
+            self.end_state,
             queue,
             self.pipeline,
             policies=self.policies,
@@ -462,7 +465,7 @@ class Sidecar:
         )
         return ContextAssembler(
             self.sessions,
-            TraceStore(self.redis, self.keys, s.context_max_traces_per_session),
+            TraceStore(self.traces),
             tokens,
             memory=self._memory,
             scheduler=scheduler,

@@ -19,7 +19,7 @@ import memlane
 from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
-from ..scratch import drop_keys
+from ..sessions.scratch import drop_keys
 from .ltm_data import populate
 from .overload import overload
 from .report import Report, load

@@ -11,7 +11,7 @@ from memlane_server.access.identity import Caller
 from memlane_server.ltm import MemoryFilter, MemoryItem, MemoryService, RecallQuery, Visibility
 from memlane_server.ltm.filters import visible_to
 
-from .ltm_versions import LtmVersions
+from ..sessions.ltm_versions import LtmVersions
 from .sources import MemoryHit
 
 # The profile changes when a session ends (promotion) or an item is edited, not between two turns;

@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..infra.object_store import arrow_filesystem
-from ..sessions.model import Message, Role, Session, VisibilityKind
+from ..sessions.model import ArchivePointer, Message, Role, Session, VisibilityKind
 
 PART_DATASETS = ("transcripts", "summaries", "traces")
 # Framework state (LangGraph checkpoints), written when a session retires (pipelines/checkpoint_archive.py).
@@ -123,39 +123,6 @@ class ArchivePart:
     last_seq: int
 
 
-@dataclass(slots=True)
-class ArchivePointer:
-    """Where one part went. Stored with the session (and on its stub after retirement)."""
-
-    transcript: str
-    summary: str
-    traces: str
-    first_seq: int
-    last_seq: int
-    message_rows: int
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "transcript": self.transcript,
-            "summary": self.summary,
-            "traces": self.traces,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "message_rows": self.message_rows,
-        }
-
-    @classmethod
-    def from_record(cls, r: dict[str, Any]) -> ArchivePointer:
-        return cls(
-            str(r["transcript"]),
-            str(r["summary"]),
-            str(r["traces"]),
-            int(r["first_seq"]),
-            int(r["last_seq"]),
-            int(r.get("message_rows", 0)),
-        )
-
-
 class ArchiveStore(Protocol):
     async def write(self, part: ArchivePart) -> ArchivePointer: ...
 
@@ -195,6 +162,80 @@ def _channel_of(dirname: str) -> str:
     return "" if value == _NULL_CHANNEL else urllib.parse.unquote(value)
 
 
+def _transcript_table(part: ArchivePart) -> pa.Table:
+    """One row per message of the part."""
+    s, msgs = part.session, part.messages
+    return pa.Table.from_pydict(
+        {
+            "session_id": [s.session_id] * len(msgs),
+            "user_id": [s.user_id] * len(msgs),
+            "agent_id": [s.agent_id] * len(msgs),
+            "seq": [m.seq for m in msgs],
+            "message_id": [m.message_id for m in msgs],
+            "role": [m.role.name.lower() for m in msgs],
+            "content": [m.content for m in msgs],
+            "created_at": [_dt(m.created_at_ms) for m in msgs],
+            "token_count": [m.token_count for m in msgs],
+            "source_agent_id": [m.source_agent_id for m in msgs],
+            "participant_name": [m.participant_name for m in msgs],
+            "message_user_id": [m.user_id for m in msgs],
+            "message_channel": [m.channel for m in msgs],
+            "native_format": [m.native_format for m in msgs],
+            "native_json": [m.native_json for m in msgs],
+            "planning_steps": [m.planning_steps for m in msgs],
+            "invoked": [m.invoked for m in msgs],
+            "tool_call_ids": [m.tool_call_ids for m in msgs],
+            "metadata": [list(m.metadata.items()) for m in msgs],
+            "visibility": [m.visibility.name.lower() for m in msgs],
+            "visibility_group": [m.visibility_group for m in msgs],
+        },
+        schema=TRANSCRIPT_SCHEMA,
+    )
+
+
+def _summary_table(part: ArchivePart) -> pa.Table:
+    """One row: the session as it ended, with its summary and policy."""
+    s = part.session
+    return pa.Table.from_pydict(
+        {
+            "session_id": [s.session_id],
+            "user_id": [s.user_id],
+            "agent_id": [s.agent_id],
+            "status": [s.status.name.lower()],
+            "created_at": [_dt(s.created_at_ms)],
+            "ended_at": [_dt(part.ended_at_ms)],
+            "first_seq": [part.first_seq],
+            "last_seq": [part.last_seq],
+            "summary": [s.summary.text],
+            "summary_through_seq": [s.summary.through_seq],
+            "message_count": [s.message_count],
+            "token_total": [s.token_total],
+            "model": [s.model],
+            "group": [s.group],
+            "participants": [s.participants],
+            "tags": [s.tags],
+            "metadata": [list(s.metadata.items())],
+            "promoted_memory_ids": [part.promoted_ids],
+            "policy_json": [orjson.dumps(s.policy.to_record() if s.policy else {}).decode()],
+        },
+        schema=SUMMARY_SCHEMA,
+    )
+
+
+def _trace_table(part: ArchivePart) -> pa.Table:
+    """One row per turn trace of the part."""
+    s = part.session
+    return pa.Table.from_pydict(
+        {
+            "session_id": [s.session_id] * len(part.traces),
+            "trace_id": [t[0] for t in part.traces],
+            "created_at": [_dt(t[1]) for t in part.traces],
+            "trace_json": [t[2] for t in part.traces],
+        },
+        schema=TRACE_SCHEMA,
+    )
+
+
 class ParquetArchive:
     """``ArchiveStore`` on Parquet files through a pyarrow filesystem (local by default)."""
 
@@ -223,69 +264,9 @@ class ParquetArchive:
         return await asyncio.to_thread(self._write_sync, part)
 
     def _write_sync(self, part: ArchivePart) -> ArchivePointer:
-        s = part.session
-        msgs = part.messages
-        transcript = pa.Table.from_pydict(
-            {
-                "session_id": [s.session_id] * len(msgs),
-                "user_id": [s.user_id] * len(msgs),
-                "agent_id": [s.agent_id] * len(msgs),
-                "seq": [m.seq for m in msgs],
-                "message_id": [m.message_id for m in msgs],
-                "role": [m.role.name.lower() for m in msgs],
-                "content": [m.content for m in msgs],
-                "created_at": [_dt(m.created_at_ms) for m in msgs],
-                "token_count": [m.token_count for m in msgs],
-                "source_agent_id": [m.source_agent_id for m in msgs],
-                "participant_name": [m.participant_name for m in msgs],
-                "message_user_id": [m.user_id for m in msgs],
-                "message_channel": [m.channel for m in msgs],
-                "native_format": [m.native_format for m in msgs],
-                "native_json": [m.native_json for m in msgs],
-                "planning_steps": [m.planning_steps for m in msgs],
-                "invoked": [m.invoked for m in msgs],
-                "tool_call_ids": [m.tool_call_ids for m in msgs],
-                "metadata": [list(m.metadata.items()) for m in msgs],
-                "visibility": [m.visibility.name.lower() for m in msgs],
-                "visibility_group": [m.visibility_group for m in msgs],
-            },
-            schema=TRANSCRIPT_SCHEMA,
-        )
-        summary = pa.Table.from_pydict(
-            {
-                "session_id": [s.session_id],
-                "user_id": [s.user_id],
-                "agent_id": [s.agent_id],
-                "status": [s.status.name.lower()],
-                "created_at": [_dt(s.created_at_ms)],
-                "ended_at": [_dt(part.ended_at_ms)],
-                "first_seq": [part.first_seq],
-                "last_seq": [part.last_seq],
-                "summary": [s.summary.text],
-                "summary_through_seq": [s.summary.through_seq],
-                "message_count": [s.message_count],
-                "token_total": [s.token_total],
-                "model": [s.model],
-                "group": [s.group],
-                "participants": [s.participants],
-                "tags": [s.tags],
-                "metadata": [list(s.metadata.items())],
-                "promoted_memory_ids": [part.promoted_ids],
-                "policy_json": [orjson.dumps(s.extra.get("policy", {})).decode()],
-            },
-            schema=SUMMARY_SCHEMA,
-        )
-        traces = pa.Table.from_pydict(
-            {
-                "session_id": [s.session_id] * len(part.traces),
-                "trace_id": [t[0] for t in part.traces],
-                "created_at": [_dt(t[1]) for t in part.traces],
-                "trace_json": [t[2] for t in part.traces],
-            },
-            schema=TRACE_SCHEMA,
-        )
+        tables = (_transcript_table(part), _summary_table(part), _trace_table(part))
         paths = {}
-        for dataset, table in zip(PART_DATASETS, (transcript, summary, traces), strict=True):
+        for dataset, table in zip(PART_DATASETS, tables, strict=True):
             path = self._part_path(dataset, part)
             self._put(path, table)
             paths[dataset] = path
@@ -295,7 +276,7 @@ class ParquetArchive:
             self._uri(paths["traces"]),
             part.first_seq,
             part.last_seq,
-            len(msgs),
+            len(part.messages),
         )
 
     def _put(self, path: str, table: pa.Table) -> None:

@@ -14,13 +14,12 @@ from typing import Any, Protocol
 
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
-from ..sessions.codec import encode_session
+from ..sessions.checkpoints import CheckpointStore
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
-from .checkpoint_archive import export_checkpoints, forget_checkpoint_runs
+from .checkpoint_archive import export_checkpoints
 from .memory_history import RedisMemoryHistory
-from .redis_persistence import rewrite_persistence
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 
@@ -58,6 +57,7 @@ class UserData:
         memory: MemoryService | None,
         archive: ParquetArchive | None,
         *,
+        checkpoints: CheckpointStore,
         caches: Sequence[Callable[[str, set[str]], None]] = (),
         history: RedisMemoryHistory | None = None,
         procedures: UserProcedures | None = None,
@@ -68,6 +68,7 @@ class UserData:
         self._traces = traces
         self._memory = memory
         self._archive = archive
+        self._checkpoints = checkpoints
         # In-process copies of user data (decoded recent turns, profiles): each is told (user, sessions).
         self._caches = caches
 
@@ -77,7 +78,7 @@ class UserData:
         docs = await self._sessions.get_many(sids)
         for doc in docs:
             if doc is not None:
-                yield "session", {k: v for k, v in encode_session(doc).items()}
+                yield "session", self._sessions.export_record(doc)
         for sid, doc in zip(sids, docs, strict=True):
             user, channel = (doc.user_id, doc.channel) if doc is not None else (user_id, "")
             async for m in self._sessions.all_messages(sid):
@@ -90,7 +91,7 @@ class UserData:
                     yield "trace", asdict(t)
                 if not token:
                     break
-        async for checkpoint in export_checkpoints(self._sessions.redis, self._sessions.keys, sids):
+        async for checkpoint in export_checkpoints(self._checkpoints, sids):
             yield "checkpoint", checkpoint
         if self._memory is not None:
             for item in await self._memory.export_user(user_id):
@@ -124,12 +125,13 @@ class UserData:
         if self._history is not None:
             # Memory versions and snapshots are per-user keys: erase_user below deletes them.
             counts.update(await self._history.sizes(user_id))
-        await forget_checkpoint_runs(self._sessions.redis, self._sessions.keys, sids)
+        # Before the session keys go: drops the sessions from the cross-session run index.
+        await self._checkpoints.forget_runs_of(sids)
         counts.update(await self._sessions.erase_user(user_id))
         for forget in self._caches:
             forget(user_id, set(sids))
         # Last: Redis's files on disk still hold what the deletes above removed from memory.
-        persisted = await rewrite_persistence(self._sessions.redis)
+        persisted = await self._sessions.rewrite_persistence()
         return ErasureReceipt(
             counts,
             time.time_ns() // 1_000_000,

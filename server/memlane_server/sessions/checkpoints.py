@@ -22,7 +22,7 @@ from redis.commands.core import AsyncScript as Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import InvalidArgument
-from . import scripts
+from . import checkpoint_scripts
 from .ids import check_id
 from .keys import KeySpace
 from .paging import decode_token, encode_token, page_size, query_fingerprint
@@ -105,11 +105,11 @@ class CheckpointStore:
         self._keys = keys
         # redis-py's Script wrapper costs more than the round trip; send EVALSHA bare (as appends do).
         self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
-        self._put = redis.register_script(scripts.CK_PUT)
-        self._put_writes = redis.register_script(scripts.CK_PUT_WRITES)
-        self._read = redis.register_script(scripts.CK_READ)
-        self._drop = redis.register_script(scripts.CK_DROP)
-        self._clear = redis.register_script(scripts.CK_CLEAR)
+        self._put = redis.register_script(checkpoint_scripts.CK_PUT)
+        self._put_writes = redis.register_script(checkpoint_scripts.CK_PUT_WRITES)
+        self._read = redis.register_script(checkpoint_scripts.CK_READ)
+        self._drop = redis.register_script(checkpoint_scripts.CK_DROP)
+        self._clear = redis.register_script(checkpoint_scripts.CK_CLEAR)
 
     async def _eval(self, script: Script, session_id: str, keys: list[str], args: list[Any]) -> Any:
         try:

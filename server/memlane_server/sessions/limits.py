@@ -118,68 +118,78 @@ def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
                     reason="DUPLICATE_ID",
                 )
             seen.add(m.message_id)
-        if m.role not in Role or m.role == Role.UNSPECIFIED:
-            raise InvalidArgument(
-                f"{f}.role must be one of user, assistant, system, tool, developer",
-                field=f"{f}.role",
-                reason="UNKNOWN_VALUE",
-            )
-        if m.visibility not in VisibilityKind:
-            raise InvalidArgument(
-                f"{f}.visibility is not a known visibility kind",
-                field=f"{f}.visibility",
-                reason="UNKNOWN_VALUE",
-            )
-        if m.visibility == VisibilityKind.GROUP and not m.visibility_group:
-            raise InvalidArgument(
-                f"{f}.visibility_group is required for group visibility",
-                field=f"{f}.visibility_group",
-                reason="REQUIRED",
-            )
-        if m.visibility == VisibilityKind.AGENT and not m.source_agent_id:
-            raise InvalidArgument(
-                f"{f}.source_agent_id is required for agent-private visibility",
-                field=f"{f}.source_agent_id",
-                reason="REQUIRED",
-            )
-        size = message_bytes(m)
-        if size > limits.max_message_bytes:
-            raise ResourceExhausted(
-                f"{f} is {size} bytes; the limit is {limits.max_message_bytes} (content, native object, "
-                "lists and metadata)",
-                field=f,
-                reason="MESSAGE_TOO_LARGE",
-            )
-        total += size
-        if not m.content and not m.native_json and not m.tool_call_ids:
-            raise InvalidArgument(
-                f"{f} has no content, native object or tool call", field=f, reason="EMPTY_MESSAGE"
-            )
-        if m.native_json:
-            if not m.native_format:
-                raise InvalidArgument(
-                    f"{f}.native.format is required with native.json",
-                    field=f"{f}.native.format",
-                    reason="REQUIRED",
-                )
-            try:
-                orjson.loads(m.native_json)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidArgument(
-                    f"{f}.native.json is not valid JSON: {exc}",
-                    field=f"{f}.native.json",
-                    reason="INVALID_JSON",
-                ) from exc
-        for name in ("source_agent_id", "participant_name", "user_id", "channel", "visibility_group"):
-            check_short(getattr(m, name), f"{f}.{name}", limits)
-        check_metadata(m.metadata, f"{f}.metadata", limits)
-        check_list(m.planning_steps, f"{f}.planning_steps", limits, short=False)  # free text
-        check_list(m.invoked, f"{f}.invoked", limits)
-        check_list(m.tool_call_ids, f"{f}.tool_call_ids", limits)
-        check_timestamp(m.created_at_ms, f"{f}.created_at_unix_ms", now_ms)
+        _check_kinds(m, f)
+        total += _check_message(m, f, limits, now_ms)
     if total > limits.max_batch_bytes:
         raise ResourceExhausted(
             f"batch is {total} bytes; the limit is {limits.max_batch_bytes}",
             field="messages",
             reason="BATCH_TOO_LARGE",
         )
+
+
+def _check_kinds(m: Message, f: str) -> None:
+    """The message's role and visibility are known, with what its visibility needs."""
+    if m.role not in Role or m.role == Role.UNSPECIFIED:
+        raise InvalidArgument(
+            f"{f}.role must be one of user, assistant, system, tool, developer",
+            field=f"{f}.role",
+            reason="UNKNOWN_VALUE",
+        )
+    if m.visibility not in VisibilityKind:
+        raise InvalidArgument(
+            f"{f}.visibility is not a known visibility kind",
+            field=f"{f}.visibility",
+            reason="UNKNOWN_VALUE",
+        )
+    if m.visibility == VisibilityKind.GROUP and not m.visibility_group:
+        raise InvalidArgument(
+            f"{f}.visibility_group is required for group visibility",
+            field=f"{f}.visibility_group",
+            reason="REQUIRED",
+        )
+    if m.visibility == VisibilityKind.AGENT and not m.source_agent_id:
+        raise InvalidArgument(
+            f"{f}.source_agent_id is required for agent-private visibility",
+            field=f"{f}.source_agent_id",
+            reason="REQUIRED",
+        )
+
+
+def _check_message(m: Message, f: str, limits: Limits, now_ms: int) -> int:
+    """Size, content, native object and short fields of one message; returns its size in bytes."""
+    size = message_bytes(m)
+    if size > limits.max_message_bytes:
+        raise ResourceExhausted(
+            f"{f} is {size} bytes; the limit is {limits.max_message_bytes} (content, native object, "
+            "lists and metadata)",
+            field=f,
+            reason="MESSAGE_TOO_LARGE",
+        )
+    if not m.content and not m.native_json and not m.tool_call_ids:
+        raise InvalidArgument(
+            f"{f} has no content, native object or tool call", field=f, reason="EMPTY_MESSAGE"
+        )
+    if m.native_json:
+        if not m.native_format:
+            raise InvalidArgument(
+                f"{f}.native.format is required with native.json",
+                field=f"{f}.native.format",
+                reason="REQUIRED",
+            )
+        try:
+            orjson.loads(m.native_json)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidArgument(
+                f"{f}.native.json is not valid JSON: {exc}",
+                field=f"{f}.native.json",
+                reason="INVALID_JSON",
+            ) from exc
+    for name in ("source_agent_id", "participant_name", "user_id", "channel", "visibility_group"):
+        check_short(getattr(m, name), f"{f}.{name}", limits)
+    check_metadata(m.metadata, f"{f}.metadata", limits)
+    check_list(m.planning_steps, f"{f}.planning_steps", limits, short=False)  # free text
+    check_list(m.invoked, f"{f}.invoked", limits)
+    check_list(m.tool_call_ids, f"{f}.tool_call_ids", limits)
+    check_timestamp(m.created_at_ms, f"{f}.created_at_unix_ms", now_ms)
+    return size

@@ -1,0 +1,141 @@
+"""What every part of the session store shares: the client, the registered scripts, reading a session
+document, and the mapping of script errors to the API's errors (sessions/store.py assembles the parts)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, NamedTuple, cast
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound
+from ..tokens import TokenCounter
+from . import scripts
+from .codec import decode_session
+from .durability import Durability
+from .ids import check_id
+from .keys import KeySpace
+from .limits import Limits
+from .model import (
+    Session,
+    SessionStatus,
+    Topology,
+)
+from .outbox import OutboxWriter
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _SessionMeta(NamedTuple):
+    ttl_seconds: int
+    model: str
+    topology: Topology
+    group: str
+
+
+# A filtered listing reads at most this many messages per call and then returns a (maybe short) page.
+_SCAN_BUDGET = 5_000
+
+
+class StoreBase:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: KeySpace,
+        tokens: TokenCounter,
+        *,
+        limits: Limits,
+        default_ttl_seconds: int,
+        default_topology: Topology = Topology.SHARED,
+        executor: Executor | None = None,
+        durability: Durability | None = None,
+    ) -> None:
+        self.redis = redis
+        self._durability = durability if durability is not None and durability.replicas > 0 else None
+        self.keys = keys
+        self.tokens = tokens
+        self.limits = limits
+        self.default_ttl_seconds = default_ttl_seconds
+        self.default_topology = default_topology
+        self._executor = executor
+        self._meta_cache: dict[str, _SessionMeta] = {}
+        # redis-py leaves execute_command untyped; this is the bare, cheapest way to send one command.
+        self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
+        self._deadline_bumped: dict[str, int] = {}
+        self._append = redis.register_script(scripts.APPEND)
+        self._read = redis.register_script(scripts.READ_RANGE)
+        self._transition = redis.register_script(scripts.TRANSITION)
+        self._set_summary = redis.register_script(scripts.SET_SUMMARY)
+        self._set_promotion = redis.register_script(scripts.SET_PROMOTION)
+        self._create = redis.register_script(scripts.CREATE)
+        self._retire = redis.register_script(scripts.RETIRE)
+        self._set_lifecycle = redis.register_script(scripts.SET_LIFECYCLE)
+        self._outbox = OutboxWriter(redis, keys)
+
+    async def get(self, session_id: str) -> Session:
+        check_id(session_id, "session_id")
+        h = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.session(session_id).doc))
+        if not h:
+            raise NotFound(f"session {session_id!r} not found")
+        return decode_session(h)
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in session_ids:
+                pipe.hgetall(self.keys.session(sid).doc)
+            rows = await pipe.execute()
+        return [decode_session(h) if h else None for h in rows]
+
+    async def _session_meta(self, session_id: str) -> _SessionMeta:
+        """What the append path needs of the document. It changes rarely, so a small per-process cache
+        keeps appends at one round trip; UpdateSession invalidates it."""
+        meta = self._meta_cache.get(session_id)
+        if meta is None:
+            ttl, model, topology, group = cast(
+                list[bytes | None],
+                await self.redis.hmget(
+                    self.keys.session(session_id).doc, ["ttl_seconds", "model", "topology", "group"]
+                ),
+            )
+            meta = _SessionMeta(
+                int(ttl or 0),
+                (model or b"").decode(),
+                Topology(int(topology or Topology.SHARED)),
+                (group or b"").decode(),
+            )
+            if ttl is not None:
+                if len(self._meta_cache) > 10_000:
+                    self._meta_cache.clear()
+                self._meta_cache[session_id] = meta
+        return meta
+
+    @staticmethod
+    def _script_error(exc: ResponseError, session_id: str) -> Exception:
+        msg = str(exc)
+        word = msg.split(" ", 1)[0]
+        if word == "NOTFOUND":
+            return NotFound(f"session {session_id!r} not found")
+        if word == "CLOSED":
+            return FailedPrecondition(f"session {session_id!r} is closed; start a new session")
+        if word == "CONFLICT":
+            mid = msg.split(" ")[1] if " " in msg else "?"
+            return AlreadyExists(
+                f"message_id {mid!r} already exists in session {session_id!r} with different content"
+            )
+        if word == "ILLEGAL":
+            cur = msg.split(" ")[1] if " " in msg else "?"
+            try:
+                name = SessionStatus(int(cur)).name.lower()
+            except ValueError:
+                name = cur
+            return FailedPrecondition(f"session {session_id!r} is {name}; that transition is not allowed")
+        if word == "ALIVE":
+            return Conflict(f"session {session_id!r} was active again before it could expire")
+        if word == "STALE":
+            return Conflict(f"summary of session {session_id!r} changed since it was read; re-read and retry")
+        return exc
