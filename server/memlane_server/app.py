@@ -72,7 +72,6 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
-from .pipelines.memory_history import RedisMemoryHistory
 from .pipelines.user_data import UserData
 from .procedures import ExtractingPromoter, Owner, ProcedureService, ProcedureStore
 from .sessions.checkpoints import CheckpointStore
@@ -86,6 +85,7 @@ from .sessions.lease import LeaseLock
 from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
 from .sessions.ltm_versions import LtmVersions
+from .sessions.memory_history import RedisMemoryHistory
 from .sessions.model import Topology
 from .sessions.once import OnceMarks
 from .sessions.policies import PolicyBook

@@ -15,11 +15,11 @@ from typing import Any, Protocol
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
 from ..sessions.checkpoints import CheckpointStore
+from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .checkpoint_archive import export_checkpoints
-from .memory_history import RedisMemoryHistory
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 from ..context.procedures import ProcedureText
 from ..errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..sessions.procedures import ProcedureStore
 from .model import ONCE_ACTIVE, ActiveProcedure, Kind, Origin, Owner, Procedure, State, Version
-from .store import ProcedureStore
 
 MAX_CONTENT_CHARS = 4000
 MAX_TITLE_CHARS = 200

@@ -117,7 +117,7 @@ class KeySpace:
         description. The snapshot id sits outside the hash tag: ids hold no ``{}`` (ids.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:snap:{snapshot_id}"
 
-    # --- procedural memory (procedures/store.py)
+    # --- procedural memory (sessions/procedures.py)
 
     def procedures(self, owner_tag: str) -> tuple[str, str]:
         """(HASH procedure id -> document with every version, HASH procedure id -> its active version)

@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from ..errors import AlreadyExists, InvalidArgument, ResourceExhausted
 from ..ltm.history import Change, ChangeReason, MemoryVersion, item_bytes, item_from_bytes
-from ..sessions.keys import KeySpace
+from .keys import KeySpace
 
 META_FIELD = "\0meta"
 _WRITE_CHUNK = 500

@@ -17,8 +17,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ..sessions.keys import KeySpace
-from .model import ActiveProcedure, Owner, Procedure, decode, decode_active, encode, encode_active
+from ..procedures.model import ActiveProcedure, Owner, Procedure, decode, decode_active, encode, encode_active
+from .keys import KeySpace
 
 # KEYS: docs, active.  ARGV: procedure id, the document read (or "" for none), the new document ("" to
 # delete it), its active version ("" for none). Writes only if nobody changed the document since it was
