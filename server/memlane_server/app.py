@@ -68,6 +68,7 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
+from .pipelines.incremental import IncrementalLearner, LearnConfig
 from .pipelines.user_data import UserData
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
@@ -202,6 +203,7 @@ class Sidecar:
                 pipeline=self.pipeline,
                 resumer=self.resumer,
                 remover=MessageRemover(self.redis, self.keys, self.sessions),
+                learner=self.learner,
             ),
             server,
         )
@@ -252,6 +254,8 @@ class Sidecar:
         await self.lifecycle.start()
         if s.pipeline_enabled:
             await self.end_worker.start()
+        if self.learner is not None:
+            self.learner.start()
         self._sampler = telemetry.start_sampler(
             self.metrics,
             s,
@@ -312,6 +316,21 @@ class Sidecar:
             metrics=self.metrics,
         )
         self.resumer = Resumer(self.redis, self.sessions, self.keys, self.lifecycle, self.pipeline)
+        # Learning during the session runs where session-end jobs run, and only with something to promote.
+        self.learner = (
+            IncrementalLearner(
+                self.redis,
+                self.sessions,
+                self.keys,
+                self.pipeline,
+                policies=self.policies,
+                config=LearnConfig(
+                    s.learn_every_turns, s.learn_idle_seconds, s.lifecycle_sweep_interval_seconds
+                ),
+            )
+            if promoter is not None and s.pipeline_enabled
+            else None
+        )
         self.end_worker = SessionEndWorker(
             self.redis,
             self.keys,
@@ -499,6 +518,9 @@ class Sidecar:
         drains = []
         if self._server is not None:
             drains.append(self._drain_calls(grace))
+        learner: IncrementalLearner | None = getattr(self, "learner", None)
+        if learner is not None:  # an interrupted learning run leaves its turns to the next run
+            drains.append(learner.stop())
         if hasattr(self, "end_worker"):
             # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
             drains.append(self.end_worker.stop())

@@ -185,6 +185,10 @@ def _settings(workdir: Path, redis_url: str, key_prefix: str) -> Settings:
             "key_prefix": key_prefix,
             "data_dir": str(workdir),
             "log_level": "WARNING",
+            # Each session is promoted whole at its end (as documented above), not learnt from meanwhile:
+            # the figures do not depend on how the replay's appends interleave with the learner.
+            "learn_every_turns": 0,
+            "learn_idle_seconds": 0,
         },
         env={},
     )

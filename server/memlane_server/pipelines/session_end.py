@@ -221,7 +221,7 @@ class SessionEndPipeline:
         promoted_through = int(state.get("promoted_through", 0))
         if promoted_through < last:
             if policy.promote and self._promoter is not None:
-                await self._promote(session_id, promoted_through, last)
+                await self.promote_range(session_id, promoted_through, last)
             else:
                 await self._redis.hset(self._keys.pipeline(session_id), "promoted_through", last)
         await self._store.set_promotion_state(session_id, PromotionState.PROMOTED)
@@ -311,7 +311,9 @@ class SessionEndPipeline:
             chunks.append(current)
         return chunks
 
-    async def _promote(self, session_id: str, after: int, last: int) -> None:
+    async def promote_range(self, session_id: str, after: int, last: int) -> None:
+        """Promotes the turns with ``after < seq <= last`` and records them as promoted; run under the
+        session's lease (``locked``). Also the learner's step for open sessions (pipelines/incremental.py)."""
         assert self._promoter is not None
         s = await self._store.get(session_id)
         msgs = await self._messages(session_id, after, last)
