@@ -26,55 +26,55 @@ from memlane.v1 import memory_pb2 as memlane_dot_v1_dot_memory__pb2
 from memlane.v1 import session_pb2 as memlane_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18memlane/v1/context.proto\x12\nmemlane.v1\x1a\x17memlane/v1/memory.proto\x1a\x18memlane/v1/session.proto\"k\n\x0bSectionCaps\x12\x15\n\rsystem_tokens\x18\x01 \x01(\x05\x12\x16\n\x0eprofile_tokens\x18\x02 \x01(\x05\x12\x15\n\rmemory_tokens\x18\x03 \x01(\x05\x12\x16\n\x0ehistory_tokens\x18\x04 \x01(\x05\"\xe7\x02\n\x16\x41ssembleContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nuser_input\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x04 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x05 \x01(\x05\x12\x1a\n\rsystem_prompt\x18\x06 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x63\x61ps\x18\x07 \x01(\x0b\x32\x17.memlane.v1.SectionCaps\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x14\n\x0cwindow_turns\x18\t \x01(\x05\x12\x14\n\x0cmemory_limit\x18\n \x01(\x05\x12\x13\n\x0brender_text\x18\x0b \x01(\x08\x12\x12\n\nrequest_id\x18\x0c \x01(\tB\x10\n\x0e_system_prompt\"T\n\tMemoryRef\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12%\n\x05parts\x18\x03 \x01(\x0b\x32\x16.memlane.v1.ScoreParts\"\x9b\x01\n\x0e\x43ontextMessage\x12\x1e\n\x04role\x18\x01 \x01(\x0e\x32\x10.memlane.v1.Role\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12)\n\x06native\x18\x04 \x01(\x0b\x32\x19.memlane.v1.NativeMessage\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\x0b\n\x03seq\x18\x06 \x01(\x03\"\xf9\x01\n\x0c\x43ontextBlock\x12*\n\nprovenance\x18\x01 \x01(\x0e\x32\x16.memlane.v1.Provenance\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12,\n\x08messages\x18\x03 \x03(\x0b\x32\x1a.memlane.v1.ContextMessage\x12\x13\n\x0bmessage_ids\x18\x04 \x03(\t\x12\'\n\x08memories\x18\x05 \x03(\x0b\x32\x15.memlane.v1.MemoryRef\x12\x15\n\rrendered_text\x18\x06 \x01(\t\x12\x12\n\ncap_tokens\x18\x07 \x01(\x05\x12\x11\n\ttruncated\x18\x08 \x01(\x08\"x\n\nTruncation\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x16\n\x0etokens_removed\x18\x03 \x01(\x05\x12\x15\n\ritems_removed\x18\x04 \x01(\x05\"e\n\rSectionBudget\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x12\n\ncap_tokens\x18\x02 \x01(\x05\x12\x13\n\x0bused_tokens\x18\x03 \x01(\x05\"i\n\x0cSummaryRange\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x02 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x03 \x01(\t\x12\x15\n\rbudget_tokens\x18\x04 \x01(\x05\"\xc2\x04\n\rAssembleStats\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x03 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x04 \x01(\x05\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\x05\x12\x17\n\x0fheadroom_tokens\x18\x07 \x01(\x05\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x1b\n\x13summary_through_seq\x18\t \x01(\x03\x12\x16\n\x0esummary_behind\x18\n \x01(\x08\x12-\n\x08\x66\x61llback\x18\x0b \x01(\x0e\x32\x1b.memlane.v1.HistoryFallback\x12\x1d\n\x15\x64ropped_message_count\x18\x0c \x01(\x05\x12\x19\n\x11gap_message_count\x18\r \x01(\x05\x12\x1f\n\x17summarization_scheduled\x18\x0e \x01(\x08\x12\x31\n\x0fsummary_request\x18\x0f \x01(\x0b\x32\x18.memlane.v1.SummaryRange\x12*\n\x07\x62udgets\x18\x10 \x03(\x0b\x32\x19.memlane.v1.SectionBudget\x12+\n\x0btruncations\x18\x11 \x03(\x0b\x32\x16.memlane.v1.Truncation\x12\x12\n\nelapsed_us\x18\x12 \x01(\x03\"m\n\x17\x41ssembleContextResponse\x12(\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x02 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\"|\n\x14SubmitSummaryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x04 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x05 \x01(\t\"=\n\x15SubmitSummaryResponse\x12$\n\x07summary\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Summary\"\xd6\x01\n\tTurnTrace\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63reated_at_unix_ms\x18\x03 \x01(\x03\x12\x33\n\x07request\x18\x04 \x01(\x0b\x32\".memlane.v1.AssembleContextRequest\x12(\n\x06\x62locks\x18\x05 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x06 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\";\n\x13GetTurnTraceRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\"<\n\x14GetTurnTraceResponse\x12$\n\x05trace\x18\x01 \x01(\x0b\x32\x15.memlane.v1.TurnTrace\"R\n\x15ListTurnTracesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x16ListTurnTracesResponse\x12%\n\x06traces\x18\x01 \x03(\x0b\x32\x15.memlane.v1.TurnTrace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbd\x01\n\x0f\x43ontextStrategy\x12 \n\x1c\x43ONTEXT_STRATEGY_UNSPECIFIED\x10\x00\x12 \n\x1c\x43ONTEXT_STRATEGY_FULL_BUFFER\x10\x01\x12#\n\x1f\x43ONTEXT_STRATEGY_SLIDING_WINDOW\x10\x02\x12$\n CONTEXT_STRATEGY_ROLLING_SUMMARY\x10\x03\x12\x1b\n\x17\x43ONTEXT_STRATEGY_HYBRID\x10\x04*\xa3\x01\n\nProvenance\x12\x1a\n\x16PROVENANCE_UNSPECIFIED\x10\x00\x12\x15\n\x11PROVENANCE_SYSTEM\x10\x01\x12\x16\n\x12PROVENANCE_PROFILE\x10\x02\x12\x15\n\x11PROVENANCE_MEMORY\x10\x03\x12\x16\n\x12PROVENANCE_SUMMARY\x10\x04\x12\x1b\n\x17PROVENANCE_CONVERSATION\x10\x05*\xa3\x01\n\x0e\x43ontextSection\x12\x1f\n\x1b\x43ONTEXT_SECTION_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43ONTEXT_SECTION_SYSTEM\x10\x01\x12\x1b\n\x17\x43ONTEXT_SECTION_PROFILE\x10\x02\x12\x1a\n\x16\x43ONTEXT_SECTION_MEMORY\x10\x03\x12\x1b\n\x17\x43ONTEXT_SECTION_HISTORY\x10\x04*\x95\x01\n\x0fHistoryFallback\x12 \n\x1cHISTORY_FALLBACK_UNSPECIFIED\x10\x00\x12\x19\n\x15HISTORY_FALLBACK_NONE\x10\x01\x12 \n\x1cHISTORY_FALLBACK_GAP_SUMMARY\x10\x02\x12#\n\x1fHISTORY_FALLBACK_DROPPED_OLDEST\x10\x03\x32\xf0\x02\n\x0e\x43ontextService\x12\\\n\x0f\x41ssembleContext\x12\".memlane.v1.AssembleContextRequest\x1a#.memlane.v1.AssembleContextResponse0\x01\x12T\n\rSubmitSummary\x12 .memlane.v1.SubmitSummaryRequest\x1a!.memlane.v1.SubmitSummaryResponse\x12Q\n\x0cGetTurnTrace\x12\x1f.memlane.v1.GetTurnTraceRequest\x1a .memlane.v1.GetTurnTraceResponse\x12W\n\x0eListTurnTraces\x12!.memlane.v1.ListTurnTracesRequest\x1a\".memlane.v1.ListTurnTracesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18memlane/v1/context.proto\x12\nmemlane.v1\x1a\x17memlane/v1/memory.proto\x1a\x18memlane/v1/session.proto\"k\n\x0bSectionCaps\x12\x15\n\rsystem_tokens\x18\x01 \x01(\x05\x12\x16\n\x0eprofile_tokens\x18\x02 \x01(\x05\x12\x15\n\rmemory_tokens\x18\x03 \x01(\x05\x12\x16\n\x0ehistory_tokens\x18\x04 \x01(\x05\"\x8d\x03\n\x16\x41ssembleContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nuser_input\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x04 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x05 \x01(\x05\x12\x1a\n\rsystem_prompt\x18\x06 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x63\x61ps\x18\x07 \x01(\x0b\x32\x17.memlane.v1.SectionCaps\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x14\n\x0cwindow_turns\x18\t \x01(\x05\x12\x14\n\x0cmemory_limit\x18\n \x01(\x05\x12\x13\n\x0brender_text\x18\x0b \x01(\x08\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12$\n\x04omit\x18\r \x03(\x0e\x32\x16.memlane.v1.ProvenanceB\x10\n\x0e_system_prompt\"T\n\tMemoryRef\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12%\n\x05parts\x18\x03 \x01(\x0b\x32\x16.memlane.v1.ScoreParts\"\x9b\x01\n\x0e\x43ontextMessage\x12\x1e\n\x04role\x18\x01 \x01(\x0e\x32\x10.memlane.v1.Role\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12)\n\x06native\x18\x04 \x01(\x0b\x32\x19.memlane.v1.NativeMessage\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\x0b\n\x03seq\x18\x06 \x01(\x03\"\xf9\x01\n\x0c\x43ontextBlock\x12*\n\nprovenance\x18\x01 \x01(\x0e\x32\x16.memlane.v1.Provenance\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12,\n\x08messages\x18\x03 \x03(\x0b\x32\x1a.memlane.v1.ContextMessage\x12\x13\n\x0bmessage_ids\x18\x04 \x03(\t\x12\'\n\x08memories\x18\x05 \x03(\x0b\x32\x15.memlane.v1.MemoryRef\x12\x15\n\rrendered_text\x18\x06 \x01(\t\x12\x12\n\ncap_tokens\x18\x07 \x01(\x05\x12\x11\n\ttruncated\x18\x08 \x01(\x08\"x\n\nTruncation\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x16\n\x0etokens_removed\x18\x03 \x01(\x05\x12\x15\n\ritems_removed\x18\x04 \x01(\x05\"e\n\rSectionBudget\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x12\n\ncap_tokens\x18\x02 \x01(\x05\x12\x13\n\x0bused_tokens\x18\x03 \x01(\x05\"i\n\x0cSummaryRange\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x02 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x03 \x01(\t\x12\x15\n\rbudget_tokens\x18\x04 \x01(\x05\"\xc2\x04\n\rAssembleStats\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x03 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x04 \x01(\x05\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\x05\x12\x17\n\x0fheadroom_tokens\x18\x07 \x01(\x05\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x1b\n\x13summary_through_seq\x18\t \x01(\x03\x12\x16\n\x0esummary_behind\x18\n \x01(\x08\x12-\n\x08\x66\x61llback\x18\x0b \x01(\x0e\x32\x1b.memlane.v1.HistoryFallback\x12\x1d\n\x15\x64ropped_message_count\x18\x0c \x01(\x05\x12\x19\n\x11gap_message_count\x18\r \x01(\x05\x12\x1f\n\x17summarization_scheduled\x18\x0e \x01(\x08\x12\x31\n\x0fsummary_request\x18\x0f \x01(\x0b\x32\x18.memlane.v1.SummaryRange\x12*\n\x07\x62udgets\x18\x10 \x03(\x0b\x32\x19.memlane.v1.SectionBudget\x12+\n\x0btruncations\x18\x11 \x03(\x0b\x32\x16.memlane.v1.Truncation\x12\x12\n\nelapsed_us\x18\x12 \x01(\x03\"m\n\x17\x41ssembleContextResponse\x12(\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x02 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\"|\n\x14SubmitSummaryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x04 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x05 \x01(\t\"=\n\x15SubmitSummaryResponse\x12$\n\x07summary\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Summary\"\xd6\x01\n\tTurnTrace\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63reated_at_unix_ms\x18\x03 \x01(\x03\x12\x33\n\x07request\x18\x04 \x01(\x0b\x32\".memlane.v1.AssembleContextRequest\x12(\n\x06\x62locks\x18\x05 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x06 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\";\n\x13GetTurnTraceRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\"<\n\x14GetTurnTraceResponse\x12$\n\x05trace\x18\x01 \x01(\x0b\x32\x15.memlane.v1.TurnTrace\"R\n\x15ListTurnTracesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x16ListTurnTracesResponse\x12%\n\x06traces\x18\x01 \x03(\x0b\x32\x15.memlane.v1.TurnTrace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbd\x01\n\x0f\x43ontextStrategy\x12 \n\x1c\x43ONTEXT_STRATEGY_UNSPECIFIED\x10\x00\x12 \n\x1c\x43ONTEXT_STRATEGY_FULL_BUFFER\x10\x01\x12#\n\x1f\x43ONTEXT_STRATEGY_SLIDING_WINDOW\x10\x02\x12$\n CONTEXT_STRATEGY_ROLLING_SUMMARY\x10\x03\x12\x1b\n\x17\x43ONTEXT_STRATEGY_HYBRID\x10\x04*\xa3\x01\n\nProvenance\x12\x1a\n\x16PROVENANCE_UNSPECIFIED\x10\x00\x12\x15\n\x11PROVENANCE_SYSTEM\x10\x01\x12\x16\n\x12PROVENANCE_PROFILE\x10\x02\x12\x15\n\x11PROVENANCE_MEMORY\x10\x03\x12\x16\n\x12PROVENANCE_SUMMARY\x10\x04\x12\x1b\n\x17PROVENANCE_CONVERSATION\x10\x05*\xa3\x01\n\x0e\x43ontextSection\x12\x1f\n\x1b\x43ONTEXT_SECTION_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43ONTEXT_SECTION_SYSTEM\x10\x01\x12\x1b\n\x17\x43ONTEXT_SECTION_PROFILE\x10\x02\x12\x1a\n\x16\x43ONTEXT_SECTION_MEMORY\x10\x03\x12\x1b\n\x17\x43ONTEXT_SECTION_HISTORY\x10\x04*\x95\x01\n\x0fHistoryFallback\x12 \n\x1cHISTORY_FALLBACK_UNSPECIFIED\x10\x00\x12\x19\n\x15HISTORY_FALLBACK_NONE\x10\x01\x12 \n\x1cHISTORY_FALLBACK_GAP_SUMMARY\x10\x02\x12#\n\x1fHISTORY_FALLBACK_DROPPED_OLDEST\x10\x03\x32\xf0\x02\n\x0e\x43ontextService\x12\\\n\x0f\x41ssembleContext\x12\".memlane.v1.AssembleContextRequest\x1a#.memlane.v1.AssembleContextResponse0\x01\x12T\n\rSubmitSummary\x12 .memlane.v1.SubmitSummaryRequest\x1a!.memlane.v1.SubmitSummaryResponse\x12Q\n\x0cGetTurnTrace\x12\x1f.memlane.v1.GetTurnTraceRequest\x1a .memlane.v1.GetTurnTraceResponse\x12W\n\x0eListTurnTraces\x12!.memlane.v1.ListTurnTracesRequest\x1a\".memlane.v1.ListTurnTracesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memlane.v1.context_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONTEXTSTRATEGY']._serialized_start=2786
-  _globals['_CONTEXTSTRATEGY']._serialized_end=2975
-  _globals['_PROVENANCE']._serialized_start=2978
-  _globals['_PROVENANCE']._serialized_end=3141
-  _globals['_CONTEXTSECTION']._serialized_start=3144
-  _globals['_CONTEXTSECTION']._serialized_end=3307
-  _globals['_HISTORYFALLBACK']._serialized_start=3310
-  _globals['_HISTORYFALLBACK']._serialized_end=3459
+  _globals['_CONTEXTSTRATEGY']._serialized_start=2824
+  _globals['_CONTEXTSTRATEGY']._serialized_end=3013
+  _globals['_PROVENANCE']._serialized_start=3016
+  _globals['_PROVENANCE']._serialized_end=3179
+  _globals['_CONTEXTSECTION']._serialized_start=3182
+  _globals['_CONTEXTSECTION']._serialized_end=3345
+  _globals['_HISTORYFALLBACK']._serialized_start=3348
+  _globals['_HISTORYFALLBACK']._serialized_end=3497
   _globals['_SECTIONCAPS']._serialized_start=91
   _globals['_SECTIONCAPS']._serialized_end=198
   _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=201
-  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=560
-  _globals['_MEMORYREF']._serialized_start=562
-  _globals['_MEMORYREF']._serialized_end=646
-  _globals['_CONTEXTMESSAGE']._serialized_start=649
-  _globals['_CONTEXTMESSAGE']._serialized_end=804
-  _globals['_CONTEXTBLOCK']._serialized_start=807
-  _globals['_CONTEXTBLOCK']._serialized_end=1056
-  _globals['_TRUNCATION']._serialized_start=1058
-  _globals['_TRUNCATION']._serialized_end=1178
-  _globals['_SECTIONBUDGET']._serialized_start=1180
-  _globals['_SECTIONBUDGET']._serialized_end=1281
-  _globals['_SUMMARYRANGE']._serialized_start=1283
-  _globals['_SUMMARYRANGE']._serialized_end=1388
-  _globals['_ASSEMBLESTATS']._serialized_start=1391
-  _globals['_ASSEMBLESTATS']._serialized_end=1969
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=1971
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=2080
-  _globals['_SUBMITSUMMARYREQUEST']._serialized_start=2082
-  _globals['_SUBMITSUMMARYREQUEST']._serialized_end=2206
-  _globals['_SUBMITSUMMARYRESPONSE']._serialized_start=2208
-  _globals['_SUBMITSUMMARYRESPONSE']._serialized_end=2269
-  _globals['_TURNTRACE']._serialized_start=2272
-  _globals['_TURNTRACE']._serialized_end=2486
-  _globals['_GETTURNTRACEREQUEST']._serialized_start=2488
-  _globals['_GETTURNTRACEREQUEST']._serialized_end=2547
-  _globals['_GETTURNTRACERESPONSE']._serialized_start=2549
-  _globals['_GETTURNTRACERESPONSE']._serialized_end=2609
-  _globals['_LISTTURNTRACESREQUEST']._serialized_start=2611
-  _globals['_LISTTURNTRACESREQUEST']._serialized_end=2693
-  _globals['_LISTTURNTRACESRESPONSE']._serialized_start=2695
-  _globals['_LISTTURNTRACESRESPONSE']._serialized_end=2783
-  _globals['_CONTEXTSERVICE']._serialized_start=3462
-  _globals['_CONTEXTSERVICE']._serialized_end=3830
+  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=598
+  _globals['_MEMORYREF']._serialized_start=600
+  _globals['_MEMORYREF']._serialized_end=684
+  _globals['_CONTEXTMESSAGE']._serialized_start=687
+  _globals['_CONTEXTMESSAGE']._serialized_end=842
+  _globals['_CONTEXTBLOCK']._serialized_start=845
+  _globals['_CONTEXTBLOCK']._serialized_end=1094
+  _globals['_TRUNCATION']._serialized_start=1096
+  _globals['_TRUNCATION']._serialized_end=1216
+  _globals['_SECTIONBUDGET']._serialized_start=1218
+  _globals['_SECTIONBUDGET']._serialized_end=1319
+  _globals['_SUMMARYRANGE']._serialized_start=1321
+  _globals['_SUMMARYRANGE']._serialized_end=1426
+  _globals['_ASSEMBLESTATS']._serialized_start=1429
+  _globals['_ASSEMBLESTATS']._serialized_end=2007
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=2009
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=2118
+  _globals['_SUBMITSUMMARYREQUEST']._serialized_start=2120
+  _globals['_SUBMITSUMMARYREQUEST']._serialized_end=2244
+  _globals['_SUBMITSUMMARYRESPONSE']._serialized_start=2246
+  _globals['_SUBMITSUMMARYRESPONSE']._serialized_end=2307
+  _globals['_TURNTRACE']._serialized_start=2310
+  _globals['_TURNTRACE']._serialized_end=2524
+  _globals['_GETTURNTRACEREQUEST']._serialized_start=2526
+  _globals['_GETTURNTRACEREQUEST']._serialized_end=2585
+  _globals['_GETTURNTRACERESPONSE']._serialized_start=2587
+  _globals['_GETTURNTRACERESPONSE']._serialized_end=2647
+  _globals['_LISTTURNTRACESREQUEST']._serialized_start=2649
+  _globals['_LISTTURNTRACESREQUEST']._serialized_end=2731
+  _globals['_LISTTURNTRACESRESPONSE']._serialized_start=2733
+  _globals['_LISTTURNTRACESRESPONSE']._serialized_end=2821
+  _globals['_CONTEXTSERVICE']._serialized_start=3500
+  _globals['_CONTEXTSERVICE']._serialized_end=3868
 # @@protoc_insertion_point(module_scope)

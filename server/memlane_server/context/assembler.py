@@ -158,10 +158,14 @@ class ContextAssembler:
             viewer = replace(viewer, agent_id=session.agent_id)
         limit = req.memory_limit or self._policy.memory_limit
         return (
-            asyncio.create_task(self._memory.profile(session.user_id, viewer, t.plan.caps[Section.PROFILE])),
+            asyncio.create_task(
+                self._memory.profile(session.user_id, viewer, t.plan.caps[Section.PROFILE])
+                if Provenance.PROFILE not in req.omit
+                else _nothing()
+            ),
             asyncio.create_task(
                 self._memory.recall(session.user_id, viewer, req.user_input, limit, session.channel)
-                if req.user_input
+                if req.user_input and Provenance.MEMORY not in req.omit
                 else _nothing()
             ),
             asyncio.create_task(self._history.read(session, t.strategy, t.window_turns, req.viewer)),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from memlane_server.access.identity import Caller
 from memlane_server.errors import Conflict
-from memlane_server.sessions.model import Message, Role, Session
+from memlane_server.sessions.model import Message, Role, Session, Summary
 from memlane_server.sessions.store import SessionStore
 from memlane_server.summarizers import ExtractiveSummarizer
 from memlane_server.summarizers.scoped import Scope, fold_scoped
@@ -29,6 +29,7 @@ from .model import (
     AssembleStats,
     Block,
     Fallback,
+    Provenance,
     Section,
     Strategy,
     SummaryRange,
@@ -189,7 +190,10 @@ class HistoryBuilder:
         costs = await self._message_costs(t, cands)
         grant = t.ledger.grant(Section.HISTORY)
         summary = t.session.summary
-        if t.strategy in _SUMMARIZED:
+        no_summary = Provenance.SUMMARY in req.omit  # an A/B baseline: the recent turns alone
+        if no_summary:
+            summary = Summary(through_message_id=summary.through_message_id, through_seq=summary.through_seq)
+        elif t.strategy in _SUMMARIZED:
             summary, cut = viewer_summary(
                 summary, req.viewer, self._counter, t.model, self._summary_budget(grant)
             )
@@ -210,7 +214,7 @@ class HistoryBuilder:
             window_turns=t.window_turns,
             unscanned=history.unscanned,
         )
-        if hplan.gap:
+        if hplan.gap and not no_summary:
             await self._fold_gap(t, hplan, history.candidates)
         summary_block, conversation = history_blocks(t.costing, hplan, grant)
         _history_stats(t.stats, hplan, summary_block)
