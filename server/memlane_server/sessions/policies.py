@@ -8,6 +8,7 @@ A policy starts from a built-in kind and overrides fields; a file (YAML or TOML)
       web:   {kind: web_chat, expire_after: 20m, context_strategy: sliding_window, context_window_turns: 8}
       slack: {kind: messaging}
       jira:  {kind: internal_tool, work_item_key: ticket_id}
+      voice: {learn: false}  # promote at session end only, not while the session is open
 
 Durations are seconds (numbers) or strings with a unit (``90s``, ``15m``, ``1h``, ``7d``); 0 means "never"
 (no time expiry, keep the archive forever). The resolved policy is recorded on the session document when
