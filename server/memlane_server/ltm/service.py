@@ -20,6 +20,7 @@ from memlane_server.embedding import Embedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
 from memlane_server.ltm import filters
 from memlane_server.ltm.conflicts import Action, Decision, decide
+from memlane_server.ltm.focus import focus
 from memlane_server.ltm.model import (
     Feedback,
     IngestOutcome,
@@ -132,14 +133,15 @@ class MemoryService:
             keyword_hits, vector_hits = await asyncio.gather(
                 self._store.keyword_search(text, where, n), self._vector_hits(text, where, n)
             )
-        return fuse_and_rank(
+        ranked = fuse_and_rank(
             keyword_hits,
             vector_hits,
             policy=self._policy,
             now_ms=now,
-            limit=query.limit,
+            limit=max(n, query.limit),
             min_score=query.min_score,
         )
+        return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
 
     async def _vector_hits(self, text: str, where: Expr, n: int) -> list[Hit]:
         vector = (await self._embedder.embed([text]))[0]

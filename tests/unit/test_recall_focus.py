@@ -1,0 +1,48 @@
+"""The result list shaped by who the query is about (ltm/focus.py): a named speaker's own turns rise, a
+query naming nobody (or everybody) is left alone, and a turn with no content gives way."""
+
+from __future__ import annotations
+
+from memlane_server.ltm.focus import focus, speaker_of
+from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope, ScoredMemory, ScoreParts
+
+
+def _hit(i: int, content: str, score: float) -> ScoredMemory:
+    item = MemoryItem(f"m{i}", "u", "a", MemoryScope.AGENT, MemoryKind.EPISODIC, content)
+    return ScoredMemory(item, score, ScoreParts(final=score))
+
+
+CONVERSATION = [
+    _hit(1, "[3 May 2023] Ben: Ada, your dog Pixel is adorable and fast!", 1.0),
+    _hit(2, "[3 May 2023] Ada: Pixel loves the beach and long runs.", 0.9),
+    _hit(3, "[4 May 2023] Ben: I took my cat Misu to the vet today.", 0.5),
+]
+
+
+def _ids(results: list[ScoredMemory]) -> list[str]:
+    return [r.item.id for r in results]
+
+
+def test_speaker_is_read_from_an_episode() -> None:
+    assert speaker_of("[3 May 2023] Ada: hello") == "Ada"
+    assert speaker_of("Ada Lovelace: hello") == "Ada Lovelace"
+    assert speaker_of("User lives in Pune.") == ""
+
+
+def test_a_named_speakers_own_turn_rises() -> None:
+    assert _ids(focus("What does Ada's dog love?", CONVERSATION, 3))[0] == "m2"
+    # Positive controls: without a name, or naming everyone, fusion's order stands.
+    assert _ids(focus("what does the dog love", CONVERSATION, 3)) == ["m1", "m2", "m3"]
+    assert _ids(focus("what did Ada and Ben say", CONVERSATION, 3)) == ["m1", "m2", "m3"]
+    assert _ids(focus("What does Ada's dog love?", CONVERSATION, 1)) == ["m2"]
+
+
+def test_a_turn_without_content_gives_way() -> None:
+    hits = [
+        _hit(1, "[5 May 2023] Ben: Thanks, Ada!", 1.0),
+        _hit(2, "[5 May 2023] Ben: The vet said Misu needs a special diet now.", 0.8),
+    ]
+    assert _ids(focus("what did the vet say", hits, 2)) == ["m2", "m1"]
+    # Facts (no speaker) are never damped, however short.
+    facts = [_hit(1, "User likes tea.", 1.0), _hit(2, "User's cat Misu needs a special diet.", 0.8)]
+    assert _ids(focus("what does the user like", facts, 2)) == ["m1", "m2"]
