@@ -46,3 +46,11 @@ def test_a_turn_without_content_gives_way() -> None:
     # Facts (no speaker) are never damped, however short.
     facts = [_hit(1, "User likes tea.", 1.0), _hit(2, "User's cat Misu needs a special diet.", 0.8)]
     assert _ids(focus("what does the user like", facts, 2)) == ["m1", "m2"]
+
+
+def test_role_names_are_not_people() -> None:
+    chat = [
+        _hit(1, "[5 May 2023] Assistant: Bangalore has lovely weather in May.", 1.0),
+        _hit(2, "[5 May 2023] User: I live in Bangalore.", 0.9),
+    ]
+    assert _ids(focus("where does the user live", chat, 2)) == ["m1", "m2"]

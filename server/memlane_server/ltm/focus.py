@@ -71,7 +71,14 @@ def focus(query: str, results: list[ScoredMemory], limit: int) -> list[ScoredMem
     if not speakers:
         return results[:limit]
     words = {w.lower() for w in _WORD.findall(query)}
-    named = {s for s in speakers if all(part.lower() in words for part in _WORD.findall(s))}
+    # Role words ("User", "Assistant") name no one: in a query "the user" is the memory's owner.
+    named = {
+        s
+        for s in speakers
+        if (parts := [p.lower() for p in _WORD.findall(s)])
+        and all(p in words for p in parts)
+        and not all(p in STOP_WORDS for p in parts)
+    }
     if named == speakers:
         named = set()
     names = frozenset(w.lower() for s in speakers for w in _WORD.findall(s))
