@@ -27,6 +27,7 @@ def test_speaker_is_read_from_an_episode() -> None:
     assert speaker_of("[3 May 2023] Ada: hello") == "Ada"
     assert speaker_of("Ada Lovelace: hello") == "Ada Lovelace"
     assert speaker_of("User lives in Pune.") == ""
+    assert speaker_of("We debugged the Redis failover: Sentinel promoted a replica.") == ""
 
 
 def test_a_named_speakers_own_turn_rises() -> None:
@@ -54,3 +55,13 @@ def test_role_names_are_not_people() -> None:
         _hit(2, "[5 May 2023] User: I live in Bangalore.", 0.9),
     ]
     assert _ids(focus("where does the user live", chat, 2)) == ["m1", "m2"]
+
+
+def test_only_episodes_are_spoken_turns() -> None:
+    item = MemoryItem("m1", "u", "a", MemoryScope.AGENT, MemoryKind.INSTRUCTION, "From now on: use imperial.")
+    rules = [
+        ScoredMemory(item, 1.0, ScoreParts(final=1.0)),
+        _hit(2, "[1 May 2023] Ada: the units are fine", 0.9),
+    ]
+    assert _ids(focus("which units", rules, 2)) == ["m1", "m2"]
+    assert focus("which units", rules, 2)[0].score == 1.0  # not damped as a thin turn

@@ -26,11 +26,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from memlane_server.ltm.model import ScoredMemory
+from memlane_server.ltm.model import MemoryKind, ScoredMemory
 from memlane_server.ltm.query import STOP_WORDS
 
-# "[12 May 2023] Caroline: ..." or "Caroline: ..."; a speaker is a short name before the first colon.
-_SPEAKER = re.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([^:\[\]\n]{1,40}):\s")
+# "[12 May 2023] Caroline: ..." or "Caroline: ...": a name of one to four words before the first colon
+# (a longer lead-in, "We debugged the failover: ...", is a sentence, not a speaker).
+_SPEAKER = re.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([\w.'-]+(?: [\w.'-]+){0,3}):\s")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 SPEAKER_BOOST = 0.7  # relative gain of a named speaker's own turns
@@ -48,8 +49,13 @@ def _content_words(text: str) -> set[str]:
     return {w for w in (t.lower() for t in _WORD.findall(body)) if w not in STOP_WORDS and len(w) > 2}
 
 
+def _speaker(r: ScoredMemory) -> str:
+    """Only episodes are spoken turns; an instruction "From now on: ..." names no speaker."""
+    return speaker_of(r.item.content) if r.item.kind is MemoryKind.EPISODIC else ""
+
+
 def _weight(r: ScoredMemory, named: set[str], names: frozenset[str]) -> float:
-    speaker = speaker_of(r.item.content)
+    speaker = _speaker(r)
     if not speaker:
         return 1.0  # a fact or a note, not a spoken turn
     w = 1.0 + SPEAKER_BOOST if speaker in named else 1.0
@@ -67,7 +73,7 @@ def _reweighted(r: ScoredMemory, weight: float) -> ScoredMemory:
 
 def focus(query: str, results: list[ScoredMemory], limit: int) -> list[ScoredMemory]:
     """The final list, cut to ``limit``: named speakers' turns boosted, thin turns damped, re-sorted."""
-    speakers = {s for r in results if (s := speaker_of(r.item.content))}
+    speakers = {s for r in results if (s := _speaker(r))}
     if not speakers:
         return results[:limit]
     words = {w.lower() for w in _WORD.findall(query)}
