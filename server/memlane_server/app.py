@@ -72,6 +72,7 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
+from .pipelines.incremental import IncrementalLearner, LearnConfig
 from .pipelines.user_data import UserData
 from .procedures import ExtractingPromoter, Owner, ProcedureService, ProcedureStore
 from .sessions.checkpoints import CheckpointStore
@@ -225,6 +226,7 @@ class Sidecar:
                 resumer=self.resumer,
                 remover=MessageRemover(self.redis, self.keys, self.sessions),
                 editor=MessageEditor(self.redis, self.keys, self.sessions),
+                learner=self.learner,
             ),
             server,
         )
@@ -292,6 +294,8 @@ class Sidecar:
         await self.lifecycle.start()
         if s.pipeline_enabled:
             await self.end_worker.start()
+        if self.learner is not None:
+            self.learner.start()
         self._sampler = telemetry.start_sampler(
             self.metrics,
             s,
@@ -354,6 +358,19 @@ class Sidecar:
             metrics=self.metrics,
         )
         self.resumer = Resumer(self.sessions, self.lifecycle, self.pipeline)
+        # Learning during the session runs where session-end jobs run, and only with something to promote.
+        self.learner = (
+            IncrementalLearner(
+                self.sessions,
+                self.pipeline,
+                policies=self.policies,
+                config=LearnConfig(
+                    s.learn_every_turns, s.learn_idle_seconds, s.lifecycle_sweep_interval_seconds
+                ),
+            )
+            if promoter is not None and s.pipeline_enabled
+            else None
+        )
         self.end_worker = SessionEndWorker(
             self.end_state,
             queue,
@@ -559,6 +576,9 @@ class Sidecar:
         drains = []
         if self._server is not None:
             drains.append(self._drain_calls(grace))
+        learner: IncrementalLearner | None = getattr(self, "learner", None)
+        if learner is not None:  # an interrupted learning run leaves its turns to the next run
+            drains.append(learner.stop())
         if hasattr(self, "end_worker"):
             # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
             drains.append(self.end_worker.stop())

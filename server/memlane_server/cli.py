@@ -48,6 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     locomo.add_argument("--data", required=True, help="path of the LoCoMo-format JSON file")
     locomo.add_argument("--json", dest="json_out", help="also write the figures as JSON here")
     locomo.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
+    locomo.add_argument(
+        "--compare",
+        choices=["memory-off"],
+        help="also assemble each question's context with and without long-term memory (an A/B baseline)",
+    )
+    golden = eval_sets.add_parser("golden", help="recall@k on your own golden set; exit 1 under a threshold")
+    golden.add_argument(
+        "--file", required=True, help="YAML golden set (format: memlane_server/eval/golden.py)"
+    )
+    golden.add_argument("--k", type=int, help="recall cutoff (default: the file's k, else 5)")
+    golden.add_argument("--threshold", type=float, help="fail under this recall@k (default: the file's)")
+    golden.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
     add_operator_parsers(sub)
     add_inspect_parsers(sub)
     add_state_parsers(sub)
@@ -82,9 +94,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "eval":
         # Imported here, like bench: the harness needs the server extras and loads the model.
+        if args.eval_set == "golden":
+            from .eval.golden import GoldenFileError
+            from .eval.golden import run as run_golden
+
+            try:
+                return run_golden(args.file, k=args.k, threshold=args.threshold, redis_url=args.redis_url)
+            except GoldenFileError as exc:
+                print(f"memlane: {exc}", file=sys.stderr)
+                return 2
         from .eval import run as run_eval
 
-        run_eval(args.data, json_out=args.json_out, redis_url=args.redis_url)
+        run_eval(args.data, json_out=args.json_out, redis_url=args.redis_url, compare=args.compare or "")
         return 0
     try:
         settings = build_settings(flags_from(args), config_file=getattr(args, "config", None))

@@ -136,6 +136,10 @@ class Settings:
     pipeline_max_failures: int = 5  # a session-end job failing this often is parked for an operator
     pipeline_chunk_messages: int = 200  # promotion chunk: progress is saved after each
     pipeline_summary_tokens: int = 1024  # budget of the summary written at session end
+    # Learning during the session (pipelines/incremental.py): promote an open session's turns every N new
+    # turns and once it is quiet this long; both 0 turns it off (promotion then waits for session end).
+    learn_every_turns: int = 8
+    learn_idle_seconds: float = 30.0
     archive_uri: str = ""  # Parquet archive: a directory or s3://bucket/prefix; empty: <data_dir>/archive
     archive_retention_interval_seconds: float = 3600.0  # how often archives past retention are deleted
 

@@ -89,6 +89,10 @@ HELP: dict[str, str] = {
     "pipeline_claim_timeout_seconds": "After this, a dead sidecar's job and session lease are taken over.",
     "pipeline_chunk_messages": "Messages promoted per chunk (progress is saved after each).",
     "pipeline_summary_tokens": "Budget of the summary written at session end.",
+    "learn_every_turns": "Promote an open session's new turns to long-term memory after this many"
+    " (the exchange awaiting its answer waits); 0: not by count.",
+    "learn_idle_seconds": "Promote an open session's remaining turns once it has been quiet this long;"
+    " 0: not on idle (with learn_every_turns 0, only session end promotes).",
     "archive_uri": "Parquet archive directory or s3://bucket/prefix; empty: <data_dir>/archive.",
     "archive_retention_interval_seconds": "How often archives past their retention are deleted.",
     "pipeline_max_failures": "Failed deliveries after which a session-end job is parked for an operator"

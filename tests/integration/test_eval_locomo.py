@@ -120,3 +120,19 @@ def test_harness_end_to_end(tmp_path: Path, redis_url: str) -> None:
     saved = orjson.loads((tmp_path / "report.json").read_bytes())
     assert set(saved["systems"]) == {"memlane", "bm25", "vector"}
     assert saved["systems"]["bm25"]["overall_1_4"]["n"] == 5
+
+
+def test_compare_memory_off(tmp_path: Path, redis_url: str) -> None:
+    """The context A/B: asked as the next turn of the last session, only memory brings session 1 back."""
+    data = tmp_path / "tiny.json"
+    data.write_bytes(orjson.dumps([SAMPLE]))
+    out = io.StringIO()
+    report = run(data, redis_url=redis_url, out=out, compare="memory-off")
+    ab = report.memory_off
+    assert ab is not None
+    # Ada's dog (D1:1) and the pottery city (D1:2) were said in session 1: memory recalls them.
+    assert ab.memory_on.by_category[4] == [1.0, 1.0]
+    assert ab.memory_off.by_category[4] == [0.0, 0.0]
+    # Positive control for the off side: session 2's evidence (the kiln, the race) is in its history.
+    assert ab.memory_off.by_category[3] == [1.0] and ab.memory_off.by_category[2] == [1.0]
+    assert "context A/B" in out.getvalue() and "overall 1-4" in out.getvalue()

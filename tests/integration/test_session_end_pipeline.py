@@ -188,6 +188,9 @@ def test_sigkill_mid_promotion_then_restart_completes(
         "pipeline_chunk_messages": 10,
         "pipeline_claim_timeout_seconds": 2,
         "keyspace_events_configure": "false",
+        # The crash must land in session end's own promotion: nothing learnt while the session was open.
+        "learn_every_turns": 0,
+        "learn_idle_seconds": 0,
     }
     procs.append(SidecarProcess(tmp_path, "first", redis_url, prefix, data, **settings))
     n = 400

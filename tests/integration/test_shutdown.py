@@ -25,6 +25,9 @@ SETTINGS = {
     "pipeline_claim_timeout_seconds": 600,  # without a hand-back nobody could take a job for 10 minutes
     "shutdown_grace_seconds": 120,
     "keyspace_events_configure": "false",
+    # Shutdown must meet session end's own promotion: nothing learnt while the sessions were open.
+    "learn_every_turns": 0,
+    "learn_idle_seconds": 0,
 }
 
 

@@ -26,57 +26,57 @@ from memlane.v1 import memory_pb2 as memlane_dot_v1_dot_memory__pb2
 from memlane.v1 import session_pb2 as memlane_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18memlane/v1/context.proto\x12\nmemlane.v1\x1a\x17memlane/v1/memory.proto\x1a\x18memlane/v1/session.proto\"k\n\x0bSectionCaps\x12\x15\n\rsystem_tokens\x18\x01 \x01(\x05\x12\x16\n\x0eprofile_tokens\x18\x02 \x01(\x05\x12\x15\n\rmemory_tokens\x18\x03 \x01(\x05\x12\x16\n\x0ehistory_tokens\x18\x04 \x01(\x05\"\xe7\x02\n\x16\x41ssembleContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nuser_input\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x04 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x05 \x01(\x05\x12\x1a\n\rsystem_prompt\x18\x06 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x63\x61ps\x18\x07 \x01(\x0b\x32\x17.memlane.v1.SectionCaps\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x14\n\x0cwindow_turns\x18\t \x01(\x05\x12\x14\n\x0cmemory_limit\x18\n \x01(\x05\x12\x13\n\x0brender_text\x18\x0b \x01(\x08\x12\x12\n\nrequest_id\x18\x0c \x01(\tB\x10\n\x0e_system_prompt\"T\n\tMemoryRef\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12%\n\x05parts\x18\x03 \x01(\x0b\x32\x16.memlane.v1.ScoreParts\"\x9b\x01\n\x0e\x43ontextMessage\x12\x1e\n\x04role\x18\x01 \x01(\x0e\x32\x10.memlane.v1.Role\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12)\n\x06native\x18\x04 \x01(\x0b\x32\x19.memlane.v1.NativeMessage\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\x0b\n\x03seq\x18\x06 \x01(\x03\"\xa7\x02\n\x0c\x43ontextBlock\x12*\n\nprovenance\x18\x01 \x01(\x0e\x32\x16.memlane.v1.Provenance\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12,\n\x08messages\x18\x03 \x03(\x0b\x32\x1a.memlane.v1.ContextMessage\x12\x13\n\x0bmessage_ids\x18\x04 \x03(\t\x12\'\n\x08memories\x18\x05 \x03(\x0b\x32\x15.memlane.v1.MemoryRef\x12\x15\n\rrendered_text\x18\x06 \x01(\t\x12\x12\n\ncap_tokens\x18\x07 \x01(\x05\x12\x11\n\ttruncated\x18\x08 \x01(\x08\x12,\n\nprocedures\x18\t \x03(\x0b\x32\x18.memlane.v1.ProcedureRef\"V\n\x0cProcedureRef\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x14\n\x0cprocedure_id\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x05\"x\n\nTruncation\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x16\n\x0etokens_removed\x18\x03 \x01(\x05\x12\x15\n\ritems_removed\x18\x04 \x01(\x05\"e\n\rSectionBudget\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x12\n\ncap_tokens\x18\x02 \x01(\x05\x12\x13\n\x0bused_tokens\x18\x03 \x01(\x05\"i\n\x0cSummaryRange\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x02 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x03 \x01(\t\x12\x15\n\rbudget_tokens\x18\x04 \x01(\x05\"\xc2\x04\n\rAssembleStats\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x03 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x04 \x01(\x05\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\x05\x12\x17\n\x0fheadroom_tokens\x18\x07 \x01(\x05\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x1b\n\x13summary_through_seq\x18\t \x01(\x03\x12\x16\n\x0esummary_behind\x18\n \x01(\x08\x12-\n\x08\x66\x61llback\x18\x0b \x01(\x0e\x32\x1b.memlane.v1.HistoryFallback\x12\x1d\n\x15\x64ropped_message_count\x18\x0c \x01(\x05\x12\x19\n\x11gap_message_count\x18\r \x01(\x05\x12\x1f\n\x17summarization_scheduled\x18\x0e \x01(\x08\x12\x31\n\x0fsummary_request\x18\x0f \x01(\x0b\x32\x18.memlane.v1.SummaryRange\x12*\n\x07\x62udgets\x18\x10 \x03(\x0b\x32\x19.memlane.v1.SectionBudget\x12+\n\x0btruncations\x18\x11 \x03(\x0b\x32\x16.memlane.v1.Truncation\x12\x12\n\nelapsed_us\x18\x12 \x01(\x03\"m\n\x17\x41ssembleContextResponse\x12(\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x02 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\"|\n\x14SubmitSummaryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x04 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x05 \x01(\t\"=\n\x15SubmitSummaryResponse\x12$\n\x07summary\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Summary\"\xd6\x01\n\tTurnTrace\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63reated_at_unix_ms\x18\x03 \x01(\x03\x12\x33\n\x07request\x18\x04 \x01(\x0b\x32\".memlane.v1.AssembleContextRequest\x12(\n\x06\x62locks\x18\x05 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x06 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\";\n\x13GetTurnTraceRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\"<\n\x14GetTurnTraceResponse\x12$\n\x05trace\x18\x01 \x01(\x0b\x32\x15.memlane.v1.TurnTrace\"R\n\x15ListTurnTracesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x16ListTurnTracesResponse\x12%\n\x06traces\x18\x01 \x03(\x0b\x32\x15.memlane.v1.TurnTrace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbd\x01\n\x0f\x43ontextStrategy\x12 \n\x1c\x43ONTEXT_STRATEGY_UNSPECIFIED\x10\x00\x12 \n\x1c\x43ONTEXT_STRATEGY_FULL_BUFFER\x10\x01\x12#\n\x1f\x43ONTEXT_STRATEGY_SLIDING_WINDOW\x10\x02\x12$\n CONTEXT_STRATEGY_ROLLING_SUMMARY\x10\x03\x12\x1b\n\x17\x43ONTEXT_STRATEGY_HYBRID\x10\x04*\xbd\x01\n\nProvenance\x12\x1a\n\x16PROVENANCE_UNSPECIFIED\x10\x00\x12\x15\n\x11PROVENANCE_SYSTEM\x10\x01\x12\x16\n\x12PROVENANCE_PROFILE\x10\x02\x12\x15\n\x11PROVENANCE_MEMORY\x10\x03\x12\x16\n\x12PROVENANCE_SUMMARY\x10\x04\x12\x1b\n\x17PROVENANCE_CONVERSATION\x10\x05\x12\x18\n\x14PROVENANCE_PROCEDURE\x10\x06*\xa3\x01\n\x0e\x43ontextSection\x12\x1f\n\x1b\x43ONTEXT_SECTION_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43ONTEXT_SECTION_SYSTEM\x10\x01\x12\x1b\n\x17\x43ONTEXT_SECTION_PROFILE\x10\x02\x12\x1a\n\x16\x43ONTEXT_SECTION_MEMORY\x10\x03\x12\x1b\n\x17\x43ONTEXT_SECTION_HISTORY\x10\x04*\x95\x01\n\x0fHistoryFallback\x12 \n\x1cHISTORY_FALLBACK_UNSPECIFIED\x10\x00\x12\x19\n\x15HISTORY_FALLBACK_NONE\x10\x01\x12 \n\x1cHISTORY_FALLBACK_GAP_SUMMARY\x10\x02\x12#\n\x1fHISTORY_FALLBACK_DROPPED_OLDEST\x10\x03\x32\xf0\x02\n\x0e\x43ontextService\x12\\\n\x0f\x41ssembleContext\x12\".memlane.v1.AssembleContextRequest\x1a#.memlane.v1.AssembleContextResponse0\x01\x12T\n\rSubmitSummary\x12 .memlane.v1.SubmitSummaryRequest\x1a!.memlane.v1.SubmitSummaryResponse\x12Q\n\x0cGetTurnTrace\x12\x1f.memlane.v1.GetTurnTraceRequest\x1a .memlane.v1.GetTurnTraceResponse\x12W\n\x0eListTurnTraces\x12!.memlane.v1.ListTurnTracesRequest\x1a\".memlane.v1.ListTurnTracesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18memlane/v1/context.proto\x12\nmemlane.v1\x1a\x17memlane/v1/memory.proto\x1a\x18memlane/v1/session.proto\"k\n\x0bSectionCaps\x12\x15\n\rsystem_tokens\x18\x01 \x01(\x05\x12\x16\n\x0eprofile_tokens\x18\x02 \x01(\x05\x12\x15\n\rmemory_tokens\x18\x03 \x01(\x05\x12\x16\n\x0ehistory_tokens\x18\x04 \x01(\x05\"\x8d\x03\n\x16\x41ssembleContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nuser_input\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x04 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x05 \x01(\x05\x12\x1a\n\rsystem_prompt\x18\x06 \x01(\tH\x00\x88\x01\x01\x12%\n\x04\x63\x61ps\x18\x07 \x01(\x0b\x32\x17.memlane.v1.SectionCaps\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x14\n\x0cwindow_turns\x18\t \x01(\x05\x12\x14\n\x0cmemory_limit\x18\n \x01(\x05\x12\x13\n\x0brender_text\x18\x0b \x01(\x08\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12$\n\x04omit\x18\r \x03(\x0e\x32\x16.memlane.v1.ProvenanceB\x10\n\x0e_system_prompt\"T\n\tMemoryRef\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12%\n\x05parts\x18\x03 \x01(\x0b\x32\x16.memlane.v1.ScoreParts\"\x9b\x01\n\x0e\x43ontextMessage\x12\x1e\n\x04role\x18\x01 \x01(\x0e\x32\x10.memlane.v1.Role\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12)\n\x06native\x18\x04 \x01(\x0b\x32\x19.memlane.v1.NativeMessage\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\x0b\n\x03seq\x18\x06 \x01(\x03\"\xa7\x02\n\x0c\x43ontextBlock\x12*\n\nprovenance\x18\x01 \x01(\x0e\x32\x16.memlane.v1.Provenance\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12,\n\x08messages\x18\x03 \x03(\x0b\x32\x1a.memlane.v1.ContextMessage\x12\x13\n\x0bmessage_ids\x18\x04 \x03(\t\x12\'\n\x08memories\x18\x05 \x03(\x0b\x32\x15.memlane.v1.MemoryRef\x12\x15\n\rrendered_text\x18\x06 \x01(\t\x12\x12\n\ncap_tokens\x18\x07 \x01(\x05\x12\x11\n\ttruncated\x18\x08 \x01(\x08\x12,\n\nprocedures\x18\t \x03(\x0b\x32\x18.memlane.v1.ProcedureRef\"V\n\x0cProcedureRef\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x14\n\x0cprocedure_id\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x05\"x\n\nTruncation\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x16\n\x0etokens_removed\x18\x03 \x01(\x05\x12\x15\n\ritems_removed\x18\x04 \x01(\x05\"e\n\rSectionBudget\x12+\n\x07section\x18\x01 \x01(\x0e\x32\x1a.memlane.v1.ContextSection\x12\x12\n\ncap_tokens\x18\x02 \x01(\x05\x12\x13\n\x0bused_tokens\x18\x03 \x01(\x05\"i\n\x0cSummaryRange\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x02 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x03 \x01(\t\x12\x15\n\rbudget_tokens\x18\x04 \x01(\x05\"\xc2\x04\n\rAssembleStats\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x03 \x01(\x05\x12\x1e\n\x16reserved_output_tokens\x18\x04 \x01(\x05\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\x05\x12\x17\n\x0fheadroom_tokens\x18\x07 \x01(\x05\x12-\n\x08strategy\x18\x08 \x01(\x0e\x32\x1b.memlane.v1.ContextStrategy\x12\x1b\n\x13summary_through_seq\x18\t \x01(\x03\x12\x16\n\x0esummary_behind\x18\n \x01(\x08\x12-\n\x08\x66\x61llback\x18\x0b \x01(\x0e\x32\x1b.memlane.v1.HistoryFallback\x12\x1d\n\x15\x64ropped_message_count\x18\x0c \x01(\x05\x12\x19\n\x11gap_message_count\x18\r \x01(\x05\x12\x1f\n\x17summarization_scheduled\x18\x0e \x01(\x08\x12\x31\n\x0fsummary_request\x18\x0f \x01(\x0b\x32\x18.memlane.v1.SummaryRange\x12*\n\x07\x62udgets\x18\x10 \x03(\x0b\x32\x19.memlane.v1.SectionBudget\x12+\n\x0btruncations\x18\x11 \x03(\x0b\x32\x16.memlane.v1.Truncation\x12\x12\n\nelapsed_us\x18\x12 \x01(\x03\"m\n\x17\x41ssembleContextResponse\x12(\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x02 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\"|\n\x14SubmitSummaryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x03\x12\x13\n\x0bthrough_seq\x18\x04 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x05 \x01(\t\"=\n\x15SubmitSummaryResponse\x12$\n\x07summary\x18\x01 \x01(\x0b\x32\x13.memlane.v1.Summary\"\xd6\x01\n\tTurnTrace\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63reated_at_unix_ms\x18\x03 \x01(\x03\x12\x33\n\x07request\x18\x04 \x01(\x0b\x32\".memlane.v1.AssembleContextRequest\x12(\n\x06\x62locks\x18\x05 \x03(\x0b\x32\x18.memlane.v1.ContextBlock\x12(\n\x05stats\x18\x06 \x01(\x0b\x32\x19.memlane.v1.AssembleStats\";\n\x13GetTurnTraceRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\"<\n\x14GetTurnTraceResponse\x12$\n\x05trace\x18\x01 \x01(\x0b\x32\x15.memlane.v1.TurnTrace\"R\n\x15ListTurnTracesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"X\n\x16ListTurnTracesResponse\x12%\n\x06traces\x18\x01 \x03(\x0b\x32\x15.memlane.v1.TurnTrace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbd\x01\n\x0f\x43ontextStrategy\x12 \n\x1c\x43ONTEXT_STRATEGY_UNSPECIFIED\x10\x00\x12 \n\x1c\x43ONTEXT_STRATEGY_FULL_BUFFER\x10\x01\x12#\n\x1f\x43ONTEXT_STRATEGY_SLIDING_WINDOW\x10\x02\x12$\n CONTEXT_STRATEGY_ROLLING_SUMMARY\x10\x03\x12\x1b\n\x17\x43ONTEXT_STRATEGY_HYBRID\x10\x04*\xbd\x01\n\nProvenance\x12\x1a\n\x16PROVENANCE_UNSPECIFIED\x10\x00\x12\x15\n\x11PROVENANCE_SYSTEM\x10\x01\x12\x16\n\x12PROVENANCE_PROFILE\x10\x02\x12\x15\n\x11PROVENANCE_MEMORY\x10\x03\x12\x16\n\x12PROVENANCE_SUMMARY\x10\x04\x12\x1b\n\x17PROVENANCE_CONVERSATION\x10\x05\x12\x18\n\x14PROVENANCE_PROCEDURE\x10\x06*\xa3\x01\n\x0e\x43ontextSection\x12\x1f\n\x1b\x43ONTEXT_SECTION_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43ONTEXT_SECTION_SYSTEM\x10\x01\x12\x1b\n\x17\x43ONTEXT_SECTION_PROFILE\x10\x02\x12\x1a\n\x16\x43ONTEXT_SECTION_MEMORY\x10\x03\x12\x1b\n\x17\x43ONTEXT_SECTION_HISTORY\x10\x04*\x95\x01\n\x0fHistoryFallback\x12 \n\x1cHISTORY_FALLBACK_UNSPECIFIED\x10\x00\x12\x19\n\x15HISTORY_FALLBACK_NONE\x10\x01\x12 \n\x1cHISTORY_FALLBACK_GAP_SUMMARY\x10\x02\x12#\n\x1fHISTORY_FALLBACK_DROPPED_OLDEST\x10\x03\x32\xf0\x02\n\x0e\x43ontextService\x12\\\n\x0f\x41ssembleContext\x12\".memlane.v1.AssembleContextRequest\x1a#.memlane.v1.AssembleContextResponse0\x01\x12T\n\rSubmitSummary\x12 .memlane.v1.SubmitSummaryRequest\x1a!.memlane.v1.SubmitSummaryResponse\x12Q\n\x0cGetTurnTrace\x12\x1f.memlane.v1.GetTurnTraceRequest\x1a .memlane.v1.GetTurnTraceResponse\x12W\n\x0eListTurnTraces\x12!.memlane.v1.ListTurnTracesRequest\x1a\".memlane.v1.ListTurnTracesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memlane.v1.context_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONTEXTSTRATEGY']._serialized_start=2920
-  _globals['_CONTEXTSTRATEGY']._serialized_end=3109
-  _globals['_PROVENANCE']._serialized_start=3112
-  _globals['_PROVENANCE']._serialized_end=3301
-  _globals['_CONTEXTSECTION']._serialized_start=3304
-  _globals['_CONTEXTSECTION']._serialized_end=3467
-  _globals['_HISTORYFALLBACK']._serialized_start=3470
-  _globals['_HISTORYFALLBACK']._serialized_end=3619
+  _globals['_CONTEXTSTRATEGY']._serialized_start=2958
+  _globals['_CONTEXTSTRATEGY']._serialized_end=3147
+  _globals['_PROVENANCE']._serialized_start=3150
+  _globals['_PROVENANCE']._serialized_end=3339
+  _globals['_CONTEXTSECTION']._serialized_start=3342
+  _globals['_CONTEXTSECTION']._serialized_end=3505
+  _globals['_HISTORYFALLBACK']._serialized_start=3508
+  _globals['_HISTORYFALLBACK']._serialized_end=3657
   _globals['_SECTIONCAPS']._serialized_start=91
   _globals['_SECTIONCAPS']._serialized_end=198
   _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=201
-  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=560
-  _globals['_MEMORYREF']._serialized_start=562
-  _globals['_MEMORYREF']._serialized_end=646
-  _globals['_CONTEXTMESSAGE']._serialized_start=649
-  _globals['_CONTEXTMESSAGE']._serialized_end=804
-  _globals['_CONTEXTBLOCK']._serialized_start=807
-  _globals['_CONTEXTBLOCK']._serialized_end=1102
-  _globals['_PROCEDUREREF']._serialized_start=1104
-  _globals['_PROCEDUREREF']._serialized_end=1190
-  _globals['_TRUNCATION']._serialized_start=1192
-  _globals['_TRUNCATION']._serialized_end=1312
-  _globals['_SECTIONBUDGET']._serialized_start=1314
-  _globals['_SECTIONBUDGET']._serialized_end=1415
-  _globals['_SUMMARYRANGE']._serialized_start=1417
-  _globals['_SUMMARYRANGE']._serialized_end=1522
-  _globals['_ASSEMBLESTATS']._serialized_start=1525
-  _globals['_ASSEMBLESTATS']._serialized_end=2103
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=2105
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=2214
-  _globals['_SUBMITSUMMARYREQUEST']._serialized_start=2216
-  _globals['_SUBMITSUMMARYREQUEST']._serialized_end=2340
-  _globals['_SUBMITSUMMARYRESPONSE']._serialized_start=2342
-  _globals['_SUBMITSUMMARYRESPONSE']._serialized_end=2403
-  _globals['_TURNTRACE']._serialized_start=2406
-  _globals['_TURNTRACE']._serialized_end=2620
-  _globals['_GETTURNTRACEREQUEST']._serialized_start=2622
-  _globals['_GETTURNTRACEREQUEST']._serialized_end=2681
-  _globals['_GETTURNTRACERESPONSE']._serialized_start=2683
-  _globals['_GETTURNTRACERESPONSE']._serialized_end=2743
-  _globals['_LISTTURNTRACESREQUEST']._serialized_start=2745
-  _globals['_LISTTURNTRACESREQUEST']._serialized_end=2827
-  _globals['_LISTTURNTRACESRESPONSE']._serialized_start=2829
-  _globals['_LISTTURNTRACESRESPONSE']._serialized_end=2917
-  _globals['_CONTEXTSERVICE']._serialized_start=3622
-  _globals['_CONTEXTSERVICE']._serialized_end=3990
+  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=598
+  _globals['_MEMORYREF']._serialized_start=600
+  _globals['_MEMORYREF']._serialized_end=684
+  _globals['_CONTEXTMESSAGE']._serialized_start=687
+  _globals['_CONTEXTMESSAGE']._serialized_end=842
+  _globals['_CONTEXTBLOCK']._serialized_start=845
+  _globals['_CONTEXTBLOCK']._serialized_end=1140
+  _globals['_PROCEDUREREF']._serialized_start=1142
+  _globals['_PROCEDUREREF']._serialized_end=1228
+  _globals['_TRUNCATION']._serialized_start=1230
+  _globals['_TRUNCATION']._serialized_end=1350
+  _globals['_SECTIONBUDGET']._serialized_start=1352
+  _globals['_SECTIONBUDGET']._serialized_end=1453
+  _globals['_SUMMARYRANGE']._serialized_start=1455
+  _globals['_SUMMARYRANGE']._serialized_end=1560
+  _globals['_ASSEMBLESTATS']._serialized_start=1563
+  _globals['_ASSEMBLESTATS']._serialized_end=2141
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=2143
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=2252
+  _globals['_SUBMITSUMMARYREQUEST']._serialized_start=2254
+  _globals['_SUBMITSUMMARYREQUEST']._serialized_end=2378
+  _globals['_SUBMITSUMMARYRESPONSE']._serialized_start=2380
+  _globals['_SUBMITSUMMARYRESPONSE']._serialized_end=2441
+  _globals['_TURNTRACE']._serialized_start=2444
+  _globals['_TURNTRACE']._serialized_end=2658
+  _globals['_GETTURNTRACEREQUEST']._serialized_start=2660
+  _globals['_GETTURNTRACEREQUEST']._serialized_end=2719
+  _globals['_GETTURNTRACERESPONSE']._serialized_start=2721
+  _globals['_GETTURNTRACERESPONSE']._serialized_end=2781
+  _globals['_LISTTURNTRACESREQUEST']._serialized_start=2783
+  _globals['_LISTTURNTRACESREQUEST']._serialized_end=2865
+  _globals['_LISTTURNTRACESRESPONSE']._serialized_start=2867
+  _globals['_LISTTURNTRACESRESPONSE']._serialized_end=2955
+  _globals['_CONTEXTSERVICE']._serialized_start=3660
+  _globals['_CONTEXTSERVICE']._serialized_end=4028
 # @@protoc_insertion_point(module_scope)

@@ -175,6 +175,7 @@ class AssembleContextRequest(_message.Message):
     MEMORY_LIMIT_FIELD_NUMBER: _builtins.int
     RENDER_TEXT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    OMIT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     user_input: _builtins.str
     """The new user input: the retrieval query, and charged to the budget unless it is already the
@@ -202,6 +203,13 @@ class AssembleContextRequest(_message.Message):
     """Client id of this model call, recorded in the trace."""
     @_builtins.property
     def caps(self) -> Global___SectionCaps: ...
+    @_builtins.property
+    def omit(self) -> _containers.RepeatedScalarFieldContainer[Global___Provenance.ValueType]:
+        """Sections to leave out of this assembly, for an A/B baseline of what memory buys: PROVENANCE_PROFILE
+        and PROVENANCE_MEMORY (no long-term memory), PROVENANCE_SUMMARY (no summary; the recent turns stay).
+        Their blocks come back empty; other values are refused.
+        """
+
     def __init__(
         self,
         *,
@@ -217,10 +225,11 @@ class AssembleContextRequest(_message.Message):
         memory_limit: _builtins.int = ...,
         render_text: _builtins.bool = ...,
         request_id: _builtins.str = ...,
+        omit: _abc.Iterable[Global___Provenance.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_system_prompt", b"_system_prompt", "caps", b"caps", "system_prompt", b"system_prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_system_prompt", b"_system_prompt", "caps", b"caps", "context_window_tokens", b"context_window_tokens", "memory_limit", b"memory_limit", "model", b"model", "render_text", b"render_text", "request_id", b"request_id", "reserved_output_tokens", b"reserved_output_tokens", "session_id", b"session_id", "strategy", b"strategy", "system_prompt", b"system_prompt", "user_input", b"user_input", "window_turns", b"window_turns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_system_prompt", b"_system_prompt", "caps", b"caps", "context_window_tokens", b"context_window_tokens", "memory_limit", b"memory_limit", "model", b"model", "omit", b"omit", "render_text", b"render_text", "request_id", b"request_id", "reserved_output_tokens", b"reserved_output_tokens", "session_id", b"session_id", "strategy", b"strategy", "system_prompt", b"system_prompt", "user_input", b"user_input", "window_turns", b"window_turns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__system_prompt: _TypeAlias = _typing.Literal["system_prompt"]  # noqa: Y015
     _WhichOneofArgType__system_prompt: _TypeAlias = _typing.Literal["_system_prompt", b"_system_prompt"]  # noqa: Y015

@@ -167,6 +167,7 @@ class SyncRpcs:
         memory_limit: int = ...,
         render_text: bool = ...,
         request_id: str = ...,
+        omit: Iterable[memlane.v1.context_pb2.Provenance.ValueType] = ...,
     ) -> Iterator[memlane.v1.context_pb2.AssembleContextResponse]: ...
 
     def submit_summary(
@@ -756,6 +757,7 @@ class AsyncRpcs:
         memory_limit: int = ...,
         render_text: bool = ...,
         request_id: str = ...,
+        omit: Iterable[memlane.v1.context_pb2.Provenance.ValueType] = ...,
     ) -> AsyncIterator[memlane.v1.context_pb2.AssembleContextResponse]: ...
 
     def submit_summary(

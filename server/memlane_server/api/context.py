@@ -28,6 +28,8 @@ from .convert import summary_to_pb
 from .memory import score_parts_to_pb
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
+# What a request may leave out (an A/B baseline): long-term memory, the summary.
+OMITTABLE = frozenset({Provenance.PROFILE, Provenance.MEMORY, Provenance.SUMMARY})
 
 
 def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
@@ -35,6 +37,11 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
         strategy = Strategy(r.strategy)
     except ValueError:
         raise InvalidArgument(f"strategy {r.strategy} is not a known value") from None
+    omit = frozenset(Provenance(p) if int(p) in OMITTABLE else Provenance.UNSPECIFIED for p in r.omit)
+    if Provenance.UNSPECIFIED in omit:
+        raise InvalidArgument(
+            "omit may name PROVENANCE_PROFILE, PROVENANCE_MEMORY and PROVENANCE_SUMMARY only"
+        )
     return AssembleRequest(
         session_id=r.session_id,
         user_input=r.user_input,
@@ -54,6 +61,7 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
         render_text=r.render_text,
         request_id=r.request_id,
         viewer=current_caller(),
+        omit=omit,
     )
 
 
@@ -75,6 +83,7 @@ def request_to_pb(r: AssembleRequest) -> cpb.AssembleContextRequest:
         memory_limit=r.memory_limit,
         render_text=r.render_text,
         request_id=r.request_id,
+        omit=[cpb.Provenance.ValueType(p) for p in sorted(r.omit)],
     )
     if r.system_prompt is not None:
         out.system_prompt = r.system_prompt

@@ -15,6 +15,7 @@ from memlane.v1 import session_service_pb2_grpc as spb_grpc
 from ..access.identity import current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..pipelines import Resumer, SessionEndPipeline
+from ..pipelines.incremental import IncrementalLearner
 from ..sessions.edits import MessageEditor
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.lifecycle import Lifecycle
@@ -72,8 +73,10 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         resumer: Resumer,
         remover: MessageRemover,
         editor: MessageEditor,
+        learner: IncrementalLearner | None = None,
     ) -> None:
         self._store = store
+        self._learner = learner
         self._remover = remover
         self._editor = editor
         self._lifecycle = lifecycle
@@ -180,6 +183,8 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     ) -> spb.AppendMessagesResponse:
         msgs = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
         out = await self._store.append(request.session_id, msgs, writer=current_caller())
+        if self._learner is not None:  # in memory only: the learning itself runs in the background
+            self._learner.notice(request.session_id, out.duplicates.count(False))
         return spb.AppendMessagesResponse(
             results=[
                 spb.AppendResult(message_id=mid, seq=seq, token_count=n, duplicate=dup)

@@ -150,6 +150,7 @@ class Composition:
         self._policy = policy
         self._max_summary_tokens = max_summary_tokens
         self._next = 0  # index into _ORDER of the next step
+        self._no_summary = Provenance.SUMMARY in s.req.omit
         self._history: tuple[HistoryPlan, int, list[Message], list[int], int] | None = None
         # The range background summarization should take next (set by the history step), if any.
         self.summary_due: SummaryRange | None = None
@@ -239,7 +240,9 @@ class Composition:
         ]
         grant = self.ledger.grant(Section.HISTORY)
         summary = s.session.summary
-        if s.strategy in SUMMARIZED:
+        if self._no_summary:  # an A/B baseline (AssembleContextRequest.omit): the recent turns alone
+            summary = Summary(through_message_id=summary.through_message_id, through_seq=summary.through_seq)
+        elif s.strategy in SUMMARIZED:
             summary, cut = viewer_summary(
                 summary, req.viewer, s.costing.counter, s.model, self.summary_budget(grant)
             )
@@ -261,7 +264,7 @@ class Composition:
             unscanned=read.unscanned,
         )
         self._history = (hplan, grant, cands, costs, read.unscanned)
-        if not hplan.gap:
+        if not hplan.gap or self._no_summary:
             return None
         through = hplan.gap[-1].seq
         previous = s.session.summary
@@ -278,7 +281,7 @@ class Composition:
         assert self._history is not None, "history_blocks before history"
         hplan, grant, cands, costs, unscanned = self._history
         s = self.s
-        if hplan.gap:
+        if hplan.gap and not self._no_summary:
             if folded is None:
                 raise AssertionError("the history needs its gap folded")
             budget = max(0, hplan.gap_summary_budget - SUMMARY_HEADING_TOKENS)

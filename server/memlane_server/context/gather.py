@@ -18,7 +18,7 @@ from memlane_server.sessions.store import SessionStore
 from .budget import BudgetPolicy
 from .core import GatheredHistory, Settled
 from .history import HistoryReader
-from .model import AssembleRequest, Section
+from .model import AssembleRequest, Provenance, Section
 from .procedures import ProcedureSource, ProcedureText
 from .sources import MemoryHit, MemorySource
 
@@ -79,10 +79,15 @@ class Gatherer:
             viewer = replace(viewer, agent_id=session.agent_id)
         limit = req.memory_limit or self._policy.memory_limit
         return Reads(
-            asyncio.create_task(self._memory.profile(session.user_id, viewer, s.plan.caps[Section.PROFILE])),
+            # An omitted section (an A/B baseline of what memory buys) is not even read.
+            asyncio.create_task(
+                self._memory.profile(session.user_id, viewer, s.plan.caps[Section.PROFILE])
+                if Provenance.PROFILE not in req.omit
+                else _nothing()
+            ),
             asyncio.create_task(
                 self._memory.recall(session.user_id, viewer, req.user_input, limit, session.channel)
-                if req.user_input
+                if req.user_input and Provenance.MEMORY not in req.omit
                 else _nothing()
             ),
             asyncio.create_task(self._history.read(session, s.strategy, s.window_turns, req.viewer, s.model)),

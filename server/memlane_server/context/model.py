@@ -81,6 +81,8 @@ class AssembleRequest:
     request_id: str = ""
     # Who the context is for: history and memories it may not see are left out.
     viewer: Caller = UNRESTRICTED
+    # Sections left out (PROFILE, MEMORY, SUMMARY): an A/B baseline of what memory buys.
+    omit: frozenset[Provenance] = frozenset()
 
 
 @dataclass(slots=True)

@@ -119,6 +119,7 @@ def decode_trace(raw: bytes) -> TurnTrace:
                 "caps": SectionCaps(**req["caps"]),
                 "strategy": Strategy(req["strategy"]),
                 "viewer": _viewer(req["viewer"]),
+                "omit": frozenset(Provenance(p) for p in req.get("omit", ())),  # absent in older traces
             }
         ),
         blocks=[_block(b) for b in d["blocks"]],

@@ -41,6 +41,7 @@ from ..sessions.scratch import drop_keys
 from ..tokens import TokenCounter
 from .bm25 import BM25
 from .dataset import CATEGORIES, SCORED, Conversation, load
+from .memory_off import MemoryOffComparison
 from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile
 
 AGENT = "eval-agent"
@@ -87,6 +88,7 @@ class Report:
     questions: int
     ingest_s: float
     systems: list[SystemResult]
+    memory_off: MemoryOffComparison | None = None  # --compare memory-off
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +98,7 @@ class Report:
             "questions": self.questions,
             "ingest_seconds": self.ingest_s,
             "systems": {s.name: s.to_json() for s in self.systems},
+            **({"context_ab": self.memory_off.to_json()} if self.memory_off else {}),
         }
 
     def print(self, out: TextIO = sys.stdout) -> None:
@@ -176,7 +179,7 @@ def _ask(
         result.add(q.category, retrieved, q.evidence)
 
 
-def _settings(workdir: Path, redis_url: str, key_prefix: str) -> Settings:
+def eval_settings(workdir: Path, redis_url: str, key_prefix: str) -> Settings:
     return build_settings(
         flags={
             "listen": "127.0.0.1:0",
@@ -185,6 +188,10 @@ def _settings(workdir: Path, redis_url: str, key_prefix: str) -> Settings:
             "key_prefix": key_prefix,
             "data_dir": str(workdir),
             "log_level": "WARNING",
+            # Each session is promoted whole at its end (as documented above), not learnt from meanwhile:
+            # the figures do not depend on how the replay's appends interleave with the learner.
+            "learn_every_turns": 0,
+            "learn_idle_seconds": 0,
         },
         env={},
     )
@@ -225,15 +232,18 @@ def run(
     redis_url: str = "",
     out: TextIO = sys.stdout,
     key_prefix: str = "",
+    compare: str = "",
 ) -> Report:
     """``key_prefix``: of every Redis key the run creates (default: a fresh ``eval<hex>``); on a given
-    ``redis_url`` those keys are deleted at the end, whatever happens."""
+    ``redis_url`` those keys are deleted at the end, whatever happens. ``compare="memory-off"``: also the
+    context A/B of ``memory_off.py``, printed after the table."""
+    comparison = MemoryOffComparison() if compare == "memory-off" else None
     conversations = load(data)
     tokens = TokenCounter()
     memlane_result = SystemResult("memlane")
     key_prefix = key_prefix or f"eval{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="memlane-eval-") as workdir:
-        settings = _settings(Path(workdir), redis_url, key_prefix)
+        settings = eval_settings(Path(workdir), redis_url, key_prefix)
         ingest_s = 0.0
         try:
             with SidecarThread(settings) as sidecar, memlane.Client(sidecar.target, timeout=60) as client:
@@ -247,6 +257,8 @@ def run(
                     _replay(client, user_id, conv)
                     ingest_s += time.perf_counter() - t
                     _ask(client, user_id, conv, tokens, memlane_result)
+                    if comparison is not None:
+                        comparison.ask(client, user_id, AGENT, conv)
         finally:
             if redis_url:
                 drop_keys(redis_url, key_prefix)
@@ -258,8 +270,11 @@ def run(
         questions=sum(len(c.questions) for c in conversations),
         ingest_s=ingest_s,
         systems=[memlane_result, bm25_result, vector_result],
+        memory_off=comparison,
     )
     report.print(out)
+    if comparison is not None:
+        comparison.print(out)
     if json_out:
         Path(json_out).write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
     return report

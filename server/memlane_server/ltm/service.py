@@ -18,6 +18,7 @@ from lancedb.expr import Expr
 
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm import filters, vectors
+from memlane_server.ltm.focus import focus
 from memlane_server.ltm.history import Change, ChangeReason
 from memlane_server.ltm.hot import HotEntry, mask_for
 from memlane_server.ltm.ingest import MemoryWriter, clamp, clean_keywords, embedding_text
@@ -75,14 +76,15 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             self._vector_hits(text, where, n, hot, mask, given=given) if want_vectors else _no_hits()
         )
         keyword_hits, vector_hits = await asyncio.gather(keyword_task, vector_task)
-        return fuse_and_rank(
+        ranked = fuse_and_rank(
             keyword_hits,
             vector_hits,
             policy=self._policy,
             now_ms=now,
-            limit=query.limit,
+            limit=max(n, query.limit),
             min_score=query.min_score,
         )
+        return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
 
     async def _vector_hits(
         self,

@@ -224,7 +224,7 @@ class SessionEndPipeline:
             await self._summarize(session_id, last)
         if state.promoted_through < last:
             if promote and self._promoter is not None:
-                await self._promote(session_id, state.promoted_through, last)
+                await self.promote_range(session_id, state.promoted_through, last)
             else:
                 await self._end.record_promoted(session_id, (), last)
         ids = await self.promoted_ids(session_id)
@@ -289,7 +289,13 @@ class SessionEndPipeline:
             chunks.append(current)
         return chunks
 
-    async def _promote(self, session_id: str, after: int, last: int) -> None:
+    async def promoted_through(self, session_id: str) -> int:
+        """The last seq promoted to long-term memory (by session end, or by learning while open)."""
+        return (await self._end.progress(session_id)).promoted_through
+
+    async def promote_range(self, session_id: str, after: int, last: int) -> None:
+        """Promotes the turns with ``after < seq <= last`` and records them as promoted; run under the
+        session's lease (``locked``). Also the learner's step for open sessions (pipelines/incremental.py)."""
         assert self._promoter is not None
         s = await self._store.get(session_id)
         msgs = await self._messages(session_id, after, last)

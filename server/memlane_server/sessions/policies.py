@@ -8,6 +8,7 @@ A policy starts from a built-in kind and overrides fields; a file (YAML or TOML)
       web:   {kind: web_chat, expire_after: 20m, context_strategy: sliding_window, context_window_turns: 8}
       slack: {kind: messaging}
       jira:  {kind: internal_tool, work_item_key: ticket_id}
+      voice: {learn: false}  # promote at session end only, not while the session is open
 
 Durations are seconds (numbers) or strings with a unit (``90s``, ``15m``, ``1h``, ``7d``); 0 means "never"
 (no time expiry, keep the archive forever). The resolved policy is recorded on the session document when
@@ -75,6 +76,7 @@ class ChannelPolicy:
     hot_retention: float = 86400.0  # after archiving, messages stay in Redis this long
     archive_retention: float = 365 * 86400.0  # archives older than this are deleted; 0 keeps them
     promote: bool = True  # extract long-term memories at session end
+    learn: bool = True  # ... and while the session is open (pipelines/incremental.py); needs promote
     work_item_key: str = ""  # metadata key a session must carry (e.g. "ticket_id"); "" = not bound
     resume_turns: int = 20  # turns reloaded into Redis when a retired session is resumed
 
@@ -165,9 +167,9 @@ def _build(base: ChannelPolicy, channel: str, raw: Mapping[str, Any], where: str
                     f"known: {', '.join(CONTEXT_STRATEGIES)} (or empty for the server's context_strategy)"
                 )
             values[key] = value
-        elif key == "promote":
+        elif key in ("promote", "learn"):
             if not isinstance(value, bool):
-                raise PolicyError(f"{where}.promote: expected true or false, got {value!r}")
+                raise PolicyError(f"{where}.{key}: expected true or false, got {value!r}")
             values[key] = value
         else:
             values[key] = str(value)
