@@ -140,7 +140,9 @@ class ClusterRedis:
     def disrupt(self, rng: random.Random) -> str:
         ports = [self.base + i for i in range(1, 7)]
         nodes = self._nodes(rng.choice(ports))
-        masters = [n for n, i in nodes.items() if "master" in i["flags"] and "fail" not in i["flags"] and i["slots"]]
+        masters = [
+            n for n, i in nodes.items() if "master" in i["flags"] and "fail" not in i["flags"] and i["slots"]
+        ]
         victim = rng.choice(masters)
         vport = int(victim.rsplit(":", 1)[1])
         replicas = [n for n, i in nodes.items() if i["master"] == nodes[victim]["id"]]
@@ -167,7 +169,9 @@ class ClusterRedis:
         pass
 
     def stop(self) -> None:
-        subprocess.run([str(ROOT / "scripts" / "redis-cluster"), "stop", str(self.dir)], check=False, timeout=120)
+        subprocess.run(
+            [str(ROOT / "scripts" / "redis-cluster"), "stop", str(self.dir)], check=False, timeout=120
+        )
 
 
 class ObjectStore:
@@ -197,7 +201,16 @@ class ObjectStore:
             raise SystemExit("--objstore needs scripts/s3-server (the objstore branch)")
         ready = self.run / "s3.ready"
         ready.unlink(missing_ok=True)
-        args = [sys.executable, str(script), "--port", str(self.port), "--bucket", self.bucket, "--ready-file", str(ready)]
+        args = [
+            sys.executable,
+            str(script),
+            "--port",
+            str(self.port),
+            "--bucket",
+            self.bucket,
+            "--ready-file",
+            str(ready),
+        ]
         with (self.run / "s3.log").open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         wait_until(ready.exists, 60, "the S3 server")
@@ -256,7 +269,9 @@ class Sidecar:
                     return
                 except memlane.MemlaneError:
                     if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise RuntimeError(f"sidecar {self.name} did not start (see {self.run}/{self.name}.log)") from None
+                        raise RuntimeError(
+                            f"sidecar {self.name} did not start (see {self.run}/{self.name}.log)"
+                        ) from None
                     time.sleep(0.1)
 
     def alive(self) -> bool:

@@ -19,7 +19,7 @@ import memlane
 from memlane import Message, PromotionState, Role
 
 # Facts the offline rules extractor picks up ("User is allergic to ..."), so LTM gets written.
-_FOODS = "kiwi peanuts shellfish sesame mustard celery lupin soy walnuts pecans mango lychee".split()
+_FOODS = ("kiwi", "peanuts", "shellfish", "sesame", "mustard", "celery", "lupin", "soy", "walnuts", "mango")
 
 
 class Tally:
@@ -72,7 +72,7 @@ class Caller:
 
 def _message(sid: str, i: int, rng: random.Random) -> Message:
     if i % 2:
-        return Message(message_id=f"m{i:03d}", role=Role.ROLE_ASSISTANT, content=f"Noted, turn {i}.")
+        return Message(message_id=f"m{i:03d}", role=Role.ROLE_ASSISTANT, content=f"Noted, turn {i} of {sid}.")
     if i % 4 == 0:
         text = f"I am allergic to {rng.choice(_FOODS)} batch {rng.randrange(10**6)}."
     else:
@@ -134,7 +134,14 @@ class Erasure:
 
 
 def session_worker(
-    k: int, call: Caller, tally: Tally, rng: random.Random, users: list[str], erasure: Erasure, stop_at: float
+    k: int,
+    call: Caller,
+    tally: Tally,
+    rng: random.Random,
+    *,
+    users: list[str],
+    erasure: Erasure,
+    stop_at: float,
 ) -> None:
     try:
         while time.monotonic() < stop_at:

@@ -121,10 +121,11 @@ def connect(url: str, *, max_connections: int = 64) -> aioredis.Redis:
         )
         # RedisCluster takes no connection class: swap it where nodes are made (the kwargs every later
         # node is built from, and the seed nodes already built).
-        cluster.connection_kwargs["connection_class"] = _safe(cluster.connection_kwargs["connection_class"])
-        cluster.nodes_manager.connection_kwargs["connection_class"] = cluster.connection_kwargs["connection_class"]
+        safe = _safe(cluster.connection_kwargs["connection_class"])
+        cluster.connection_kwargs["connection_class"] = safe
+        cluster.nodes_manager.connection_kwargs["connection_class"] = safe
         for node in cluster.nodes_manager.startup_nodes.values():
-            node.connection_class = _safe(node.connection_class)
+            node.connection_class = cast(type[Connection], _safe(node.connection_class))
         # Same command surface for every call memlane makes; see the module docstring.
         return cast(aioredis.Redis, cluster)
     client = aioredis.Redis.from_url(
