@@ -42,7 +42,6 @@ from .api.sessions import SessionServicer
 from .config import Settings
 from .context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
 from .context.ltm_source import LtmMemorySource
-from .context.ltm_versions import LtmVersions
 from .embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_spec
 from .extraction import (
     ExtractionMetrics,
@@ -72,15 +71,18 @@ from .pipelines.user_data import UserData
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
 from .sessions.end_queue import SessionEndQueue
+from .sessions.end_state import EndState
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
+from .sessions.ltm_versions import LtmVersions
 from .sessions.model import Topology
 from .sessions.once import OnceMarks
 from .sessions.policies import PolicyBook
 from .sessions.removal import MessageRemover
 from .sessions.store import SessionStore
+from .sessions.traces import TraceRecords
 from .summarizers import (
     ExtractiveSummarizer,
     MeteredSummarizer,
@@ -169,6 +171,8 @@ class Sidecar:
             durability=Durability(s.redis_wait_replicas, s.redis_wait_timeout_ms),
         )
         self.checkpoints = CheckpointStore(self.redis, self.keys)
+        self.traces = TraceRecords(self.redis, self.keys, s.context_max_traces_per_session)
+        self.end_state = EndState(self.redis, self.keys)
 
         if s.ltm_enabled:
             await self._build_ltm()
@@ -215,7 +219,12 @@ class Sidecar:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 UserData(
-                    self.sessions, self.context.traces, self.ltm, self.archive, caches=[self.context.forget]
+                    self.sessions,
+                    self.context.traces,
+                    self.ltm,
+                    self.archive,
+                    checkpoints=self.checkpoints,
+                    caches=[self.context.forget],
                 ),
                 self.lifecycle.queue,
             ),
@@ -255,8 +264,6 @@ class Sidecar:
         self._sampler = telemetry.start_sampler(
             self.metrics,
             s,
-            redis=self.redis,
-            keys=self.keys,
             sessions=self.sessions,
             queue=self._end_queue,
             ltm=self.ltm,
@@ -297,11 +304,12 @@ class Sidecar:
             s.archive_uri or str(Path(s.data_dir) / "archive"), self.metrics
         )
         self.pipeline = telemetry.MeteredPipeline(
-            self.redis,
             self.sessions,
-            self.keys,
             self.lifecycle,
             self.archive,
+            state=self.end_state,
+            traces=self.traces,
+            checkpoints=self.checkpoints,
             summarizer=end_summarizer,
             promoter=promoter,
             config=PipelineConfig(
@@ -311,10 +319,9 @@ class Sidecar:
             ),
             metrics=self.metrics,
         )
-        self.resumer = Resumer(self.redis, self.sessions, self.keys, self.lifecycle, self.pipeline)
+        self.resumer = Resumer(self.sessions, self.lifecycle, self.pipeline)
         self.end_worker = SessionEndWorker(
-            self.redis,
-            self.keys,
+            self.end_state,
             queue,
             self.pipeline,
             policies=self.policies,
@@ -416,7 +423,7 @@ class Sidecar:
         )
         return ContextAssembler(
             self.sessions,
-            TraceStore(self.redis, self.keys, s.context_max_traces_per_session),
+            TraceStore(self.traces),
             tokens,
             memory=self._memory,
             scheduler=scheduler,

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-import redis.asyncio as aioredis
 from lancedb.expr import Expr
 from prometheus_client import CollectorRegistry
 
@@ -28,7 +27,6 @@ from .observability.domain import CacheCollector, DomainMetrics, Probe, Sampler
 from .observability.process import new_registry
 from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
 from .sessions.end_queue import SessionEndQueue
-from .sessions.keys import KeySpace
 from .sessions.model import Message, Session, SessionStatus
 from .sessions.store import SessionStore
 from .summarizers import Summarizer, SummaryResult
@@ -55,15 +53,13 @@ def start_sampler(
     metrics: DomainMetrics,
     settings: Settings,
     *,
-    redis: aioredis.Redis,
-    keys: KeySpace,
     sessions: SessionStore,
     queue: SessionEndQueue,
     ltm: MemoryService | None,
 ) -> Sampler:
     sampler = Sampler(
         metrics,
-        probes(metrics, redis=redis, keys=keys, sessions=sessions, queue=queue, ltm=ltm),
+        probes(metrics, sessions=sessions, queue=queue, ltm=ltm),
         settings.metrics_sample_interval_seconds,
     )
     sampler.start()
@@ -73,15 +69,13 @@ def start_sampler(
 def probes(
     metrics: DomainMetrics,
     *,
-    redis: aioredis.Redis,
-    keys: KeySpace,
     sessions: SessionStore,
     queue: SessionEndQueue,
     ltm: MemoryService | None,
 ) -> dict[str, Probe]:
     async def redis_up() -> None:
         try:
-            await metrics.backend_call("redis", "ping", redis.ping())
+            await metrics.backend_call("redis", "ping", sessions.ping())
         except Exception:
             metrics.backend_up.labels("redis").set(0)
             raise
@@ -90,8 +84,7 @@ def probes(
     async def session_status() -> None:
         counts: Tally[str] = Tally()
         for start in range(0, SESSION_SAMPLE_LIMIT, _PAGE):
-            raw = await redis.zrevrange(keys.all_sessions(), start, start + _PAGE - 1)
-            ids = [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+            ids = await sessions.newest_session_ids(start, _PAGE)
             for s in await sessions.get_many(ids):
                 if s is not None:
                     counts[s.status.name.lower()] += 1
@@ -102,15 +95,7 @@ def probes(
     async def end_queue() -> None:
         metrics.end_queue_depth.set(await queue.length())
         metrics.end_queue_pending.set(await queue.pending())
-        # Acknowledged jobs are deleted from the stream, so its first entry is the oldest unfinished job;
-        # a stream id starts with its creation time in milliseconds.
-        first: Any = await redis.xrange(queue.key, count=1)
-        if first:
-            job_id = first[0][0].decode() if isinstance(first[0][0], bytes) else str(first[0][0])
-            age_ms = max(0, int(time.time() * 1000) - int(job_id.split("-", 1)[0]))
-            metrics.end_queue_oldest_age.set(age_ms / 1000)
-        else:
-            metrics.end_queue_oldest_age.set(0)
+        metrics.end_queue_oldest_age.set(await queue.oldest_age_ms(int(time.time() * 1000)) / 1000)
 
     async def parked_jobs() -> None:
         metrics.parked_jobs.set(await queue.parked_count())

@@ -125,10 +125,10 @@ def test_retired_thread_resumes_from_the_archive(
         )
         c.close_session(session_id=sid)
         # Hot retention 0: retired right after archiving; only the stub stays in Redis.
-        wait_for(lambda: "retired_at_ms" in json.loads(hget(r, keys.session(sid).doc, "extra") or b"{}"))
+        wait_for(lambda: hget(r, keys.session(sid).doc, "retired_at_ms"))
         assert not r.exists(keys.session(sid).messages) and not r.exists(keys.session(sid).order)
-        stub_summary = json.loads(hget(r, keys.session(sid).doc, "extra") or b"{}")
-        assert stub_summary["archive"][0]["transcript"].endswith(".parquet")
+        stub_archives = json.loads(hget(r, keys.session(sid).doc, "archives") or b"[]")
+        assert stub_archives[0]["transcript"].endswith(".parquet")
 
         resumed = c.get_session(session_id=sid).session  # transparently reloaded
         assert resumed.status == SessionStatus.SESSION_STATUS_ACTIVE

@@ -135,11 +135,10 @@ def test_a_retired_thread_gets_its_checkpoints_back(
     saver.put_writes(stored, [("notes", "pending")], "task-1")
     with memlane.Client(srv.target, timeout=60) as c:
         c.promote_session(session_id=thread, close=True)
-        wait_for(lambda: "retired_at_ms" in json.loads(r.hget(keys.session(thread).doc, "extra") or b"{}"))
+        wait_for(lambda: r.hget(keys.session(thread).doc, "retired_at_ms"))
         # Retired: the hot state is gone from Redis, the archive holds it.
         assert not r.exists(keys.checkpoints(thread).index) and not r.exists(keys.checkpoints(thread).blobs)
-        extra = json.loads(raw(r.hget(keys.session(thread).doc, "extra")))
-        assert extra["checkpoints_archive"].endswith(".parquet")
+        assert raw(r.hget(keys.session(thread).doc, "checkpoints_uri")).endswith(b".parquet")
         archived = [x for x in c.export_user_data(user_id=user_id) if x.kind == "archive.checkpoints"]
         assert archived, "the archive's checkpoints show in the user's export"
 
@@ -185,7 +184,7 @@ def test_checkpoints_deleted_from_a_retired_thread_stay_deleted(
     r = redis.Redis.from_url(redis_url)
 
     def retired(sid: str) -> bool:
-        return "retired_at_ms" in json.loads(r.hget(keys.session(sid).doc, "extra") or b"{}")
+        return bool(r.hget(keys.session(sid).doc, "retired_at_ms"))
 
     with memlane.Client(srv.target, timeout=60) as c:
         kept, dropped, pruned, ran, again = (f"thread-{uuid.uuid4().hex[:8]}" for _ in range(5))

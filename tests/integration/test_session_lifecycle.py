@@ -161,7 +161,7 @@ promote = false
         assert ticket.ttl_seconds == 0  # no time expiry: explicit close only
         keys = srv.sidecar.keys
         r = redis_client(redis_url)
-        recorded = json.loads(hget(r, keys.session(web.session_id).doc, "extra") or b"{}")["policy"]
+        recorded = json.loads(hget(r, keys.session(web.session_id).doc, "policy") or b"{}")
         assert recorded["kind"] == "web_chat" and recorded["context_strategy"] == "sliding_window"
         assert r.exists(keys.session(web.session_id).alive)
         assert not r.exists(keys.session(ticket.session_id).alive)

@@ -22,7 +22,7 @@ import memlane
 from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
-from ..scratch import drop_keys
+from ..sessions.scratch import drop_keys
 from .ltm_data import populate
 from .overload import overload
 from .runner import Latency, Process, aio_echo_call, echo_call, measure, start_echo, throughput

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from memlane_server.access.identity import Caller
 from memlane_server.ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 
-from .ltm_versions import LtmVersions
+from ..sessions.ltm_versions import LtmVersions
 from .sources import MemoryHit
 
 # The profile changes when a session ends (promotion) or an item is edited, not between two turns;

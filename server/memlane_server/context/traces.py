@@ -1,8 +1,5 @@
-"""Turn traces in Redis, under the session's own keys (so retention and erasure treat them like messages).
-
-``traces`` is a ZSET of trace ids scored by creation time (ms); ``trace_data`` a HASH of id -> JSON.
-Each session keeps at most ``max_per_session`` traces; the oldest are trimmed in the same pipeline.
-"""
+"""Turn traces: what one assembly decided and why, encoded as JSON and kept with the session's storage
+(sessions/traces.py owns the Redis side: keys, the trimming script, reads)."""
 
 from __future__ import annotations
 
@@ -13,15 +10,13 @@ import time
 from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
 
 from memlane_server.access.identity import Caller, CallerRole
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm.model import ScoreParts
 from memlane_server.page_bytes import fitting
-from memlane_server.sessions.codec import decode_message
-from memlane_server.sessions.keys import KeySpace
 from memlane_server.sessions.model import Role
+from memlane_server.sessions.traces import TraceRecords
 
 from .compose import block_message, render
 from .model import (
@@ -167,39 +162,20 @@ def _parse_token(token: str) -> tuple[int, str]:
         raise InvalidArgument("page_token is malformed") from exc
 
 
-# KEYS: trace_data, traces. ARGV: trace id, payload, created_at_ms, cap. One round trip: store, index,
-# and drop the oldest traces beyond the cap (payload and index entry together).
-_PUT_TRACE = """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if excess > 0 then
-  local stale = redis.call('ZRANGE', KEYS[2], 0, excess - 1)
-  redis.call('HDEL', KEYS[1], unpack(stale))
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
-end
-return 1
-"""
-
-
 class TraceStore:
-    def __init__(self, redis: aioredis.Redis, keys: KeySpace, max_per_session: int = 500) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._max = max_per_session
-        self._put = redis.register_script(_PUT_TRACE)
+    """Turn traces of assemblies: encoded here, kept by the session's storage (sessions/traces.py), and
+    read back with their conversation turns put back from the session's messages."""
+
+    def __init__(self, records: TraceRecords) -> None:
+        self.records = records
 
     async def put(self, trace: TurnTrace) -> None:
-        k = self._keys.session(trace.session_id)
-        await self._put(
-            keys=[k.trace_data, k.traces],
-            args=[trace.trace_id, encode_trace(trace), trace.created_at_ms, self._max],
-        )
+        await self.records.put(trace.session_id, trace.trace_id, encode_trace(trace), trace.created_at_ms)
 
     async def get(self, session_id: str, trace_id: str) -> TurnTrace:
         if not session_id or not trace_id:
             raise InvalidArgument("session_id and trace_id are required")
-        raw: bytes | None = await self._redis.hget(self._keys.session(session_id).trace_data, trace_id)  # type: ignore[assignment]
+        raw = await self.records.get(session_id, trace_id)
         if raw is None:
             raise NotFound(f"trace {trace_id} of session {session_id} not found")
         return (await self._rehydrate(session_id, [decode_trace(raw)]))[0]
@@ -217,16 +193,7 @@ class TraceStore:
         )
         if not ids:
             return traces
-        k = self._keys.session(session_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(k.messages, ids)
-            pipe.zmscore(k.order, ids)
-            payloads, seqs = await pipe.execute()
-        stored = {
-            mid: block_message(decode_message(session_id, mid, int(seq), raw))
-            for mid, raw, seq in zip(ids, payloads, seqs, strict=True)
-            if raw and seq is not None
-        }
+        stored = {mid: block_message(m) for mid, m in (await self.records.messages(session_id, ids)).items()}
         for t in traces:
             for b in t.blocks:
                 if b.provenance == Provenance.CONVERSATION:
@@ -244,23 +211,11 @@ class TraceStore:
         if page_size < 0:
             raise InvalidArgument("page_size must not be negative")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        k = self._keys.session(session_id)
-        found: Any  # redis-py types replies loosely; this client returns bytes (decode_responses=False)
-        if page_token:
-            score, last_id = _parse_token(page_token)
-            # Same-ms neighbours: fetch a little extra and skip ids at or after the cursor.
-            found = await self._redis.zrevrangebyscore(
-                k.traces, score, "-inf", start=0, num=size + 64, withscores=True
-            )
-            rows = [(tid.decode(), int(s)) for tid, s in found]
-            rows = [(tid, s) for tid, s in rows if s < score or tid < last_id]
-        else:
-            found = await self._redis.zrevrange(k.traces, 0, size, withscores=True)
-            rows = [(tid.decode(), int(s)) for tid, s in found]
+        rows = await self.records.newest(session_id, size, _parse_token(page_token) if page_token else None)
         page = rows[:size]
         if not page:
             return [], ""
-        raws: Any = await self._redis.hmget(k.trace_data, [tid for tid, _ in page])
+        raws = await self.records.payloads(session_id, [tid for tid, _ in page])
         stored = [(row, raw) for row, raw in zip(page, raws, strict=True) if raw is not None]
         traces = await self._rehydrate(session_id, [decode_trace(raw) for _, raw in stored])
         # Bounded in bytes too: rehydrated turns make a trace as heavy as the context it replays.

@@ -37,7 +37,7 @@ from ..app import embedding_spec
 from ..background import SidecarThread
 from ..config import Settings, build_settings
 from ..embedding import OnnxEmbedder
-from ..scratch import drop_keys
+from ..sessions.scratch import drop_keys
 from ..tokens import TokenCounter
 from .bm25 import BM25
 from .dataset import CATEGORIES, SCORED, Conversation, load

@@ -8,7 +8,8 @@ Public face (built by ``app.py``):
 - ``ArchiveStore`` / ``ParquetArchive``: cold storage; ``Promoter`` / ``LtmPromoter``: promotion.
 """
 
-from .archive import ArchivePart, ArchivePointer, ArchiveStore, ParquetArchive
+from ..sessions.model import ArchivePointer
+from .archive import ArchivePart, ArchiveStore, ParquetArchive
 from .promote import LtmPromoter, Promoter, memory_id_for
 from .resume import Resumer
 from .session_end import EndReport, PipelineConfig, SessionEndPipeline

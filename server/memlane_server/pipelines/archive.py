@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..sessions.model import Message, Role, Session, VisibilityKind
+from ..sessions.model import ArchivePointer, Message, Role, Session, VisibilityKind
 
 PART_DATASETS = ("transcripts", "summaries", "traces")
 # Framework state (LangGraph checkpoints), written when a session retires (pipelines/checkpoint_archive.py).
@@ -119,39 +119,6 @@ class ArchivePart:
     ended_at_ms: int
     first_seq: int
     last_seq: int
-
-
-@dataclass(slots=True)
-class ArchivePointer:
-    """Where one part went. Stored with the session (and on its stub after retirement)."""
-
-    transcript: str
-    summary: str
-    traces: str
-    first_seq: int
-    last_seq: int
-    message_rows: int
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "transcript": self.transcript,
-            "summary": self.summary,
-            "traces": self.traces,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "message_rows": self.message_rows,
-        }
-
-    @classmethod
-    def from_record(cls, r: dict[str, Any]) -> ArchivePointer:
-        return cls(
-            str(r["transcript"]),
-            str(r["summary"]),
-            str(r["traces"]),
-            int(r["first_seq"]),
-            int(r["last_seq"]),
-            int(r.get("message_rows", 0)),
-        )
 
 
 class ArchiveStore(Protocol):
@@ -269,7 +236,7 @@ class ParquetArchive:
                 "tags": [s.tags],
                 "metadata": [list(s.metadata.items())],
                 "promoted_memory_ids": [part.promoted_ids],
-                "policy_json": [orjson.dumps(s.extra.get("policy", {})).decode()],
+                "policy_json": [orjson.dumps(s.policy.to_record() if s.policy else {}).decode()],
             },
             schema=SUMMARY_SCHEMA,
         )

@@ -14,15 +14,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
 
 from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
-from ..sessions.keys import KeySpace
 from ..sessions.model import Session
 from .archive import ArchiveStore
-
-# Key inside a retired stub's ``Session.extra``: where its checkpoints went.
-CHECKPOINTS_FIELD = "checkpoints_archive"
 
 
 def _typed_out(t: Typed) -> dict[str, str]:
@@ -72,10 +67,9 @@ def from_record(session_id: str, r: dict[str, Any]) -> Checkpoint:
 
 
 async def export_checkpoints(
-    redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]
+    store: CheckpointStore, session_ids: Sequence[str]
 ) -> AsyncIterator[dict[str, Any]]:
     """ExportUserData: every hot checkpoint of the sessions (archived ones come with the archive)."""
-    store = CheckpointStore(redis, keys)
     for sid in session_ids:
         try:
             rows = await store.dump(sid)
@@ -85,37 +79,28 @@ async def export_checkpoints(
             yield to_record(cp)
 
 
-async def forget_checkpoint_runs(redis: aioredis.Redis, keys: KeySpace, session_ids: Sequence[str]) -> None:
-    """ForgetUser, before the session keys go: drops the sessions from the cross-session run index."""
-    await CheckpointStore(redis, keys).forget_runs_of(session_ids)
-
-
 class CheckpointArchiver:
-    def __init__(self, redis: aioredis.Redis, keys: KeySpace, archive: ArchiveStore) -> None:
-        self._store = CheckpointStore(redis, keys)
+    def __init__(self, store: CheckpointStore, archive: ArchiveStore) -> None:
+        self._store = store
         self._archive = archive
 
-    async def before_retire(self, session: Session, extra: dict[str, Any]) -> int | None:
-        """Archives the state and names it in the stub's ``extra``; the generation to drop it at, or
-        None when the session has no checkpoints."""
+    async def before_retire(self, session: Session) -> tuple[int | None, str]:
+        """Archives the state; returns the generation to drop it at and the archive's URI, or (None, "")
+        when the session has no checkpoints (then an archive named by an earlier retirement holds state
+        deleted since, and is never restored)."""
         gen = await self._store.generation(session.session_id)
         rows = await self._store.dump(session.session_id)
         if not rows:
-            # An archive named by an earlier retirement holds state deleted since: never restore it.
-            extra.pop(CHECKPOINTS_FIELD, None)
-            return None
-        extra[CHECKPOINTS_FIELD] = await self._archive.write_checkpoints(
-            session, [to_record(c) for c in rows]
-        )
-        return gen
+            return None, ""
+        return gen, await self._archive.write_checkpoints(session, [to_record(c) for c in rows])
 
     async def after_retire(self, session_id: str, generation: int) -> bool:
         """Drops the hot state if it is still what was archived."""
         return await self._store.clear(session_id, generation) >= 0
 
-    async def restore(self, session_id: str, extra: dict[str, Any]) -> int:
-        uri = extra.get(CHECKPOINTS_FIELD)
-        if not isinstance(uri, str) or not uri:
+    async def restore(self, session_id: str, uri: str) -> int:
+        """Puts the archived state at ``uri`` back (a retirement's ``checkpoints_uri``)."""
+        if not uri:
             return 0
         records = await self._archive.read_checkpoints(uri)
         for r in records:

@@ -9,53 +9,37 @@ redone by the next call.
 
 from __future__ import annotations
 
-import orjson
-import redis.asyncio as aioredis
-
 from ..errors import Unavailable
-from ..sessions.events import EventType, SessionEvent
-from ..sessions.keys import KeySpace
+from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Message, Session
 from ..sessions.store import SessionStore, now_ms
-from .archive import ArchivePointer
-from .session_end import ARCHIVE_FIELD, RETIRED_FIELD, SessionEndPipeline
+from .session_end import SessionEndPipeline
 
 
 class Resumer:
     def __init__(
         self,
-        redis: aioredis.Redis,
         store: SessionStore,
-        keys: KeySpace,
         lifecycle: Lifecycle,
         pipeline: SessionEndPipeline,
         *,
         wait_s: float = 10.0,
     ) -> None:
-        self._redis = redis
         self._store = store
-        self._keys = keys
         self._lifecycle = lifecycle
         self._pipeline = pipeline
         self._wait_s = wait_s
 
-    async def _retired_extra(self, session_id: str) -> dict[str, object] | None:
-        raw = await self._redis.hget(self._keys.session(session_id).doc, "extra")
-        if not raw:
-            return None
-        extra = orjson.loads(raw)
-        return extra if isinstance(extra, dict) and RETIRED_FIELD in extra else None
-
     async def resume_if_retired(self, session: Session) -> bool:
         """``ensure_hot`` for a caller that already holds the document: no I/O unless it is retired."""
-        if RETIRED_FIELD not in session.extra:
+        if session.retirement is None:
             return False
         return await self.ensure_hot(session.session_id)
 
     async def ensure_hot(self, session_id: str) -> bool:
         """Reloads a retired session; True if it did. Unknown ids are left for the caller to report."""
-        if await self._retired_extra(session_id) is None:
+        if await self._store.retirement(session_id) is None:
             return False
         out = await self._pipeline.locked(
             session_id, lambda: self._resume(session_id), None, wait_s=self._wait_s
@@ -65,17 +49,12 @@ class Resumer:
         return out
 
     async def _resume(self, session_id: str) -> bool:
-        extra = await self._retired_extra(session_id)
-        if extra is None:
-            return False  # someone else resumed it while we waited for the lease
         s = await self._store.get(session_id)
+        retired = s.retirement
+        if retired is None:
+            return False  # someone else resumed it while we waited for the lease
         policy = self._lifecycle.policies.for_session(s)
-        records = extra.get(ARCHIVE_FIELD)
-        pointers = (
-            [ArchivePointer.from_record(r) for r in records]
-            if isinstance(records, list)
-            else await self._pipeline.archives(session_id)
-        )
+        pointers = retired.archives or await self._pipeline.archives(session_id)
         turns: list[Message] = []
         for pointer in sorted(pointers, key=lambda p: p.last_seq, reverse=True):
             need = policy.resume_turns - len(turns)
@@ -83,13 +62,9 @@ class Resumer:
                 break
             turns = await self._pipeline.archive.read_messages(pointer, session_id, need) + turns
         await self._store.restore(session_id, turns)
-        s = await self._lifecycle.reactivate(session_id)
-        await self._pipeline.checkpoints.restore(session_id, extra)  # the thread's framework state
-        cleared = {k: v for k, v in extra.items() if k != RETIRED_FIELD}
-        cleared["resumed_at_ms"] = now_ms()
-        await self._redis.hset(self._keys.session(session_id).doc, "extra", orjson.dumps(cleared).decode())
-        s = await self._store.get(session_id)
-        await self._lifecycle.events.emit(
-            SessionEvent.of(EventType.RESUMED, s, now_ms(), turns=str(len(turns)))
-        )
+        await self._lifecycle.reactivate(session_id)
+        await self._pipeline.checkpoints.restore(session_id, retired.checkpoints_uri)  # framework state
+        event = pending(EventType.RESUMED, now_ms(), turns=str(len(turns)))
+        await self._store.finish_resume(s, now_ms(), event)
+        await self._lifecycle.events.relay(session_id)
         return True

@@ -25,45 +25,27 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
-
-import orjson
-import redis.asyncio as aioredis
+from typing import TypeVar
 
 from ..errors import Conflict, FailedPrecondition, NotFound
+from ..sessions.checkpoints import CheckpointStore
 from ..sessions.end_queue import REASON_EXPIRED
-from ..sessions.events import EventType, SessionEvent
-from ..sessions.keys import KeySpace
+from ..sessions.end_state import EndProgress, EndState
+from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus
+from ..sessions.model import ArchivePointer, Message, PromotionState, Retirement, Role, Session, SessionStatus
 from ..sessions.store import SessionStore, now_ms
+from ..sessions.traces import TraceRecords
 from ..summarizers import Summarizer
 from ..summarizers.scoped import fold_scoped
-from .archive import ArchivePart, ArchivePointer, ArchiveStore
+from .archive import ArchivePart, ArchiveStore
 from .checkpoint_archive import CheckpointArchiver
-from .lease import Lease
 from .promote import Promoter
 
 log = logging.getLogger("memlane.pipeline")
 
 T = TypeVar("T")
 _ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
-
-# KEYS: doc, msgs, order, traces, tracedata.  ARGV: archived through-seq, the stub's new ``extra`` JSON.
-# Drops the hot data only if the session is still ended, archived, and has nothing newer than the archive.
-RETIRE = """
-local st = redis.call('HMGET', KEYS[1], 'status', 'last_seq', 'promotion_state')
-if not st[1] then return 0 end
-if (st[1] ~= '3' and st[1] ~= '4') or st[3] ~= '5' then return 0 end
-if tonumber(st[2]) ~= tonumber(ARGV[1]) then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-redis.call('HSET', KEYS[1], 'extra', ARGV[2])
-return 1
-"""
-
-# Keys inside ``Session.extra`` on a retired stub.
-RETIRED_FIELD = "retired_at_ms"
-ARCHIVE_FIELD = "archive"
 
 
 class LeaseLost(Exception):
@@ -88,26 +70,26 @@ class EndReport:
 class SessionEndPipeline:
     def __init__(
         self,
-        redis: aioredis.Redis,
         store: SessionStore,
-        keys: KeySpace,
         lifecycle: Lifecycle,
         archive: ArchiveStore,
         *,
+        state: EndState,
+        traces: TraceRecords,
+        checkpoints: CheckpointStore,
         summarizer: Summarizer | None,
         promoter: Promoter | None,
         config: PipelineConfig,
     ) -> None:
-        self._redis = redis
         self._store = store
-        self._keys = keys
+        self._end = state
+        self._traces_store = traces
         self._lifecycle = lifecycle
         self.archive = archive
         self._summarizer = summarizer
         self._promoter = promoter
         self.config = config
-        self._retire = redis.register_script(RETIRE)
-        self.checkpoints = CheckpointArchiver(redis, keys, archive)  # framework state retires too
+        self.checkpoints = CheckpointArchiver(checkpoints, archive)  # framework state retires too
 
     # ------------------------------------------------------------------ entry points
 
@@ -141,7 +123,7 @@ class SessionEndPipeline:
     ) -> T | None:
         """Runs ``fn`` holding the session's lease, renewing it (and the queue job) as it goes; cancels
         ``fn`` and raises ``LeaseLost`` if a renewal finds the lease gone."""
-        lease = Lease(self._redis, self._keys.lease(session_id), self.config.lease_ms)
+        lease = self._end.lease(session_id, self.config.lease_ms)
         if not await lease.acquire(wait_s):
             return None
         work = asyncio.ensure_future(fn())
@@ -175,17 +157,11 @@ class SessionEndPipeline:
 
     # ------------------------------------------------------------------ the run
 
-    async def _state(self, session_id: str) -> dict[str, str]:
-        raw: Any = await self._redis.hgetall(self._keys.pipeline(session_id))
-        return {k.decode(): v.decode() for k, v in raw.items()}
-
     async def archives(self, session_id: str) -> list[ArchivePointer]:
-        raw: Any = await self._redis.hget(self._keys.pipeline(session_id), "archives")
-        return [ArchivePointer.from_record(r) for r in orjson.loads(raw)] if raw else []
+        return [ArchivePointer.from_record(r) for r in await self._end.archive_records(session_id)]
 
     async def promoted_ids(self, session_id: str) -> list[str]:
-        members: Any = await self._redis.smembers(self._keys.promoted(session_id))
-        return sorted(m.decode() for m in members)
+        return await self._end.promoted_ids(session_id)
 
     async def _report(self, session_id: str, ran: bool) -> EndReport:
         return EndReport(
@@ -207,46 +183,54 @@ class SessionEndPipeline:
             if ended is None:
                 return EndReport(s)  # revived before it could expire
             s = ended
-        state = await self._state(session_id)
+        await self._lifecycle.events.relay(session_id)  # events a crashed run wrote but never relayed
+        state = await self._end.progress(session_id)
         last = s.last_seq
-        if s.promotion_state is PromotionState.ARCHIVED and int(state.get("archived_through", 0)) >= last:
+        if s.promotion_state is PromotionState.ARCHIVED and state.archived_through >= last:
             return await self._report(session_id, ran=False)
-        await self._store.set_promotion_state(session_id, PromotionState.PROMOTING)
         policy = self._lifecycle.policies.for_session(s)
         ended_at = (s.closed_at_ms if s.status is SessionStatus.CLOSED else s.expired_at_ms) or now_ms()
-
-        await self._discard(session_id, int(state.get("discarded_through", 0)), last)
-        if self._summarizer is not None:
-            await self._summarize(session_id, last)
-        promoted_through = int(state.get("promoted_through", 0))
-        if promoted_through < last:
-            if policy.promote and self._promoter is not None:
-                await self._promote(session_id, promoted_through, last)
-            else:
-                await self._redis.hset(self._keys.pipeline(session_id), "promoted_through", last)
-        await self._store.set_promotion_state(session_id, PromotionState.PROMOTED)
-        s = await self._store.get(session_id)
-        ids = await self.promoted_ids(session_id)
-        await self._lifecycle.events.emit(
-            SessionEvent.of(
-                EventType.PROMOTED, s, now_ms(), memories=str(len(ids)), promote=str(policy.promote)
-            )
+        promoted = (
+            s.promotion_state is PromotionState.PROMOTED
+            and min(state.discarded_through, state.promoted_through) >= last
         )
+        if not promoted:  # a run that died after PROMOTED goes straight on to the archive
+            await self._promote_phase(s, state, policy.promote)
+        ids = await self.promoted_ids(session_id)
 
-        archived_through = int(state.get("archived_through", 0))
+        archived_through = state.archived_through
         pointer: ArchivePointer | None = None
         if archived_through < last:
+            s = await self._store.get(session_id)
             pointer = await self._archive(s, archived_through, last, ended_at, ids)
-        await self._store.set_promotion_state(session_id, PromotionState.ARCHIVED)
-        s = await self._store.get(session_id)
         detail = {"transcript": pointer.transcript} if pointer else {}
-        await self._lifecycle.events.emit(SessionEvent.of(EventType.ARCHIVED, s, now_ms(), **detail))
+        await self._store.set_promotion_state(
+            session_id, PromotionState.ARCHIVED, event=pending(EventType.ARCHIVED, now_ms(), **detail)
+        )
+        await self._lifecycle.events.relay(session_id)
 
         retire_at = max(ended_at + int(policy.hot_retention * 1000), now_ms())
-        await self._redis.zadd(self._keys.retire_due(), {session_id: retire_at})
+        await self._end.schedule_retire(session_id, retire_at)
         if policy.hot_retention <= 0:
             await self._retire_locked(session_id)
         return await self._report(session_id, ran=True)
+
+    async def _promote_phase(self, s: Session, state: EndProgress, promote: bool) -> None:
+        """Discard, summarize and promote, then PROMOTED (its event written with the state)."""
+        session_id, last = s.session_id, s.last_seq
+        await self._store.set_promotion_state(session_id, PromotionState.PROMOTING)
+        await self._discard(session_id, state.discarded_through, last)
+        if self._summarizer is not None:
+            await self._summarize(session_id, last)
+        if state.promoted_through < last:
+            if promote and self._promoter is not None:
+                await self._promote(session_id, state.promoted_through, last)
+            else:
+                await self._end.record_promoted(session_id, (), last)
+        ids = await self.promoted_ids(session_id)
+        event = pending(EventType.PROMOTED, now_ms(), memories=str(len(ids)), promote=str(promote))
+        await self._store.set_promotion_state(session_id, PromotionState.PROMOTED, event=event)
+        await self._lifecycle.events.relay(session_id)
 
     async def _messages(self, session_id: str, after: int, until: int) -> list[Message]:
         """Every message with ``after < seq <= until``, read in bounded batches."""
@@ -264,13 +248,7 @@ class SessionEndPipeline:
         if after >= last:
             return
         transient = [m.message_id for m in await self._messages(session_id, after, last) if m.transient]
-        k = self._keys.session(session_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            if transient:
-                pipe.hdel(k.messages, *transient)
-                pipe.zrem(k.order, *transient)
-            pipe.hset(self._keys.pipeline(session_id), "discarded_through", last)
-            await pipe.execute()
+        await self._end.discard(session_id, transient, last)
 
     async def _summarize(self, session_id: str, last: int) -> None:
         assert self._summarizer is not None
@@ -317,41 +295,19 @@ class SessionEndPipeline:
         msgs = await self._messages(session_id, after, last)
         for chunk in self._exchange_chunks(msgs):
             ids = await self._promoter.promote(s, chunk)
-            async with self._redis.pipeline(transaction=True) as pipe:
-                if ids:
-                    pipe.sadd(self._keys.promoted(session_id), *ids)
-                pipe.hset(self._keys.pipeline(session_id), "promoted_through", chunk[-1].seq)
-                await pipe.execute()
-        await self._redis.hset(self._keys.pipeline(session_id), "promoted_through", last)
-
-    async def _traces(self, session_id: str) -> list[tuple[str, int, str]]:
-        k = self._keys.session(session_id)
-        rows: Any = await self._redis.zrange(k.traces, 0, -1, withscores=True)
-        if not rows:
-            return []
-        ids = [r[0] for r in rows]
-        payloads: Any = await self._redis.hmget(k.trace_data, ids)
-        return [
-            (tid.decode(), int(score), (p or b"").decode())
-            for (tid, score), p in zip(rows, payloads, strict=True)
-            if p is not None
-        ]
+            await self._end.record_promoted(session_id, ids, chunk[-1].seq)
+        await self._end.record_promoted(session_id, (), last)
 
     async def _archive(
         self, s: Session, after: int, last: int, ended_at: int, promoted: list[str]
     ) -> ArchivePointer:
         msgs = await self._messages(s.session_id, after, last)
-        part = ArchivePart(s, msgs, await self._traces(s.session_id), promoted, ended_at, after + 1, last)
+        traces = await self._traces_store.all(s.session_id)
+        part = ArchivePart(s, msgs, traces, promoted, ended_at, after + 1, last)
         pointer = await self.archive.write(part)
         pointers = [p for p in await self.archives(s.session_id) if p.first_seq != pointer.first_seq]
         pointers.append(pointer)
-        await self._redis.hset(
-            self._keys.pipeline(s.session_id),
-            mapping={
-                "archived_through": last,
-                "archives": orjson.dumps([p.to_record() for p in pointers]).decode(),
-            },
-        )
+        await self._end.record_archive(s.session_id, last, [p.to_record() for p in pointers])
         return pointer
 
     # ------------------------------------------------------------------ retirement
@@ -364,42 +320,26 @@ class SessionEndPipeline:
         try:
             s = await self._store.get(session_id)
         except NotFound:
-            await self._redis.zrem(self._keys.retire_due(), session_id)
+            await self._end.unschedule_retire(session_id)
             return False
-        state = await self._state(session_id)
-        archived_through = int(state.get("archived_through", 0))
-        extra: dict[str, Any] = {
-            **s.extra,
-            RETIRED_FIELD: now_ms(),
-            ARCHIVE_FIELD: orjson.loads(state.get("archives", "[]")),
-        }
-        ck_generation = await self.checkpoints.before_retire(s, extra)
-        done = bool(
-            await self._retire(
-                keys=[
-                    self._keys.session(session_id).doc,
-                    self._keys.session(session_id).messages,
-                    self._keys.session(session_id).order,
-                    self._keys.session(session_id).traces,
-                    self._keys.session(session_id).trace_data,
-                ],
-                args=[archived_through, orjson.dumps(extra).decode()],
-            )
+        state = await self._end.progress(session_id)
+        ck_generation, ck_uri = await self.checkpoints.before_retire(s)
+        retirement = Retirement(
+            now_ms(), [ArchivePointer.from_record(r) for r in state.archives], checkpoints_uri=ck_uri
+        )
+        done = await self._store.retire_hot(
+            s, state.archived_through, retirement, pending(EventType.RETIRED, now_ms())
         )
         # Retired, or no longer retirable as archived (revived or re-ended: its next archive re-schedules).
-        await self._redis.zrem(self._keys.retire_due(), session_id)
+        await self._end.unschedule_retire(session_id)
         if done:
+            await self._lifecycle.events.relay(session_id)
             if ck_generation is not None:
                 await self.checkpoints.after_retire(session_id, ck_generation)
-            s = await self._store.get(session_id)
-            await self._lifecycle.events.emit(SessionEvent.of(EventType.RETIRED, s, now_ms()))
         return done
 
     async def retire_due(self, limit: int = 100) -> int:
-        due: Any = await self._redis.zrangebyscore(
-            self._keys.retire_due(), "-inf", now_ms(), start=0, num=limit
-        )
         n = 0
-        for raw in due:
-            n += int(bool(await self.retire(raw.decode())))
+        for session_id in await self._end.due_retirements(now_ms(), limit):
+            n += int(bool(await self.retire(session_id)))
         return n

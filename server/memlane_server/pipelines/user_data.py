@@ -14,12 +14,12 @@ from typing import Any
 
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
+from ..sessions.checkpoints import CheckpointStore
 from ..sessions.codec import encode_session
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
-from .checkpoint_archive import export_checkpoints, forget_checkpoint_runs
-from .redis_persistence import rewrite_persistence
+from .checkpoint_archive import export_checkpoints
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 
@@ -48,12 +48,14 @@ class UserData:
         memory: MemoryService | None,
         archive: ParquetArchive | None,
         *,
+        checkpoints: CheckpointStore,
         caches: Sequence[Callable[[str, set[str]], None]] = (),
     ) -> None:
         self._sessions = sessions
         self._traces = traces
         self._memory = memory
         self._archive = archive
+        self._checkpoints = checkpoints
         # In-process copies of user data (decoded recent turns, profiles): each is told (user, sessions).
         self._caches = caches
 
@@ -76,7 +78,7 @@ class UserData:
                     yield "trace", asdict(t)
                 if not token:
                     break
-        async for checkpoint in export_checkpoints(self._sessions.redis, self._sessions.keys, sids):
+        async for checkpoint in export_checkpoints(self._checkpoints, sids):
             yield "checkpoint", checkpoint
         if self._memory is not None:
             for item in await self._memory.export_user(user_id):
@@ -98,12 +100,13 @@ class UserData:
             counts.update(await self._archive.delete_files(files))
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(user_id)
-        await forget_checkpoint_runs(self._sessions.redis, self._sessions.keys, sids)
+        # Before the session keys go: drops the sessions from the cross-session run index.
+        await self._checkpoints.forget_runs_of(sids)
         counts.update(await self._sessions.erase_user(user_id))
         for forget in self._caches:
             forget(user_id, set(sids))
         # Last: Redis's files on disk still hold what the deletes above removed from memory.
-        persisted = await rewrite_persistence(self._sessions.redis)
+        persisted = await self._sessions.rewrite_persistence()
         return ErasureReceipt(
             counts,
             time.time_ns() // 1_000_000,

@@ -20,13 +20,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import MemlaneError, NotFound
 from ..sessions.end_queue import EndJob, SessionEndQueue
+from ..sessions.end_state import EndState
 from ..sessions.events import EventLog, EventType, SessionEvent
-from ..sessions.keys import KeySpace
 from ..sessions.policies import PolicyBook
 from ..sessions.store import SessionStore, now_ms
 from .session_end import LeaseLost, SessionEndPipeline
@@ -65,8 +64,7 @@ class QueueMetrics:
 class SessionEndWorker:
     def __init__(
         self,
-        redis: aioredis.Redis,
-        keys: KeySpace,
+        state: EndState,
         queue: SessionEndQueue,
         pipeline: SessionEndPipeline,
         *,
@@ -76,11 +74,10 @@ class SessionEndWorker:
         events: EventLog,
         metrics: QueueMetrics,
     ) -> None:
-        self._redis = redis
+        self._end = state
         self._sessions = sessions
         self._events = events
         self._metrics = metrics
-        self._keys = keys
         self._queue = queue
         self._pipeline = pipeline
         self._policies = policies
@@ -178,7 +175,7 @@ class SessionEndWorker:
         except Exception as exc:
             await self._failed(job, exc)
             return
-        if report is None and await self._redis.exists(self._keys.lease(job.session_id)):
+        if report is None and await self._end.leased(job.session_id):
             return  # another sidecar holds the session; leave the job for the claim timeout
         await self._queue.ack([job.job_id])
         await self._queue.clear_marker(job.session_id)
@@ -197,7 +194,14 @@ class SessionEndWorker:
             )
             return
         error = f"{type(exc).__name__}: {exc}"
-        parked_id = await self._queue.park(job, failures, error, now_ms())
+        detail = {"failures": str(failures), "error": error[:200]}
+        try:
+            session = await self._sessions.get(job.session_id)
+            event = SessionEvent.of(EventType.PARKED, session, now_ms(), **detail)
+        except NotFound:
+            event = SessionEvent(EventType.PARKED, job.session_id, at_ms=now_ms(), detail=detail)
+        # Written by the park script itself (which adds the parked id), so a crash cannot separate them.
+        parked_id = await self._queue.park(job, failures, error, now_ms(), self._events.queue_entry(event))
         await self._queue.clear_marker(job.session_id)
         self._metrics.parked.inc()
         log.error(
@@ -205,13 +209,7 @@ class SessionEndWorker:
             exc_info=exc,
             extra={"session_id": job.session_id, "failures": failures, "parked_id": parked_id},
         )
-        detail = {"parked_id": parked_id, "failures": str(failures), "error": error[:200]}
-        try:
-            session = await self._sessions.get(job.session_id)
-            event = SessionEvent.of(EventType.PARKED, session, now_ms(), **detail)
-        except NotFound:
-            event = SessionEvent(EventType.PARKED, job.session_id, at_ms=now_ms(), detail=detail)
-        await self._events.emit(event)
+        await self._events.relay_queue()
 
     @staticmethod
     async def _periodic(fn: Callable[[], Awaitable[None]], interval_s: float) -> None:
@@ -229,9 +227,8 @@ class SessionEndWorker:
             pass
 
     async def _retention_once(self) -> None:
-        lock = self._keys.job_lock("archive-retention")
         ttl_ms = max(1000, int(self._config.retention_interval_s * 1000 * 0.9))
-        if not await self._redis.set(lock, self.consumer, nx=True, px=ttl_ms):
+        if not await self._end.take_job_lock("archive-retention", self.consumer, ttl_ms):
             return  # another sidecar ran it this interval
         deleted = await self.run_retention()
         if deleted:

@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 
 from .model import (
+    ArchivePointer,
     Message,
     PromotionState,
+    Retirement,
     Role,
     ScopedSummary,
     Session,
@@ -22,6 +24,7 @@ from .model import (
     Topology,
     VisibilityKind,
 )
+from .policies import ChannelPolicy
 
 FINGERPRINT_LEN = 16  # hex chars stored in front of each message payload
 
@@ -102,7 +105,7 @@ _INT_FIELDS = (
     "ttl_seconds",
 )
 _STR_FIELDS = ("user_id", "agent_id", "channel", "group", "model")
-_JSON_FIELDS = ("participants", "tags", "metadata", "extra")
+_JSON_FIELDS = ("participants", "tags", "metadata")
 
 
 def encode_session(s: Session) -> dict[str, str | int]:
@@ -114,7 +117,82 @@ def encode_session(s: Session) -> dict[str, str | int]:
     out["promotion_state"] = int(s.promotion_state)
     out["topology"] = int(s.topology)
     out.update(encode_summary(s.summary))
+    out.update(encode_lifecycle(s.policy, s.retirement, s.resumed_at_ms))
     return out
+
+
+# --- the lifecycle's state: each part in its own field of the document.
+# Documents written before these fields kept them all inside one JSON field, ``extra``, under the keys
+# of _LEGACY. Decoding migrates such a document (``extra`` present means the old layout: every write of
+# these fields deletes it), and the next lifecycle write stores the new layout.
+LEGACY_FIELD = "extra"
+_LEGACY = {
+    "policy": "policy",
+    "retired_at_ms": "retired_at_ms",
+    "archives": "archive",
+    "checkpoints_uri": "checkpoints_archive",
+    "resumed_at_ms": "resumed_at_ms",
+}
+RETIREMENT_FIELDS = ("retired_at_ms", "archives", "checkpoints_uri")
+LIFECYCLE_FIELDS = ("policy", *RETIREMENT_FIELDS, "resumed_at_ms")
+
+
+def encode_lifecycle(
+    policy: ChannelPolicy | None, retirement: Retirement | None, resumed_at_ms: int
+) -> dict[str, str | int]:
+    """The fields to set (absent ones are to be deleted: ``LIFECYCLE_FIELDS`` minus these keys)."""
+    out: dict[str, str | int] = {}
+    if policy is not None:
+        out["policy"] = orjson.dumps(policy.to_record()).decode()
+    if retirement is not None:
+        out["retired_at_ms"] = retirement.retired_at_ms
+        out["archives"] = orjson.dumps([p.to_record() for p in retirement.archives]).decode()
+        out["checkpoints_uri"] = retirement.checkpoints_uri
+    if resumed_at_ms:
+        out["resumed_at_ms"] = resumed_at_ms
+    return out
+
+
+def _lifecycle_values(g: dict[str, str]) -> dict[str, Any]:
+    """The lifecycle fields present, decoded, from either layout."""
+    if LEGACY_FIELD in g:
+        legacy = orjson.loads(g[LEGACY_FIELD] or "{}")
+        legacy = legacy if isinstance(legacy, dict) else {}
+        return {name: legacy[old] for name, old in _LEGACY.items() if old in legacy}
+    out: dict[str, Any] = {n: g[n] for n in LIFECYCLE_FIELDS if g.get(n)}
+    for name in ("policy", "archives"):
+        if name in out:
+            out[name] = orjson.loads(out[name])
+    return out
+
+
+def decode_policy(g: dict[str, str]) -> ChannelPolicy | None:
+    """The recorded policy, from the document's fields (all of them, or ``policy`` and ``extra``)."""
+    return _policy(_lifecycle_values(g))
+
+
+def decode_retirement(g: dict[str, str]) -> Retirement | None:
+    """The retirement record, from the document's fields (all, or the retirement ones and ``extra``)."""
+    return _retirement(_lifecycle_values(g))
+
+
+def _policy(v: dict[str, Any]) -> ChannelPolicy | None:
+    record = v.get("policy")
+    return ChannelPolicy.from_record(record) if isinstance(record, dict) else None
+
+
+def _retirement(v: dict[str, Any]) -> Retirement | None:
+    retired = int(v.get("retired_at_ms") or 0)
+    if not retired:
+        return None
+    records = v.get("archives")
+    return Retirement(
+        retired_at_ms=retired,
+        archives=[ArchivePointer.from_record(r) for r in records if isinstance(r, dict)]
+        if isinstance(records, list)
+        else [],
+        checkpoints_uri=str(v.get("checkpoints_uri") or ""),
+    )
 
 
 def encode_summary(summary: Summary) -> dict[str, str | int]:
@@ -161,4 +239,8 @@ def decode_session(h: dict[bytes, bytes]) -> Session:
         updated_at_ms=int(g.get("summary_updated_at_ms", 0) or 0),
         scoped=_decode_scoped(g.get("summary_scoped", "")),
     )
+    lifecycle = _lifecycle_values(g)
+    s.policy = _policy(lifecycle)
+    s.retirement = _retirement(lifecycle)
+    s.resumed_at_ms = int(lifecycle.get("resumed_at_ms") or 0)
     return s

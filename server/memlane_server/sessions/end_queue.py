@@ -15,6 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from . import scripts
 from .keys import KeySpace
 
 GROUP = "session-end"
@@ -53,6 +54,7 @@ class SessionEndQueue:
         self._redis = redis
         self._keys = keys
         self.key = keys.session_end_queue()
+        self._park = redis.register_script(scripts.PARK)
 
     async def ensure_group(self) -> None:
         try:
@@ -117,9 +119,9 @@ class SessionEndQueue:
         """Counts one failed run of the job (shared by every sidecar); returns the count so far."""
         return int(await self._redis.hincrby(self._keys.session_end_failures(), job_id, 1))
 
-    async def park(self, job: EndJob, failures: int, error: str, now_ms: int) -> str:
+    async def park(self, job: EndJob, failures: int, error: str, now_ms: int, event: bytes = b"") -> str:
         """Moves the job off the queue into the parked stream, atomically (it is never in both, never in
-        neither)."""
+        neither), with ``event`` (an outbox entry, ``EventLog.queue_entry``) written in the same MULTI."""
         fields = {
             "s": job.session_id,
             "r": job.reason,
@@ -128,13 +130,18 @@ class SessionEndQueue:
             "e": error[:MAX_ERROR_CHARS],
             "pt": now_ms,
         }
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(self._keys.session_end_parked(), fields)  # type: ignore[arg-type]
-            pipe.xack(self.key, GROUP, job.job_id)
-            pipe.xdel(self.key, job.job_id)
-            pipe.hdel(self._keys.session_end_failures(), job.job_id)
-            out = await pipe.execute()
-        parked_id = out[0]
+        flat: list[Any] = []
+        for name, value in fields.items():
+            flat += [name, value]
+        parked_id = await self._park(
+            keys=[
+                self._keys.session_end_parked(),
+                self.key,
+                self._keys.session_end_failures(),
+                self._keys.session_end_outbox(),
+            ],
+            args=[job.job_id, GROUP, event, *flat],
+        )
         return parked_id.decode() if isinstance(parked_id, bytes) else str(parked_id)
 
     async def parked(self, after_id: str, count: int) -> list[ParkedJob]:
@@ -186,6 +193,15 @@ class SessionEndQueue:
     async def pending(self) -> int:
         info = await self._redis.xpending(self.key, GROUP)
         return int(info["pending"])
+
+    async def oldest_age_ms(self, now_ms: int) -> int:
+        """Age of the oldest unfinished job (0 when none): acknowledged jobs are deleted from the stream,
+        so its first entry is the oldest, and a stream id starts with its creation time in ms."""
+        first: Any = await self._redis.xrange(self.key, count=1)
+        if not first:
+            return 0
+        job_id = first[0][0].decode() if isinstance(first[0][0], bytes) else str(first[0][0])
+        return max(0, now_ms - int(job_id.split("-", 1)[0]))
 
     async def length(self) -> int:
         return int(await self._redis.xlen(self.key))

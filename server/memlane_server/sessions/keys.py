@@ -98,7 +98,7 @@ class KeySpace:
         return f"{self.prefix}:user:{{{escaped}}}:*"
 
     def ltm_version(self, user_id: str) -> str:
-        """STRING token: replaced on every long-term memory write of the user (context/ltm_versions.py)."""
+        """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
     def all_sessions(self) -> str:
@@ -139,6 +139,25 @@ class KeySpace:
         """STREAM: lifecycle events (idle, closed, expired, promoted, archived, retired, resumed)."""
         return f"{self.prefix}:events"
 
+    def outbox(self, session_id: str) -> str:
+        """LIST: events written with the state changes, not yet on the stream (sessions/outbox.py)."""
+        return f"{self.prefix}:{{{session_id}}}:outbox"
+
+    def outbox_due(self) -> str:
+        """ZSET: session id scored by when the sweeper relays its outbox (a crashed writer's events)."""
+        return f"{self.prefix}:outbox-due"
+
+    def relayed_events(self) -> str:
+        """ZSET: ids of events already on the stream, scored by relay time (exactly-once relay).
+
+        Tagged with the stream's own name, so it shares the stream's slot on Redis Cluster."""
+        return f"{self.prefix}:{{{self.events()}}}:relayed"
+
+    def session_end_outbox(self) -> str:
+        """LIST: events of the session-end queue (PARKED) not yet on the stream; the queue's slot, so
+        parking a job writes its event in the same MULTI."""
+        return f"{self.prefix}:{{{self.session_end_queue()}}}:outbox"
+
     def session_end_queue(self) -> str:
         """STREAM with one consumer group: session-end jobs any sidecar may take."""
         return f"{self.prefix}:queue:session-end"
@@ -176,11 +195,18 @@ class KeySpace:
             self.promoted(session_id),
             self.lease(session_id),
             self.end_marker(session_id),
+            self.outbox(session_id),
         )
 
     def session_indexes(self) -> tuple[str, ...]:
         """Cross-session ZSETs whose members are session ids."""
-        return (self.all_sessions(), self.deadlines(), self.idle_due(), self.retire_due())
+        return (
+            self.all_sessions(),
+            self.deadlines(),
+            self.idle_due(),
+            self.retire_due(),
+            self.outbox_due(),
+        )
 
     def session_streams(self) -> tuple[str, ...]:
         """Streams whose entries name a session in field ``s`` (events, the session-end queue)."""

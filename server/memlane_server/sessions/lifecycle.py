@@ -26,17 +26,17 @@ import contextlib
 import logging
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 
 from ..errors import Conflict, FailedPrecondition, NotFound
+from .codec import LEGACY_FIELD, decode_policy
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
-from .events import EventLog, EventType, SessionEvent
+from .events import EventLog, EventType, pending
 from .ids import check_id
 from .keys import KeySpace
 from .keyspace import ExpirySubscriptions
 from .model import PromotionState, Session, SessionStatus
-from .policies import POLICY_FIELD, ChannelPolicy, PolicyBook
+from .policies import PolicyBook
 from .store import SessionStore, now_ms
 
 log = logging.getLogger("memlane.lifecycle")
@@ -117,6 +117,7 @@ class Lifecycle:
         """One pass over due deadlines and idle checks; returns how many sessions were queued to end."""
         queued = await self._sweep_deadlines(now_ms())
         await self._sweep_idle(now_ms())
+        await self.events.relay_due(now_ms())
         return queued
 
     async def _sweep_deadlines(self, now: int) -> int:
@@ -150,31 +151,26 @@ class Lifecycle:
         if not due:
             return
         sids = [d.decode() for d in due]
-        fields = ["status", "last_activity_at_ms", "extra", "user_id", "channel", "promotion_state"]
+        fields = ["status", "last_activity_at_ms", "channel", "policy", LEGACY_FIELD]
         async with self._redis.pipeline(transaction=False) as pipe:
             for sid in sids:
                 pipe.hmget(self._keys.session(sid).doc, fields)
             rows = await pipe.execute()
         drop: list[str] = []
         rescore: dict[str, int] = {}
-        for sid, (status_b, last_b, extra_b, user_b, channel_b, promo_b) in zip(sids, rows, strict=True):
-            if status_b is None:
+        for sid, row in zip(sids, rows, strict=True):
+            g = {name: v.decode() for name, v in zip(fields, row, strict=True) if v is not None}
+            if "status" not in g:
                 drop.append(sid)
                 continue
-            status = SessionStatus(int(status_b))
-            extra = orjson.loads(extra_b) if extra_b else {}
-            record = extra.get(POLICY_FIELD)
-            channel = (channel_b or b"").decode()
-            policy = (
-                ChannelPolicy.from_record(record)
-                if isinstance(record, dict)
-                else self.policies.for_channel(channel)
-            )
+            status = SessionStatus(int(g["status"]))
+            channel = g.get("channel", "")
+            policy = decode_policy(g) or self.policies.for_channel(channel)
             idle_ms = int(policy.idle_after * 1000)
             if status in _ENDED or idle_ms <= 0:
                 drop.append(sid)
                 continue
-            last = int(last_b or 0)
+            last = int(g.get("last_activity_at_ms") or 0)
             if status is SessionStatus.ACTIVE and last + idle_ms > now:
                 rescore[sid] = last + idle_ms
                 continue
@@ -182,22 +178,17 @@ class Lifecycle:
             if status is SessionStatus.ACTIVE:
                 try:
                     prev = await self._store.transition(
-                        sid, SessionStatus.IDLE, (SessionStatus.ACTIVE,), "idle_at_ms"
+                        sid,
+                        SessionStatus.IDLE,
+                        (SessionStatus.ACTIVE,),
+                        "idle_at_ms",
+                        event=pending(EventType.IDLE, now),
+                        event_from=(SessionStatus.ACTIVE,),
                     )
                 except (NotFound, FailedPrecondition):
                     continue
                 if prev is SessionStatus.ACTIVE:
-                    await self.events.emit(
-                        SessionEvent(
-                            EventType.IDLE,
-                            sid,
-                            (user_b or b"").decode(),
-                            channel,
-                            SessionStatus.IDLE,
-                            PromotionState(int(promo_b or 1)),
-                            now,
-                        )
-                    )
+                    await self.events.relay(sid)
         if drop:
             await self._redis.zrem(self._keys.idle_due(), *drop)
         if rescore:
@@ -215,16 +206,19 @@ class Lifecycle:
         """CloseSession: ends the session and queues its end pipeline. Repeating it is harmless, and a
         retry after a crash between the two steps still queues the pipeline."""
         check_id(session_id, "session_id")
+        live = (SessionStatus.ACTIVE, SessionStatus.IDLE)
         prev = await self._store.transition(
             session_id,
             SessionStatus.CLOSED,
-            (SessionStatus.ACTIVE, SessionStatus.IDLE, SessionStatus.EXPIRED),
+            (*live, SessionStatus.EXPIRED),
             "closed_at_ms",
+            event=pending(EventType.CLOSED, now_ms()),
+            event_from=live,
         )
-        s = await self._store.get(session_id)
-        if prev in (SessionStatus.ACTIVE, SessionStatus.IDLE):
+        if prev in live:
+            await self.events.relay(session_id)
             await self._redis.zrem(self._keys.idle_due(), session_id)
-            await self.events.emit(SessionEvent.of(EventType.CLOSED, s, s.closed_at_ms))
+        s = await self._store.get(session_id)
         if s.promotion_state in (PromotionState.NONE, PromotionState.UNSPECIFIED):
             await self.queue.enqueue_once(session_id, REASON_CLOSED, now_ms(), self._dedupe_ms)
         return s
@@ -232,9 +226,15 @@ class Lifecycle:
     async def expire(self, session_id: str) -> Session | None:
         """The EXPIRED transition, run by the session-end worker. Returns the session if it has ended
         (now or before, expired or closed), None if it is alive again or gone."""
+        live = (SessionStatus.ACTIVE, SessionStatus.IDLE)
         try:
             prev = await self._store.transition(
-                session_id, SessionStatus.EXPIRED, (SessionStatus.ACTIVE, SessionStatus.IDLE), "expired_at_ms"
+                session_id,
+                SessionStatus.EXPIRED,
+                live,
+                "expired_at_ms",
+                event=pending(EventType.EXPIRED, now_ms()),
+                event_from=live,
             )
         except NotFound:
             await self._forget(session_id)
@@ -248,13 +248,11 @@ class Lifecycle:
         except FailedPrecondition:
             prev = SessionStatus.CLOSED  # closed meanwhile: ended all the same
             await self._redis.zrem(self._keys.deadlines(), session_id)
-        s = await self._store.get(session_id)
-        if s.status not in _ENDED:
-            return None
-        if prev in (SessionStatus.ACTIVE, SessionStatus.IDLE):
+        if prev in live:
+            await self.events.relay(session_id)
             await self._redis.zrem(self._keys.idle_due(), session_id)
-            await self.events.emit(SessionEvent.of(EventType.EXPIRED, s, s.expired_at_ms))
-        return s
+        s = await self._store.get(session_id)
+        return s if s.status in _ENDED else None
 
     async def reactivate(self, session_id: str) -> Session:
         """An ended session becomes active again (resumption): status, inactivity TTL, deadline, idle

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .policies import ChannelPolicy
 
 
 class Role(enum.IntEnum):
@@ -115,6 +118,49 @@ class Summary:
 
 
 @dataclass(slots=True)
+class ArchivePointer:
+    """Where one archive part of a session went (pipelines/archive.py writes it). Stored with the
+    pipeline's progress, and on the session's stub after retirement."""
+
+    transcript: str
+    summary: str
+    traces: str
+    first_seq: int
+    last_seq: int
+    message_rows: int
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "transcript": self.transcript,
+            "summary": self.summary,
+            "traces": self.traces,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "message_rows": self.message_rows,
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> ArchivePointer:
+        return cls(
+            str(r["transcript"]),
+            str(r["summary"]),
+            str(r["traces"]),
+            int(r["first_seq"]),
+            int(r["last_seq"]),
+            int(r.get("message_rows", 0)),
+        )
+
+
+@dataclass(slots=True)
+class Retirement:
+    """A retired stub: its messages, traces and framework state left Redis for the archive."""
+
+    retired_at_ms: int
+    archives: list[ArchivePointer] = field(default_factory=list)
+    checkpoints_uri: str = ""  # the archived framework state ("": the session had none)
+
+
+@dataclass(slots=True)
 class Session:
     """The session document. Counters (``token_total``, ``message_count``) are kept by the store."""
 
@@ -140,4 +186,7 @@ class Session:
     model: str = ""
     ttl_seconds: int = 0
     topology: Topology = Topology.SHARED
-    extra: dict[str, Any] = field(default_factory=dict)
+    # The lifecycle's own state (sessions/codec.py stores each in its own field of the document):
+    policy: ChannelPolicy | None = None  # the channel's policy at creation (None: created before that)
+    retirement: Retirement | None = None  # set while the session is a retired stub
+    resumed_at_ms: int = 0  # when it last came back from the archive

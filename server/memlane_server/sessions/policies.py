@@ -30,8 +30,6 @@ from ..config import CHOICES
 from ..errors import InvalidArgument
 from .model import Session
 
-# Where the resolved policy sits inside ``Session.extra``.
-POLICY_FIELD = "policy"
 # The strategy names a policy may give (the same words as the ``context_strategy`` setting).
 CONTEXT_STRATEGIES = CHOICES["context_strategy"]
 # Sessions created before strategies were validated recorded "summary": a summary plus recent turns.
@@ -222,10 +220,7 @@ class PolicyBook:
 
     def for_session(self, session: Session) -> ChannelPolicy:
         """The policy recorded on the session at creation; the channel's current one for older sessions."""
-        record = session.extra.get(POLICY_FIELD)
-        if isinstance(record, dict):
-            return ChannelPolicy.from_record(record)
-        return self.for_channel(session.channel)
+        return session.policy if session.policy is not None else self.for_channel(session.channel)
 
     def apply(self, draft: Session) -> tuple[Session, int]:
         """Checks ``draft`` against its channel's policy and records the policy on it. Returns the draft
@@ -236,5 +231,5 @@ class PolicyBook:
                 f"channel {draft.channel!r} binds every session to a work item: "
                 f"metadata[{policy.work_item_key!r}] is required"
             )
-        draft.extra = {**draft.extra, POLICY_FIELD: policy.to_record()}
+        draft.policy = policy
         return draft, policy.expire_after_seconds

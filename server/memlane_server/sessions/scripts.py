@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from string import Template
+
+from .model import PromotionState, SessionStatus
+
+
+def _statuses(lua: str) -> str:
+    """Fills ``$CLOSED``, ``$P_ARCHIVED`` ... with the stored digits of the enums, so a script and the
+    Python code can never disagree about a status."""
+    names = {s.name: str(int(s)) for s in SessionStatus}
+    names |= {f"P_{p.name}": str(int(p)) for p in PromotionState}
+    return Template(lua).substitute(names)
+
+
 # KEYS: doc.  ARGV: field/value pairs.  Creates the document unless it exists; 1 if it created it.
 CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -13,10 +26,11 @@ return 1
 # KEYS: doc, msgs, order, alive.  ARGV: now_ms, ttl_ms, count, then (id, fingerprint, payload, tokens) each.
 # Returns {token_total, message_count, seq_1, dup_1, seq_2, dup_2, ...}.
 # A batch lands whole or not at all: every id is checked before anything is written.
-APPEND = """
+APPEND = _statuses(
+    """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
-if status == '3' then return redis.error_reply('CLOSED') end
+if status == '$CLOSED' then return redis.error_reply('CLOSED') end
 local n = tonumber(ARGV[3])
 local seqs = {}
 for i = 0, n - 1 do
@@ -50,7 +64,7 @@ for i = 0, n - 1 do
 end
 if added > 0 then
   redis.call('HSET', KEYS[1], 'last_seq', seq, 'last_activity_at_ms', ARGV[1])
-  if status ~= '1' then redis.call('HSET', KEYS[1], 'status', '1') end
+  if status ~= '$ACTIVE' then redis.call('HSET', KEYS[1], 'status', '$ACTIVE') end
   local ttl = tonumber(ARGV[2])
   if ttl > 0 then redis.call('SET', KEYS[4], '1', 'PX', ttl) end
 end
@@ -58,6 +72,7 @@ out[1] = redis.call('HINCRBY', KEYS[1], 'token_total', tokens)
 out[2] = redis.call('HINCRBY', KEYS[1], 'message_count', added)
 return out
 """
+)
 
 # KEYS: doc, order, msgs.  ARGV: min, max (ZRANGEBYSCORE bounds on seq), count, reverse (0/1).
 # Returns {seq_1, id_1, payload_1, ...}; NOTFOUND when the session does not exist.
@@ -78,26 +93,51 @@ end
 return out
 """
 
-# KEYS: doc, alive.  ARGV: to_status, timestamp field ('' for none), now_ms, allowed from-statuses (csv).
-# Returns the previous status; NOTFOUND / ILLEGAL <from> / ALIVE (expiring a revived session) on failure.
-# Reaching CLOSED or EXPIRED drops the activity key so no expiry event fires for an ended session.
-TRANSITION = """
+# Lifecycle events written by the script that changes the state (sessions/outbox.py). A script's event
+# ARGV, from index ``base``: uid ('' = no event), type, session_id, at_ms, detail JSON, fence_ms.
+# ``event_fenced`` must be checked before the first write (a script's error undoes nothing).
+EVENT_LIB = r"""
+local function event_fenced(base)
+  if ARGV[base] == '' then return false end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[base + 5])
+end
+local function event_push(outbox, doc, base)
+  if ARGV[base] == '' then return end
+  local f = redis.call('HMGET', doc, 'user_id', 'channel', 'status', 'promotion_state')
+  redis.call('RPUSH', outbox, cjson.encode({ARGV[base], ARGV[base + 1], ARGV[base + 2], f[1] or '',
+    f[2] or '', f[3] or '', f[4] or '', ARGV[base + 3], ARGV[base + 4]}))
+end
+"""
+
+# KEYS: doc, alive, outbox.  ARGV: to_status, timestamp field ('' for none), now_ms, allowed from-statuses
+# (csv), from-statuses that write the event (csv), then the event (base 6).
+# Returns the previous status; NOTFOUND / ILLEGAL <from> / ALIVE (expiring a revived session) / FENCE on
+# failure. Reaching CLOSED or EXPIRED drops the activity key so no expiry event fires for an ended session.
+TRANSITION = EVENT_LIB + _statuses(
+    r"""
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
 if status == ARGV[1] then return status end
 -- Expiry only wins if the activity key is still gone: an append between the expiry event and this
 -- script revived the session.
-if ARGV[1] == '4' and redis.call('EXISTS', KEYS[2]) == 1 then return redis.error_reply('ALIVE') end
-local allowed = false
+if ARGV[1] == '$EXPIRED' and redis.call('EXISTS', KEYS[2]) == 1 then return redis.error_reply('ALIVE') end
+local allowed, emit = false, false
 for s in string.gmatch(ARGV[4], '[^,]+') do
   if s == status then allowed = true end
 end
 if not allowed then return redis.error_reply('ILLEGAL ' .. status) end
+for s in string.gmatch(ARGV[5], '[^,]+') do
+  if s == status then emit = true end
+end
+if emit and event_fenced(6) then return redis.error_reply('FENCE') end
 redis.call('HSET', KEYS[1], 'status', ARGV[1])
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end
-if ARGV[1] == '3' or ARGV[1] == '4' then redis.call('DEL', KEYS[2]) end
+if ARGV[1] == '$CLOSED' or ARGV[1] == '$EXPIRED' then redis.call('DEL', KEYS[2]) end
+if emit then event_push(KEYS[3], KEYS[1], 6) end
 return status
 """
+)
 
 # KEYS: doc.  ARGV: expected through_seq, expected message_count - last_seq ('' = any), then field/value
 # pairs of the new summary.
@@ -118,8 +158,11 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 return 1
 """
 
-# KEYS: doc.  ARGV: new state, allowed current states (csv; '' = any).
-SET_PROMOTION = """
+# KEYS: doc, outbox.  ARGV: new state, allowed current states (csv; '' = any), then the event (base 3),
+# written only when the state changes.
+SET_PROMOTION = (
+    EVENT_LIB
+    + r"""
 local cur = redis.call('HGET', KEYS[1], 'promotion_state')
 if not cur then return redis.error_reply('NOTFOUND') end
 if ARGV[2] ~= '' then
@@ -127,8 +170,102 @@ if ARGV[2] ~= '' then
   for s in string.gmatch(ARGV[2], '[^,]+') do if s == cur then ok = true end end
   if not ok then return redis.error_reply('ILLEGAL ' .. cur) end
 end
+if cur == ARGV[1] then return cur end
+if event_fenced(3) then return redis.error_reply('FENCE') end
 redis.call('HSET', KEYS[1], 'promotion_state', ARGV[1])
+event_push(KEYS[2], KEYS[1], 3)
 return cur
+"""
+)
+
+# KEYS: doc, msgs, order, traces, tracedata, outbox.  ARGV: archived through-seq, then the RETIRED event
+# (base 2), then the stub's lifecycle field/value pairs (from 8; sessions/codec.py).  Drops the hot data
+# only if the session is still ended, archived, and has nothing newer than the archive; 1 if it did.
+RETIRE = EVENT_LIB + _statuses(
+    r"""
+local st = redis.call('HMGET', KEYS[1], 'status', 'last_seq', 'promotion_state')
+if not st[1] then return 0 end
+if (st[1] ~= '$CLOSED' and st[1] ~= '$EXPIRED') or st[3] ~= '$P_ARCHIVED' then return 0 end
+if tonumber(st[2]) ~= tonumber(ARGV[1]) then return 0 end
+if event_fenced(2) then return redis.error_reply('FENCE') end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HDEL', KEYS[1], 'extra')
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
+event_push(KEYS[6], KEYS[1], 2)
+return 1
+"""
+)
+
+# KEYS: doc, outbox.  ARGV: the event (base 1), the lifecycle fields to delete (space-separated), then
+# field/value pairs to set (from 8).  Rewrites the lifecycle's fields (resumption's last step); the
+# document's old single ``extra`` field goes too (sessions/codec.py migrates it on read).
+SET_LIFECYCLE = (
+    EVENT_LIB
+    + r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
+if event_fenced(1) then return redis.error_reply('FENCE') end
+redis.call('HDEL', KEYS[1], 'extra')
+for f in string.gmatch(ARGV[7], '[^ ]+') do redis.call('HDEL', KEYS[1], f) end
+if #ARGV > 7 then redis.call('HSET', KEYS[1], unpack(ARGV, 8)) end
+event_push(KEYS[2], KEYS[1], 1)
+return 1
+"""
+)
+
+# --- turn traces (sessions/traces.py)
+
+# KEYS: trace_data, traces. ARGV: trace id, payload, created_at_ms, cap. One round trip: store, index,
+# and drop the oldest traces beyond the cap (payload and index entry together).
+PUT_TRACE = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if excess > 0 then
+  local stale = redis.call('ZRANGE', KEYS[2], 0, excess - 1)
+  redis.call('HDEL', KEYS[1], unpack(stale))
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
+end
+return 1
+"""
+
+# --- the session-end queue (sessions/end_queue.py); keys on the queue's slot
+
+# KEYS: parked stream, queue stream, failures, queue outbox.  ARGV: job id, group, outbox entry JSON ('' =
+# none; its detail gains ``parked_id``), then the parked entry's field/value pairs.  Moves a job off the
+# queue into the parked stream with its PARKED event; returns the parked id.
+PARK = r"""
+local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+redis.call('XDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+if ARGV[3] ~= '' then
+  local e = cjson.decode(ARGV[3])
+  local d = cjson.decode(e[9])
+  d['parked_id'] = id
+  e[9] = cjson.encode(d)
+  redis.call('RPUSH', KEYS[4], cjson.encode(e))
+end
+return id
+"""
+
+# --- the events stream (sessions/events.py); keys on the stream's slot
+
+# KEYS: events stream, relayed ids.  ARGV: uid, now_ms, window_ms, max_len, then stream field/value pairs.
+# Appends the event unless its id was relayed already; 1 if it appended.
+RELAY = r"""
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 5))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
+return 1
+"""
+
+# KEYS: outbox_due.  ARGV: session id, the score it was read with.  Drops the entry unless a writer
+# reserved it again since (a new score).
+FORGET_DUE = r"""
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if cur and tonumber(cur) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
 """
 
 # --- message removal (sessions/removal.py)
@@ -207,6 +344,16 @@ local totals = redis.call('HMGET', KEYS[1], 'token_total', 'message_count')
 return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 """
 
+# Whether the document is a retired stub: its ``retired_at_ms`` field (sessions/codec.py), or, on a
+# document written before that field, the same key inside its old single JSON field ``extra``.
+RETIRED_LIB = r"""
+local function is_retired(doc)
+  local r = redis.call('HMGET', doc, 'retired_at_ms', 'extra')
+  if r[1] and r[1] ~= '' and r[1] ~= '0' then return true end
+  return r[2] ~= false and string.find(r[2], '"retired_at_ms"', 1, true) ~= nil
+end
+"""
+
 # --- framework checkpoints (sessions/checkpoints.py); members are namespace\0checkpoint_id
 
 # KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, restoring
@@ -214,14 +361,12 @@ return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 # NOTFOUND / CLOSED like an append; RETIRED when the session's hot data went to the archive (the caller
 # resumes it and retries: the common case costs no extra round trip). Every change bumps the document's
 # ``ck_gen``, so retirement drops the state only if it is still what went to the archive.
-CK_PUT = r"""
-local extra = redis.call('HGET', KEYS[1], 'extra')
-if ARGV[5] ~= '1' and extra and string.find(extra, '"retired_at_ms"', 1, true) then
-  return redis.error_reply('RETIRED')
-end
+CK_PUT = RETIRED_LIB + _statuses(
+    r"""
+if ARGV[5] ~= '1' and is_retired(KEYS[1]) then return redis.error_reply('RETIRED') end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return redis.error_reply('NOTFOUND') end
-if status == '3' then return redis.error_reply('CLOSED') end
+if status == '$CLOSED' then return redis.error_reply('CLOSED') end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
@@ -230,16 +375,16 @@ if #ARGV > 5 then redis.call('HSET', KEYS[5], unpack(ARGV, 6)) end
 redis.call('HINCRBY', KEYS[1], 'ck_gen', 1)
 return 1
 """
+)
 
 # KEYS: doc, write_index, writes.  ARGV: restoring ('1' or '0'), then (member, payload, replace) triples.
 # Returns how many it stored: a member already stored is kept unless `replace` is '1' (special writes:
 # errors, interrupts).  RETIRED like CK_PUT.
-CK_PUT_WRITES = r"""
+CK_PUT_WRITES = (
+    RETIRED_LIB
+    + r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
-local extra = redis.call('HGET', KEYS[1], 'extra')
-if ARGV[1] ~= '1' and extra and string.find(extra, '"retired_at_ms"', 1, true) then
-  return redis.error_reply('RETIRED')
-end
+if ARGV[1] ~= '1' and is_retired(KEYS[1]) then return redis.error_reply('RETIRED') end
 local stored = 0
 for i = 2, #ARGV, 3 do
   if ARGV[i + 2] == '1' or redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then
@@ -251,6 +396,7 @@ end
 if stored > 0 then redis.call('HINCRBY', KEYS[1], 'ck_gen', 1) end
 return stored
 """
+)
 
 # Splits "a\0b\0c" into {"a", "b", "c"}; the blob field of channel c at version v in namespace ns is
 # ns\0c\0v.  Shared by the reading and the dropping script.
@@ -273,12 +419,10 @@ end
 # KEYS: index, data, versions, blobs, write_index, writes, doc.  ARGV: lex min, lex max, count, reverse.
 # Returns {{member, record, {channel, version, blob, ...}, {write payload, ...}}, ...}.
 CK_READ = (
-    _CK_LIB
+    RETIRED_LIB
+    + _CK_LIB
     + r"""
-local extra = redis.call('HGET', KEYS[7], 'extra')
-if extra and string.find(extra, '"retired_at_ms"', 1, true) then
-  return redis.error_reply('RETIRED')
-end
+if is_retired(KEYS[7]) then return redis.error_reply('RETIRED') end
 local members
 if ARGV[4] == '1' then
   members = redis.call('ZREVRANGEBYLEX', KEYS[1], ARGV[2], ARGV[1], 'LIMIT', 0, ARGV[3])

@@ -18,13 +18,19 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..access.identity import UNRESTRICTED, Caller
-from ..errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from ..infra.redis_persistence import PersistenceReport, rewrite_persistence
 from ..tokens import TokenCounter
 from . import scripts
 from .codec import (
     FINGERPRINT_LEN,
+    LEGACY_FIELD,
+    LIFECYCLE_FIELDS,
+    RETIREMENT_FIELDS,
     decode_message,
+    decode_retirement,
     decode_session,
+    encode_lifecycle,
     encode_message,
     encode_session,
     encode_summary,
@@ -44,6 +50,7 @@ from .limits import (
 from .model import (
     Message,
     PromotionState,
+    Retirement,
     Role,
     Session,
     SessionStatus,
@@ -51,6 +58,7 @@ from .model import (
     Topology,
     VisibilityKind,
 )
+from .outbox import NO_EVENT, OutboxWriter, PendingEvent, decode_entry
 from .paging import (
     MAX_PAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
@@ -203,6 +211,9 @@ class SessionStore:
         self._set_summary = redis.register_script(scripts.SET_SUMMARY)
         self._set_promotion = redis.register_script(scripts.SET_PROMOTION)
         self._create = redis.register_script(scripts.CREATE)
+        self._retire = redis.register_script(scripts.RETIRE)
+        self._set_lifecycle = redis.register_script(scripts.SET_LIFECYCLE)
+        self._outbox = OutboxWriter(redis, keys)
 
     # ----------------------------------------------------------------- sessions
 
@@ -383,33 +394,102 @@ class SessionStore:
         return await self.transition(session_id, to, allowed, ts)
 
     async def transition(
-        self, session_id: str, to: SessionStatus, allowed_from: Iterable[SessionStatus], ts_field: str = ""
+        self,
+        session_id: str,
+        to: SessionStatus,
+        allowed_from: Iterable[SessionStatus],
+        ts_field: str = "",
+        *,
+        event: PendingEvent | None = None,
+        event_from: Iterable[SessionStatus] = (),
     ) -> SessionStatus:
         """Moves the session to ``to`` if it is in one of ``allowed_from``; returns the previous status.
-        Reaching CLOSED/EXPIRED removes the session from the deadline index."""
+        Reaching CLOSED/EXPIRED removes the session from the deadline index. ``event`` is written to the
+        session's outbox in the same script when the move starts from one of ``event_from``."""
         k = self.keys.session(session_id)
-        try:
-            prev = await self._transition(
-                keys=[k.doc, k.alive],
-                args=[int(to), ts_field, now_ms(), ",".join(str(int(s)) for s in allowed_from)],
-            )
-        except ResponseError as exc:
-            raise self._script_error(exc, session_id) from exc
+        head: list[Any] = [
+            int(to),
+            ts_field,
+            event.at_ms if event is not None else now_ms(),
+            ",".join(str(int(s)) for s in allowed_from),
+            ",".join(str(int(s)) for s in event_from),
+        ]
+        prev = await self._evented(
+            session_id,
+            event,
+            lambda ev: self._transition(keys=[k.doc, k.alive, self.keys.outbox(session_id)], args=head + ev),
+        )
         if to in _ENDED:
             await self.redis.zrem(self.keys.deadlines(), session_id)
         return SessionStatus(int(prev))
 
     async def set_promotion_state(
-        self, session_id: str, to: PromotionState, allowed_from: Iterable[PromotionState] = ()
+        self,
+        session_id: str,
+        to: PromotionState,
+        allowed_from: Iterable[PromotionState] = (),
+        *,
+        event: PendingEvent | None = None,
     ) -> PromotionState:
+        """Moves the promotion state; ``event`` is written with it when the state changes."""
         k = self.keys.session(session_id)
-        try:
-            prev = await self._set_promotion(
-                keys=[k.doc], args=[int(to), ",".join(str(int(s)) for s in allowed_from)]
-            )
-        except ResponseError as exc:
-            raise self._script_error(exc, session_id) from exc
+        head: list[Any] = [int(to), ",".join(str(int(s)) for s in allowed_from)]
+        prev = await self._evented(
+            session_id,
+            event,
+            lambda ev: self._set_promotion(keys=[k.doc, self.keys.outbox(session_id)], args=head + ev),
+        )
         return PromotionState(int(prev))
+
+    async def retirement(self, session_id: str) -> Retirement | None:
+        """The session's retirement record (None: hot, or unknown); one HMGET."""
+        fields = [*RETIREMENT_FIELDS, LEGACY_FIELD]
+        row: Any = await self.redis.hmget(self.keys.session(session_id).doc, fields)
+        return decode_retirement({n: v.decode() for n, v in zip(fields, row, strict=True) if v is not None})
+
+    async def retire_hot(
+        self, s: Session, archived_through: int, retirement: Retirement, event: PendingEvent
+    ) -> bool:
+        """Drops the messages and traces of the archived session ``s``, keeping a stub with
+        ``retirement``, unless anything was written since the archive; writes ``event`` if it did."""
+        sid = s.session_id
+        k = self.keys.session(sid)
+        keys = [k.doc, k.messages, k.order, k.traces, k.trace_data, self.keys.outbox(sid)]
+        fields: list[Any] = []
+        for name, value in encode_lifecycle(s.policy, retirement, s.resumed_at_ms).items():
+            fields += [name, value]
+        done = await self._evented(
+            sid, event, lambda ev: self._retire(keys=keys, args=[archived_through, *ev, *fields])
+        )
+        self._meta_cache.pop(sid, None)
+        return bool(done)
+
+    async def finish_resume(self, s: Session, resumed_at_ms: int, event: PendingEvent) -> None:
+        """Clears the retirement of ``s`` (resumption's last step) and records when, with ``event``."""
+        keys = [self.keys.session(s.session_id).doc, self.keys.outbox(s.session_id)]
+        kept = encode_lifecycle(s.policy, None, resumed_at_ms)
+        fields: list[Any] = []
+        for name, value in kept.items():
+            fields += [name, value]
+        gone = " ".join(n for n in LIFECYCLE_FIELDS if n not in kept)
+        await self._evented(
+            s.session_id, event, lambda ev: self._set_lifecycle(keys=keys, args=[*ev, gone, *fields])
+        )
+
+    async def _evented(
+        self, session_id: str, event: PendingEvent | None, run: Callable[[list[Any]], Awaitable[Any]]
+    ) -> Any:
+        """Runs a state-changing script with its event's ARGV: reserves the outbox pointer first, and
+        again if the script found the reservation too old (FENCE: this writer stalled)."""
+        for _ in range(3):
+            ev = list(NO_EVENT) if event is None else await self._outbox.reserve(session_id, event, now_ms())
+            try:
+                return await run(ev)
+            except ResponseError as exc:
+                if str(exc).startswith("FENCE"):
+                    continue
+                raise self._script_error(exc, session_id) from exc
+        raise Unavailable(f"session {session_id!r}: event write kept missing its fence; retry")
 
     async def set_summary(
         self, session_id: str, summary: Summary, expected_through_seq: int, read: Session | None = None
@@ -712,7 +792,32 @@ class SessionStore:
         marks = self.keys.once_prefix(user_id).encode()
         counts["redis.once_marks"] = sum(1 for k in per_user if k.startswith(marks))
         counts["redis.stream_entries"] = await self._erase_stream_entries(set(sids), user_id)
+        counts["redis.stream_entries"] += await self._erase_queued_events(set(sids), user_id)
         return counts
+
+    async def _erase_queued_events(self, session_ids: set[str], user_id: str) -> int:
+        """Events of the session-end queue not yet relayed to the stream (sessions/outbox.py) that name
+        one of the sessions or the user; the sessions' own outboxes went with their keys."""
+        key = self.keys.session_end_outbox()
+        rows: Any = await self.redis.lrange(key, 0, -1)
+        erased = 0
+        for raw in rows:
+            entry = decode_entry(raw)
+            if entry["s"] in session_ids or entry["u"] == user_id:
+                erased += int(await self.redis.lrem(key, 0, raw))
+        return erased
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    async def newest_session_ids(self, start: int, count: int) -> list[str]:
+        """Ids of every session, newest first, from rank ``start`` (for sampled metrics)."""
+        raw: Any = await self.redis.zrevrange(self.keys.all_sessions(), start, start + count - 1)
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+
+    async def rewrite_persistence(self) -> PersistenceReport:
+        """After an erasure: Redis's files on disk still hold what the deletes removed from memory."""
+        return await rewrite_persistence(self.redis)
 
     async def _erase_stream_entries(self, session_ids: set[str], user_id: str) -> int:
         """XDELs every event and queued job that names one of the sessions (or the user)."""

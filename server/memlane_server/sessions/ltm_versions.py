@@ -15,7 +15,7 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from memlane_server.sessions.keys import KeySpace
+from .keys import KeySpace
 
 log = logging.getLogger("memlane.context")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from .sessions.keys import KeySpace
+from .keys import KeySpace
 
 
 def drop_keys(redis_url: str, key_prefix: str, *, batch: int = 500) -> int:
