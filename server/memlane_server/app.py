@@ -67,6 +67,7 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
+from .pipelines.lease import LeaseLock
 from .pipelines.user_data import UserData
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
@@ -345,8 +346,14 @@ class Sidecar:
                 OnnxEmbedder.load, spec, intra_op_threads=s.embedding_threads
             )
         uri = s.ltm_uri or str(Path(s.data_dir) / "ltm")
+        # Every sidecar on this Redis prefix shares the table: one at a time compacts or erases it.
         self._ltm_store = await telemetry.MeteredLanceStore.open_metered(
-            self.metrics, uri, self._embedder.ndims, cache_mb=s.ltm_cache_mb
+            self.metrics,
+            uri,
+            self._embedder.ndims,
+            cache_mb=s.ltm_cache_mb,
+            lock=LeaseLock(self.redis, self.keys.ltm_lock()),
+            read_consistency_s=s.ltm_read_consistency_seconds,
         )
         policy = MemoryPolicy(
             max_items_per_agent=s.ltm_max_items_per_agent,

@@ -94,6 +94,9 @@ class Settings:
     # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
     ltm_cross_channel_episodes: bool = False
     ltm_cache_mb: int = 128  # LanceDB index cache (metadata cache: half of it)
+    # Sidecars sharing the table see each other's writes this late at most (a version check per read
+    # after it; 0: on every read, an S3 LIST each); negative: never (a table no other sidecar writes).
+    ltm_read_consistency_seconds: float = 2.0
     # Usage counts of injected items are written in batches: each write is a new table version.
     ltm_usage_flush_seconds: float = 30.0
     ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)

@@ -46,6 +46,10 @@ HELP: dict[str, str] = {
     "summary_max_tokens": "Largest rolling summary, in tokens.",
     "ltm_enabled": "Keep long-term memory (LanceDB, embeddings, MemoryService).",
     "ltm_uri": "LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm.",
+    "ltm_read_consistency_seconds": (
+        "How stale a read of the LTM table may be after another sidecar's write (seconds; 0: check on"
+        " every read, negative: never, when no other sidecar shares the table)."
+    ),
     "ltm_cross_channel_episodes": "Recall episodes from every channel, not just the session's.",
     "ltm_cache_mb": "LanceDB index cache in MiB (metadata cache: half of it); 0 keeps LanceDB's default.",
     "ltm_usage_flush_seconds": "How often recall usage counts are written back.",

@@ -22,6 +22,7 @@ from .context.model import AssembleStats, Section
 from .embedding import Embedder
 from .ltm import MemoryService
 from .ltm.model import MemoryItem, MemoryKind
+from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
 from .observability.domain import CacheCollector, DomainMetrics, Probe, Sampler
 from .observability.process import new_registry
@@ -202,9 +203,18 @@ class MeteredLanceStore(LanceMemoryStore):
 
     @classmethod
     async def open_metered(
-        cls, metrics: DomainMetrics, uri: str, ndims: int, *, cache_mb: int = 0
+        cls,
+        metrics: DomainMetrics,
+        uri: str,
+        ndims: int,
+        *,
+        cache_mb: int = 0,
+        lock: TableLock | None = None,
+        read_consistency_s: float = -1.0,
     ) -> MeteredLanceStore:
-        store = await cls.open(uri, ndims, cache_mb=cache_mb)
+        store = await cls.open(
+            uri, ndims, cache_mb=cache_mb, lock=lock, read_consistency_s=read_consistency_s
+        )
         if not isinstance(store, MeteredLanceStore):  # open() builds ``cls``; a change there shows here
             raise TypeError("LanceMemoryStore.open no longer builds its subclass")
         store.metrics = metrics

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import lancedb
 import numpy as np
@@ -20,12 +21,18 @@ from lancedb.expr import Expr, col, lit
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 
 from memlane_server.errors import Unavailable
+from memlane_server.infra.object_store import lance_storage_options
 from memlane_server.ltm.filters import KEY_COLUMNS
 from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
 from memlane_server.ltm.query import content_terms
 from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
+from memlane_server.ltm.sharing import Contention, LocalTableLock, TableLock, retry_read, retry_write
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# How long an erasure waits for another sidecar's compaction (43 s at 100k rows) before UNAVAILABLE;
+# a sidecar starting on a fresh table waits as long for another creating its indexes.
+_EXCLUSIVE_WAIT_S = 300.0
 
 # What a string literal in a predicate may be (see ``filters``): a digest, an enum word, or empty.
 _LITERAL = re.compile(r"'((?:[^']|'')*)'")
@@ -53,27 +60,55 @@ class Hit:
 
 
 class LanceMemoryStore:
-    """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...``."""
+    """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...`` (the
+    endpoint and credentials from the AWS environment variables, see ``infra/object_store.py``)."""
 
-    def __init__(self, db: lancedb.AsyncConnection, table: lancedb.AsyncTable, ndims: int) -> None:
+    def __init__(
+        self,
+        db: lancedb.AsyncConnection,
+        table: lancedb.AsyncTable,
+        ndims: int,
+        lock: TableLock | None = None,
+    ) -> None:
         self._db = db
         self._table = table
         self._ndims = ndims
         self._writes_since_optimize = 0
+        self._lock = lock or LocalTableLock()
+        self.contention = Contention()
 
     @classmethod
     async def open(
-        cls, uri: str, ndims: int, *, storage_options: dict[str, str] | None = None, cache_mb: int = 0
+        cls,
+        uri: str,
+        ndims: int,
+        *,
+        storage_options: dict[str, str] | None = None,
+        cache_mb: int = 0,
+        lock: TableLock | None = None,
+        read_consistency_s: float = -1.0,
     ) -> LanceMemoryStore:
         """``cache_mb`` bounds LanceDB's index and metadata caches (0: LanceDB's defaults, sized for a
-        server of its own, gigabytes; a sidecar wants tens of MB)."""
+        server of its own, gigabytes; a sidecar wants tens of MB). ``lock`` serializes compaction,
+        index builds and erasure across the sidecars sharing the table (see ``sharing``);
+        ``read_consistency_s`` bounds how late reads see their writes (negative: only this handle's own
+        writes and ``refresh`` move it on)."""
         session = (
             lancedb.Session(index_cache_size_bytes=cache_mb << 20, metadata_cache_size_bytes=cache_mb << 19)
             if cache_mb
             else None
         )
+        if storage_options is None:
+            storage_options = lance_storage_options(uri)
         try:
-            db = await lancedb.connect_async(uri, storage_options=storage_options, session=session)
+            db = await lancedb.connect_async(
+                uri,
+                storage_options=storage_options,
+                session=session,
+                read_consistency_interval=(
+                    timedelta(seconds=read_consistency_s) if read_consistency_s >= 0 else None
+                ),
+            )
             names = (await db.list_tables()).tables
             if TABLE_NAME in names:
                 table = await db.open_table(TABLE_NAME)
@@ -87,10 +122,18 @@ class LanceMemoryStore:
                 f"memory store {uri} holds {vector_type.list_size}-dimensional vectors but the embedder"
                 f" makes {ndims}: re-embed the table or configure the model it was built with"
             )
-        store = cls(db, table, ndims)
-        await store._add_key_columns()
-        await store._ensure_scalar_indexes()
+        store = cls(db, table, ndims, lock)
+        async with store._lock.hold(_EXCLUSIVE_WAIT_S):  # held or not: both steps check before acting
+            await store.refresh()
+            await store._write("migrate", store._add_key_columns)
+            await store._write("index", store._ensure_scalar_indexes)
         return store
+
+    async def _write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await retry_write(call, refresh=self.refresh, stats=self.contention, what=what)
+
+    async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
+        return await retry_read(call, refresh=self.refresh, stats=self.contention)
 
     async def _add_key_columns(self) -> None:
         """Migration of tables written before key columns existed (memlane 0.1): compute the digests
@@ -133,13 +176,17 @@ class LanceMemoryStore:
 
     async def count(self, where: Expr | None = None) -> int:
         if where is None:
-            return int(await self._table.count_rows())
+            return int(await self._read(self._table.count_rows))
         return int((await self.fetch_columns(where, ["id"])).num_rows)
+
+    # Writes: each is retried whole on the latest version when its commit loses to another sidecar's
+    # (``sharing.retry_write``); a refused commit wrote nothing, so running it again is safe.
 
     async def add(self, items: list[MemoryItem]) -> None:
         if not items:
             return
-        await self._table.add([to_row(i) for i in items])
+        rows = [to_row(i) for i in items]
+        await self._write("add", lambda: self._table.add(rows))
         self._writes_since_optimize += 1
 
     async def upsert(self, items: list[MemoryItem]) -> None:
@@ -147,21 +194,27 @@ class LanceMemoryStore:
         if not items:
             return
         data = pa.Table.from_pylist([to_row(i) for i in items], schema=table_schema(self._ndims))
-        await (
-            self._table.merge_insert("id")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute(data)
-        )
+
+        async def merge() -> None:
+            await (
+                self._table.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(data)
+            )
+
+        await self._write("upsert", merge)
         self._writes_since_optimize += 1
 
     async def update(self, where: Expr, values_sql: dict[str, str]) -> None:
         """SQL-expression update; ``values_sql`` must be built from trusted numbers/columns only."""
-        await self._table.update(where=checked(where).to_sql(), updates_sql=values_sql)
+        sql = checked(where).to_sql()
+        await self._write("update", lambda: self._table.update(where=sql, updates_sql=values_sql))
         self._writes_since_optimize += 1
 
     async def delete(self, where: Expr) -> None:
-        await self._table.delete(checked(where).to_sql())
+        sql = checked(where).to_sql()
+        await self._write("delete", lambda: self._table.delete(sql))
         self._writes_since_optimize += 1
 
     async def erase(self, where: Expr) -> int:
@@ -175,7 +228,17 @@ class LanceMemoryStore:
         version. In that order a crash at any step is repaired by a retry: the rows are found until
         the delete, and the last two steps run on every call. Returns how many rows were erased.
         O(table): erasure is rare, and this is what it costs to mean it.
+
+        Holds the table lock (no other sidecar compacts or indexes meanwhile, see ``sharing``) and runs
+        whole again if a step's commit loses to another sidecar's write.
         """
+        async with self._lock.hold(_EXCLUSIVE_WAIT_S) as held:
+            if not held:
+                raise Unavailable("the memory table is busy (another sidecar's compaction); retry")
+            await self.refresh()
+            return await self._write("erase", lambda: self._erase(checked(where)))
+
+    async def _erase(self, where: Expr) -> int:
         found = await self._table.query().where(checked(where)).with_row_id().select(["id_key"]).to_arrow()
         # Tables here use unstable row ids, where a row id is its address: fragment id << 32 | offset.
         for fragment in sorted({int(rid) >> 32 for rid in found["_rowid"].to_pylist()}):
@@ -186,7 +249,7 @@ class LanceMemoryStore:
         await self._ensure_scalar_indexes(rebuild=True)
         if ("vector",) in {tuple(ix.columns) for ix in await self._table.list_indices()}:
             await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"), replace=True)
-        await self.optimize(cleanup_older_than=timedelta(0))
+        await self._optimize(timedelta(0))
         return int(found.num_rows)
 
     async def fetch(
@@ -195,44 +258,55 @@ class LanceMemoryStore:
         columns = [*META_COLUMNS, "vector"] if with_vector else META_COLUMNS
         query = self._table.query().where(checked(where)).select(columns)
         query = query.limit(limit) if limit is not None else query.limit(1_000_000)
-        rows = await query.to_list()
+        rows = await self._read(query.to_list)
         return [from_row(r) for r in rows]
 
     async def fetch_columns(self, where: Expr | None, columns: list[str]) -> pa.Table:
         query = self._table.query().select(columns)
         if where is not None:
             query = query.where(checked(where))
-        return await query.to_arrow()
+        return await self._read(query.to_arrow)
 
     async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
         terms = " ".join(content_terms(text))
         if not terms:
             return []
-        rows = await (
+        query = (
             self._table.query()
             .nearest_to_text(terms, columns="search_text")
             .where(checked(where))
             .select([*META_COLUMNS, "_score"])
             .limit(limit)
-            .to_list()
         )
+        rows = await self._read(query.to_list)
         return [Hit(from_row(r), float(r["_score"])) for r in rows]
 
     async def vector_search(self, vector: npt.NDArray[np.float32], where: Expr, limit: int) -> list[Hit]:
-        rows = await (
+        query = (
             self._table.query()
             .nearest_to(vector.astype(np.float32))
             .distance_type("cosine")
             .where(checked(where))
             .select([*META_COLUMNS, "_distance"])
             .limit(limit)
-            .to_list()
         )
+        rows = await self._read(query.to_list)
         return [Hit(from_row(r), 1.0 - float(r["_distance"])) for r in rows]
 
-    async def optimize(self, *, cleanup_older_than: timedelta = timedelta(minutes=10)) -> None:
-        """Compact fragments, fold new rows into the indexes, drop old versions."""
+    async def optimize(self, *, cleanup_older_than: timedelta = timedelta(minutes=10)) -> bool:
+        """Compact fragments, fold new rows into the indexes, drop old versions. False if skipped: another
+        sidecar sharing the table is compacting it right now (its pass covers this one's writes)."""
         self._writes_since_optimize = 0
+        async with self._lock.hold(0) as held:
+            if not held:
+                self.contention.skipped_busy += 1
+                log.info("LTM compaction skipped: another sidecar holds the table lock")
+                return False
+            await self.refresh()
+            await self._write("optimize", lambda: self._optimize(cleanup_older_than))
+            return True
+
+    async def _optimize(self, cleanup_older_than: timedelta) -> None:
         await self._table.optimize(cleanup_older_than=cleanup_older_than)
 
     async def ensure_vector_index(self, min_rows: int) -> bool:
@@ -240,13 +314,20 @@ class LanceMemoryStore:
 
         Below ``min_rows`` a brute-force scan over the user's prefiltered rows is exact and fast.
         """
-        have = {tuple(ix.columns) for ix in await self._table.list_indices()}
+        have = {tuple(ix.columns) for ix in await self._read(self._table.list_indices)}
         if ("vector",) in have:
             return True
-        if await self._table.count_rows() < min_rows:
+        if await self._read(self._table.count_rows) < min_rows:
             return False
-        await self._table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
-        return True
+        async with self._lock.hold(0) as held:
+            if not held:  # another sidecar is compacting or indexing: next round
+                self.contention.skipped_busy += 1
+                return False
+            await self.refresh()
+            if ("vector",) not in {tuple(ix.columns) for ix in await self._table.list_indices()}:
+                config = IvfHnswSq(distance_type="cosine")
+                await self._write("index", lambda: self._table.create_index("vector", config=config))
+            return True
 
     def close(self) -> None:
         # lancedb leaves these two untyped; both just drop the native handles.

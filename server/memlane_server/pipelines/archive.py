@@ -12,7 +12,8 @@ only. Paths are deterministic, so re-archiving after a crash rewrites the same f
 under a ``_``-prefixed name (ignored by dataset readers) and then moved into place.
 
 ``root`` is a local directory or any URI pyarrow's filesystem layer opens (``s3://bucket/prefix``,
-``gs://...``, ``file:///...``).
+``gs://...``, ``file:///...``); for ``s3://`` the endpoint and credentials come from the AWS environment
+variables (``infra/object_store.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ..infra.object_store import arrow_filesystem
 from ..sessions.model import ArchivePointer, Message, Role, Session, VisibilityKind
 
 PART_DATASETS = ("transcripts", "summaries", "traces")
@@ -165,7 +167,7 @@ class ParquetArchive:
 
     def __init__(self, uri: str) -> None:
         if "://" in uri:
-            self._fs, root = pafs.FileSystem.from_uri(uri)
+            self._fs, root = arrow_filesystem(uri)
             self._scheme = uri.split("://", 1)[0] + "://"
         else:
             self._fs, root = pafs.LocalFileSystem(), str(Path(uri).resolve())
@@ -265,7 +267,8 @@ class ParquetArchive:
 
     def _put(self, path: str, table: pa.Table) -> None:
         parent, name = path.rsplit("/", 1)
-        self._fs.create_dir(parent, recursive=True)
+        if not isinstance(self._fs, pafs.S3FileSystem):  # S3 has no directories, only key prefixes
+            self._fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/_tmp-{name}"
         pq.write_table(table, tmp, filesystem=self._fs, compression="zstd")
         self._fs.move(tmp, path)

@@ -101,6 +101,10 @@ class KeySpace:
         """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
+    def ltm_lock(self) -> str:
+        """STRING with a TTL: the sidecar compacting, indexing or erasing the shared LTM table now."""
+        return f"{self.prefix}:ltm:lock"
+
     def all_sessions(self) -> str:
         """ZSET: every session id, scored by creation time."""
         return f"{self.prefix}:sessions"
