@@ -67,7 +67,7 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
-from .pipelines.lease import LeaseLock
+from .sessions.lease import LeaseLock
 from .pipelines.user_data import UserData
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
