@@ -1,6 +1,6 @@
 """The mixed workload of a chaos trial: sessions created, appended to one message at a time with
 client-chosen ids (retried on another sidecar when one dies), assembled now and then, ended by close or
-by a 2 s TTL; the user messages state facts the rules extractor turns into memories; one user of the
+by a 4 s TTL; the user messages state facts the rules extractor turns into memories; one user of the
 trial is erased (ForgetUser) halfway, once their sessions are archived."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _message(sid: str, i: int, rng: random.Random) -> Message:
 
 def run_session(call: Caller, tally: Tally, rng: random.Random, user: str) -> None:
     by_ttl = rng.random() < 0.4
-    ttl = 2 if by_ttl else 0
+    ttl = 4 if by_ttl else 0  # an inactivity timeout: short, but longer than an append usually takes
     sid = call(lambda c: c.create_session(user_id=user, ttl_seconds=ttl), rng).session.session_id
     with tally.lock:
         tally.users.add(user)
