@@ -45,13 +45,15 @@ class Caller:
     def __init__(self, targets: Callable[[], Sequence[str]], tally: Tally, patience: float = 45.0) -> None:
         self.targets, self.tally, self.patience = targets, tally, patience
 
-    def __call__(self, fn: Callable[[memlane.Client], Any], rng: random.Random | None = None) -> Any:
+    def __call__(
+        self, fn: Callable[[memlane.Client], Any], rng: random.Random | None = None, *, timeout: float = 15.0
+    ) -> Any:
         rng = rng or random.Random()
-        deadline = time.monotonic() + self.patience
+        deadline = time.monotonic() + max(self.patience, 3 * timeout)
         while True:
             target = rng.choice(list(self.targets()))
             try:
-                with memlane.Client(target, timeout=15, retry=memlane.NO_RETRY) as c:
+                with memlane.Client(target, timeout=timeout, retry=memlane.NO_RETRY) as c:
                     return fn(c)
             except (
                 memlane.UnavailableError,
@@ -124,7 +126,8 @@ class Erasure:
         while time.monotonic() < deadline and not all(archived(s) for s in tally.sessions_of[self.user]):
             time.sleep(0.3)
         try:
-            call(lambda c: c.forget_user(user_id=self.user))
+            # An erasure rewrites LTM fragments and archives (on S3 too): slow on a loaded machine.
+            call(lambda c: c.forget_user(user_id=self.user), timeout=120)
             with tally.lock:
                 tally.forgotten.add(self.user)
         except (memlane.MemlaneError, RuntimeError) as exc:
