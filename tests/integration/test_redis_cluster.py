@@ -261,3 +261,14 @@ def test_master_sigkill_loses_no_acknowledged_append(
             )
     finally:
         srv.stop()  # before its cluster goes
+
+
+def test_stop_after_every_node_is_gone(start_server: ServerFactory, own_cluster: Cluster) -> None:
+    """With no node left, redis-py raises RedisClusterException (not a RedisError) from the expiry
+    listeners' reconnects: they died for good and Sidecar.stop() re-raised it."""
+    srv = start_server(redis_url=own_cluster.url, ltm_enabled=False)
+    subs = srv.sidecar.lifecycle.subscriptions
+    wait_for(lambda: subs.all_live.is_set() and len(subs.nodes) == 3, timeout=20)
+    own_cluster.stop()
+    wait_for(lambda: not subs.nodes, timeout=20)  # every listener saw its node go and is reconnecting
+    srv.stop()  # raised RedisClusterException before the fix
