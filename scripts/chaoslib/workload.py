@@ -28,6 +28,7 @@ class Tally:
         self.acked: dict[str, set[str]] = collections.defaultdict(set)
         self.internal = 0
         self.ended: set[str] = set()  # sessions the workload ended (close) or let expire (TTL)
+        self.by_ttl: set[str] = set()
         self.users: set[str] = set()
         self.sessions_of: dict[str, set[str]] = collections.defaultdict(set)
         self.forgotten: set[str] = set()
@@ -84,11 +85,16 @@ def _message(sid: str, i: int, rng: random.Random) -> Message:
 
 def run_session(call: Caller, tally: Tally, rng: random.Random, user: str) -> None:
     by_ttl = rng.random() < 0.4
-    ttl = 4 if by_ttl else 0  # an inactivity timeout: short, but longer than an append usually takes
+    # An inactivity timeout: short, but longer than an append usually takes. One retried through a kill
+    # or a Redis restart can take longer; the session then expires, the append revives it and it ends
+    # again (checks.py allows that for TTL sessions).
+    ttl = 4 if by_ttl else 0
     sid = call(lambda c: c.create_session(user_id=user, ttl_seconds=ttl), rng).session.session_id
     with tally.lock:
         tally.users.add(user)
         tally.sessions_of[user].add(sid)
+        if by_ttl:
+            tally.by_ttl.add(sid)
     for i in range(rng.randint(3, 15)):
         msg = _message(sid, i, rng)
         try:
