@@ -128,14 +128,18 @@ class ClusterRedis:
         self.url = out.stdout.strip().splitlines()[-1]
 
     def _nodes(self, port: int) -> dict[str, dict[str, Any]]:
+        """CLUSTER NODES as one node sees it: ``host:port`` -> flags (a set), master id, node id, slots."""
         with redis.Redis(port=port, socket_connect_timeout=1, socket_timeout=2) as r:
-            raw = r.execute_command("CLUSTER NODES")
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        out = {}
-        for line in text.splitlines():
-            f = line.split()
-            out[f[1].split("@")[0]] = {"id": f[0], "flags": f[2].split(","), "master": f[3], "slots": f[8:]}
-        return out
+            parsed: dict[str, dict[str, Any]] = r.execute_command("CLUSTER NODES")  # parsed by redis-py
+        return {
+            addr: {
+                "id": info["node_id"],
+                "flags": set(str(info["flags"]).split(",")),
+                "master": info["master_id"],
+                "slots": info["slots"],
+            }
+            for addr, info in parsed.items()
+        }
 
     def disrupt(self, rng: random.Random) -> str:
         ports = [self.base + i for i in range(1, 7)]
