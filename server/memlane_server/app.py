@@ -67,7 +67,6 @@ from .pipelines import (
     SessionEndWorker,
     WorkerConfig,
 )
-from .sessions.lease import LeaseLock
 from .pipelines.user_data import UserData
 from .sessions.checkpoints import CheckpointStore
 from .sessions.durability import Durability
@@ -75,6 +74,7 @@ from .sessions.end_queue import SessionEndQueue
 from .sessions.end_state import EndState
 from .sessions.events import EventLog
 from .sessions.keys import KeySpace
+from .sessions.lease import LeaseLock
 from .sessions.lifecycle import Lifecycle
 from .sessions.limits import Limits
 from .sessions.ltm_versions import LtmVersions
