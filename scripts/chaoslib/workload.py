@@ -89,7 +89,10 @@ def run_session(call: Caller, tally: Tally, rng: random.Random, user: str) -> No
     # or a Redis restart can take longer; the session then expires, the append revives it and it ends
     # again (checks.py allows that for TTL sessions).
     ttl = 4 if by_ttl else 0
-    sid = call(lambda c: c.create_session(user_id=user, ttl_seconds=ttl), rng).session.session_id
+    try:
+        sid = call(lambda c: c.create_session(user_id=user, ttl_seconds=ttl), rng).session.session_id
+    except (memlane.MemlaneError, RuntimeError):
+        return  # counted if INTERNAL; nothing was acknowledged
     with tally.lock:
         tally.users.add(user)
         tally.sessions_of[user].add(sid)
