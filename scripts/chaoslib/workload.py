@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
+import redis
 
 import memlane
 from memlane import Message, PromotionState, Role
@@ -168,7 +169,10 @@ def session_worker(
 
 def is_archived(r: Any, prefix: str) -> Callable[[str], bool]:
     def check(sid: str) -> bool:
-        raw = r.hget(f"{prefix}:{{{sid}}}:doc", "promotion_state")
+        try:
+            raw = r.hget(f"{prefix}:{{{sid}}}:doc", "promotion_state")
+        except redis.RedisError:  # the monkey is restarting Redis: ask again
+            return False
         return int(raw or 0) == PromotionState.PROMOTION_STATE_ARCHIVED
 
     return check
