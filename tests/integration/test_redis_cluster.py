@@ -7,7 +7,9 @@ from the promoted node reach the sidecar.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -74,8 +76,24 @@ class Cluster:
         return int((self.dir / node.rsplit(":", 1)[1] / "redis.pid").read_text())
 
 
-def _start(tmp_path_factory: pytest.TempPathFactory, base_port: int) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("cluster"), base_port)
+def _free_base_port() -> int:
+    """A base port whose six node ports and their cluster-bus ports (+10000) are free: fixed ports
+    collide with another run of this module on the same machine."""
+    rng = random.Random()
+    for _ in range(100):
+        base = rng.randrange(20000, 30000, 10)
+        try:
+            for port in [base + i + bus for i in range(1, 7) for bus in (0, 10000)]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free ports for a cluster")
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"), _free_base_port())
     try:
         yield cluster
     finally:
@@ -84,7 +102,7 @@ def _start(tmp_path_factory: pytest.TempPathFactory, base_port: int) -> Iterator
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    yield from _start(tmp_path_factory, 7310)
+    yield from _start(tmp_path_factory)
 
 
 def _doc(prefix: str, sid: str) -> str:
@@ -188,7 +206,7 @@ class _Appender(threading.Thread):
 @pytest.fixture()
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A cluster of its own: this test kills one of its masters."""
-    yield from _start(tmp_path_factory, 7320)
+    yield from _start(tmp_path_factory)
 
 
 def test_master_sigkill_loses_no_acknowledged_append(
@@ -243,3 +261,14 @@ def test_master_sigkill_loses_no_acknowledged_append(
             )
     finally:
         srv.stop()  # before its cluster goes
+
+
+def test_stop_after_every_node_is_gone(start_server: ServerFactory, own_cluster: Cluster) -> None:
+    """With no node left, redis-py raises RedisClusterException (not a RedisError) from the expiry
+    listeners' reconnects: they died for good and Sidecar.stop() re-raised it."""
+    srv = start_server(redis_url=own_cluster.url, ltm_enabled=False)
+    subs = srv.sidecar.lifecycle.subscriptions
+    wait_for(lambda: subs.all_live.is_set() and len(subs.nodes) == 3, timeout=20)
+    own_cluster.stop()
+    wait_for(lambda: not subs.nodes, timeout=20)  # every listener saw its node go and is reconnecting
+    srv.stop()  # raised RedisClusterException before the fix

@@ -18,11 +18,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 log = logging.getLogger("memlane.keyspace")
 
 _SINGLE = "single"
+# RedisClusterException ("cannot be connected", no reachable node) is not a RedisError: without it a
+# listener died for good when every node was briefly unreachable, and stop() re-raised its error.
+_LOST = (RedisError, RedisClusterException, OSError)
 
 
 def merge_keyspace_flags(current: str) -> str:
@@ -79,7 +82,7 @@ class ExpirySubscriptions:
                 await asyncio.Event().wait()
                 return
             while True:
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(*_LOST):
                     self._reconcile(masters_of(await cluster.cluster_nodes()))
                 await asyncio.sleep(self._interval)
         finally:
@@ -140,7 +143,7 @@ class ExpirySubscriptions:
                     await self._on_expired(data.decode() if isinstance(data, bytes) else str(data))
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except _LOST as exc:
                 self._live.discard(name)
                 self._update_live()
                 log.warning(
