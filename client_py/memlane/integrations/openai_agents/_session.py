@@ -10,7 +10,6 @@ the empty history, as the SDK's SQLite session does.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from memlane import AsyncClient, NotFoundError
@@ -18,6 +17,7 @@ from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import session_pb2 as pb
 from memlane.v1 import session_service_pb2 as spb
 
+from .._loop_clients import LoopClients
 from . import _items
 
 if TYPE_CHECKING:
@@ -49,27 +49,17 @@ class MemlaneSession:
         self.agent_id = agent_id
         self.channel = channel
         self.session_settings = session_settings
-        self._target = target if isinstance(target, str) else ""
-        self._token = token
-        self._given = target if isinstance(target, AsyncClient) else None
-        self._made: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
+        self._clients = LoopClients(target, token=token, agent_id=agent_id)
         self._created = False
 
     @property
     def client(self) -> AsyncClient:
         """The asyncio client: the one given, or one made for the running event loop."""
-        if self._given is not None:
-            return self._given
-        loop = asyncio.get_running_loop()
-        if loop not in self._made:
-            self._made[loop] = AsyncClient(self._target, token=self._token, agent_id=self.agent_id or None)
-        return self._made[loop]
+        return self._clients.get()
 
     async def close(self) -> None:
         """Closes the client this session made for the running loop (not one it was given)."""
-        made = self._made.pop(asyncio.get_running_loop(), None)
-        if made is not None:
-            await made.close()
+        await self._clients.close()
 
     # ---------------------------------------------------------------------------- Session protocol
 

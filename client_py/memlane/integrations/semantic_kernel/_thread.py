@@ -12,7 +12,6 @@ session's messages (``RemoveMessages(all)``); the session stays (its summary, an
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterable
 
 from semantic_kernel.agents import ChatHistoryAgentThread
@@ -21,6 +20,7 @@ from semantic_kernel.contents.utils.author_role import AuthorRole
 
 from memlane import AsyncClient, NotFoundError
 
+from .._loop_clients import LoopClients
 from . import _messages
 
 _PAGE = 1000  # the server's largest page
@@ -44,27 +44,17 @@ class MemlaneAgentThread(ChatHistoryAgentThread):
         self.user_id = user_id
         self.agent_id = agent_id
         self.channel = channel
-        self._target = target if isinstance(target, str) else ""
-        self._token = token
-        self._given = target if isinstance(target, AsyncClient) else None
-        self._made: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
+        self._clients = LoopClients(target, token=token, agent_id=agent_id)
         self._created = False
 
     @property
     def client(self) -> AsyncClient:
         """The asyncio client: the one given, or one made for the running event loop."""
-        if self._given is not None:
-            return self._given
-        loop = asyncio.get_running_loop()
-        if loop not in self._made:
-            self._made[loop] = AsyncClient(self._target, token=self._token, agent_id=self.agent_id or None)
-        return self._made[loop]
+        return self._clients.get()
 
     async def close(self) -> None:
         """Closes the client this thread made for the running loop (not one it was given)."""
-        made = self._made.pop(asyncio.get_running_loop(), None)
-        if made is not None:
-            await made.close()
+        await self._clients.close()
 
     async def _ensure_session(self) -> None:
         if not self._created:
