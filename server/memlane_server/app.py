@@ -154,9 +154,25 @@ class Sidecar:
 
     async def start(self) -> None:
         s = self.settings
-        redis_url = s.redis_url
+        await self._connect()
+        tokens = await asyncio.to_thread(TokenCounter, s.default_encoding)
+        self._build_stores(tokens)
+        if s.ltm_enabled:
+            await self._build_ltm()
+        extractor = self._build_extractor() if self.ltm is not None else None
+        summarizer = self._build_summarizer(tokens)
+        self._build_lifecycle(tokens, extractor, summarizer)
+        self.context = self._build_context(tokens, summarizer)
+        telemetry.register_caches(self.registry, self.context, self._memory, self._embedder)
+
+        server, services = self._build_server(extractor, self.context)
+        await self._serve(server, services)
+
+    async def _connect(self) -> None:
+        """The Redis pool: to ``redis_url``, or to an embedded Redis started under the data dir."""
+        redis_url = self.settings.redis_url
         if not redis_url:
-            self._embedded = EmbeddedRedis(Path(s.data_dir) / "redis")
+            self._embedded = EmbeddedRedis(Path(self.settings.data_dir) / "redis")
             await self._embedded.astart()
             redis_url = self._embedded.url
             log.info("started embedded redis", extra={"url": redis_url})
@@ -164,7 +180,9 @@ class Sidecar:
         time_commands(self.redis, self.metrics.redis_command)
         await self.redis.ping()
 
-        tokens = await asyncio.to_thread(TokenCounter, s.default_encoding)
+    def _build_stores(self, tokens: TokenCounter) -> None:
+        """The Redis-backed stores (``sessions/``): sessions, checkpoints, procedures, versions, traces."""
+        s = self.settings
         self.keys = KeySpace(s.key_prefix)
         self.sessions = SessionStore(
             self.redis,
@@ -193,14 +211,11 @@ class Sidecar:
         self.traces = TraceRecords(self.redis, self.keys, s.context_max_traces_per_session)
         self.end_state = EndState(self.redis, self.keys)
 
-        if s.ltm_enabled:
-            await self._build_ltm()
-        extractor = self._build_extractor() if self.ltm is not None else None
-        summarizer = self._build_summarizer(tokens)
-        self._build_lifecycle(tokens, extractor, summarizer)
-        self.context = self._build_context(tokens, summarizer)
-        telemetry.register_caches(self.registry, self.context, self._memory, self._embedder)
-
+    def _build_server(
+        self, extractor: Extractor | None, context: ContextAssembler
+    ) -> tuple[grpc.aio.Server, list[str]]:
+        """The gRPC server with its interceptors and every servicer; the names of the services served."""
+        s = self.settings
         metrics = RpcMetrics(self.registry)
         self.admission = AdmissionInterceptor(
             parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
@@ -218,6 +233,14 @@ class Sidecar:
                 ("grpc.keepalive_permit_without_calls", 1),
             ],
         )
+        services = self._add_servicers(server, extractor, context)
+        reflection.enable_server_reflection(services, server)
+        return server, services
+
+    def _add_servicers(
+        self, server: grpc.aio.Server, extractor: Extractor | None, context: ContextAssembler
+    ) -> list[str]:
+        """Every servicer on ``server``; returns the full names of the services it serves."""
         session_service_pb2_grpc.add_SessionServiceServicer_to_server(
             SessionServicer(
                 self.sessions,
@@ -234,17 +257,17 @@ class Sidecar:
             CheckpointServicer(self.checkpoints, self.sessions, self.lifecycle, self.resumer), server
         )
         context_pb2_grpc.add_ContextServiceServicer_to_server(
-            ContextServicer(self.context, on_stats=lambda st: telemetry.record_assembly(self.metrics, st)),
+            ContextServicer(context, on_stats=lambda st: telemetry.record_assembly(self.metrics, st)),
             server,
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(
             AdminServicer(
                 UserData(
                     self.sessions,
-                    self.context.traces,
+                    context.traces,
                     self.ltm,
                     self.archive,
-                    caches=[self.context.forget],
+                    caches=[context.forget],
                     history=self.memory_history,
                     procedures=self.procedures,
                     checkpoints=self.checkpoints,
@@ -278,7 +301,11 @@ class Sidecar:
         ]
         if self.ltm is not None:
             services.append(memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name)
-        reflection.enable_server_reflection(services, server)
+        return services
+
+    async def _serve(self, server: grpc.aio.Server, services: list[str]) -> None:
+        """Binds and starts serving, then the admin HTTP server and the background jobs."""
+        s = self.settings
         for address in filter(None, (a.strip() for a in s.listen.split(","))):
             self.addresses.append(self._bind(server, address, self._tls_credentials()))
         await server.start()
