@@ -84,10 +84,23 @@ class _Relay:
     def reset(self) -> int:
         return self._call(self._reset())
 
-    def stop(self) -> None:
+    async def _shutdown(self) -> None:
         self._server.close()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        for writer in self._clients:
+            writer.transport.abort()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    def stop(self) -> None:
+        """Ends every relayed connection and the loop, leaving no coroutine behind to a closed loop."""
+        if self._thread.is_alive():
+            self._call(self._shutdown())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop.close()
 
 
 @pytest.fixture()
