@@ -11,6 +11,7 @@ import io
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from .app import Sidecar
@@ -19,10 +20,17 @@ from .context import MemorySource
 
 
 class SidecarThread:
-    def __init__(self, settings: Settings, *, memory: MemorySource | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        memory: MemorySource | None = None,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         self.settings = settings
         self.sidecar = Sidecar(settings, memory=memory)
-        self._loop = asyncio.new_event_loop()
+        # ``memlane serve`` runs on uvloop when installed; a test passes uvloop.new_event_loop to match.
+        self._loop = loop_factory()
         self._thread = threading.Thread(target=self._run, name="memlane-sidecar", daemon=True)
         self._started: Future[None] = Future()
 

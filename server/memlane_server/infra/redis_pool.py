@@ -48,8 +48,13 @@ def cluster_seed(url: str) -> str | None:
     return None
 
 
+# uvloop's wording (UVHandle._ensure_alive) for an operation on a transport that is closed already.
+_CLOSED_HANDLE = "the handler is closed"
+
+
 class _CancelSafeWrites:
-    """Writes a command under ``asyncio.timeout`` instead of redis-py's ``asyncio.wait_for``.
+    """Writes a command under ``asyncio.timeout`` instead of redis-py's ``asyncio.wait_for``, and makes a
+    write on a transport uvloop has closed a ``ConnectionError``.
 
     Before Python 3.12, ``wait_for`` swallows a cancellation that lands while the write it wraps has just
     completed (CPython gh-86296): the cancelled task carries on with the next command. A background loop
@@ -61,6 +66,18 @@ class _CancelSafeWrites:
     socket_timeout: float | None
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await self._send_bounded(command, check_health)
+        except RuntimeError as exc:
+            # uvloop refuses a write on a transport the peer already reset (a killed cluster master) with
+            # RuntimeError, where the stdlib loop's drain raises ConnectionResetError. Made a
+            # ConnectionError, redis-py reconnects and retries (the cluster client re-reads the slot map)
+            # and the API answers UNAVAILABLE; the base class has disconnected the connection already.
+            if _CLOSED_HANDLE not in str(exc):
+                raise
+            raise RedisConnectionError(f"Error while writing to socket. {exc}.") from exc
+
+    async def _send_bounded(self, command: Any, check_health: bool) -> None:
         limit = self.socket_timeout
         conn = cast(AbstractConnection, self)
         if not limit or sys.version_info >= (3, 12):

@@ -58,8 +58,9 @@ class LocalTableLock:
         if self._lock.locked() and wait_s <= 0:
             yield False
             return
-        try:
-            await asyncio.wait_for(self._lock.acquire(), wait_s if wait_s > 0 else None)
+        try:  # not wait_for: on 3.11 it can swallow a cancel landing as the lock is granted
+            async with asyncio.timeout(wait_s if wait_s > 0 else None):
+                await self._lock.acquire()
         except TimeoutError:
             yield False
             return

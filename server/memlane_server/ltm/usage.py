@@ -46,8 +46,9 @@ class UsageRecorder:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self._interval)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow stop()'s cancel
+                async with asyncio.timeout(self._interval):
+                    await self._kick.wait()
             self._kick.clear()
             try:
                 await self.flush()

@@ -49,7 +49,8 @@ def _peer_host(writer: asyncio.StreamWriter) -> str:
 
 
 async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest:
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+    async with asyncio.timeout(5):  # not wait_for: on 3.11 it can swallow the server's shutdown cancel
+        head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, target, *_ = lines[0].split(" ")
     headers = {}
@@ -63,7 +64,8 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     if length > MAX_BODY:
         raise ValueError("request body too large")
     if length:
-        body = await asyncio.wait_for(reader.readexactly(length), timeout=5)
+        async with asyncio.timeout(5):
+            body = await reader.readexactly(length)
         if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
             form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return HttpRequest(

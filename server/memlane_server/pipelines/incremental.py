@@ -119,8 +119,9 @@ class IncrementalLearner:
 
     async def _loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.tick_s)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow stop()'s cancel
+                async with asyncio.timeout(self.config.tick_s):
+                    await self._wake.wait()
             self._wake.clear()
             for sid, whole in self._due(time.monotonic()):
                 await self._learn_one(sid, whole)

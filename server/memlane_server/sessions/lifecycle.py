@@ -107,8 +107,9 @@ class Lifecycle:
                 raise
             except Exception:
                 log.exception("session sweep failed; retrying next interval")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow stop()'s cancel
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
             self._wake.clear()
 
     # ------------------------------------------------------------------ sweeping
