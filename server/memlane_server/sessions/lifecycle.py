@@ -203,8 +203,9 @@ class Lifecycle:
             await self._redis.zadd(self._keys.idle_due(), {s.session_id: s.last_activity_at_ms + idle_ms})
 
     async def close(self, session_id: str) -> Session:
-        """CloseSession: ends the session and queues its end pipeline. Repeating it is harmless, and a
-        retry after a crash between the two steps still queues the pipeline."""
+        """CloseSession: ends the session and queues its end pipeline. Repeating it is harmless (until the
+        session is archived it queues one more job, a no-op if another finished first), and a retry after
+        a crash between the two steps still queues the pipeline."""
         check_id(session_id, "session_id")
         live = (SessionStatus.ACTIVE, SessionStatus.IDLE)
         prev = await self._store.transition(
@@ -220,7 +221,11 @@ class Lifecycle:
             await self._redis.zrem(self._keys.idle_due(), session_id)
         s = await self._store.get(session_id)
         if s.promotion_state in (PromotionState.NONE, PromotionState.UNSPECIFIED):
-            await self.queue.enqueue_once(session_id, REASON_CLOSED, now_ms(), self._dedupe_ms)
+            # Never de-duplicated: a marker only says some job was queued lately, and one left by a crash
+            # before its XADD, or by an expiry job that found the session alive and is about to clear it,
+            # would leave this session CLOSED with no job and nothing to queue one again. A close is one
+            # caller's request (not N sidecars hearing one event), so a spare job costs one no-op run.
+            await self.queue.enqueue(session_id, REASON_CLOSED, now_ms())
         return s
 
     async def expire(self, session_id: str) -> Session | None:
