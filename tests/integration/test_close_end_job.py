@@ -25,10 +25,14 @@ def _archived(c: memlane.Client, sid: str) -> memlane.Session | None:
 
 
 def _turns(n: int) -> list[Message]:
-    return [Message(role=Role.ROLE_USER if i % 2 == 0 else Role.ROLE_ASSISTANT, content=f"t{i}") for i in range(n)]
+    return [
+        Message(role=Role.ROLE_USER if i % 2 == 0 else Role.ROLE_ASSISTANT, content=f"t{i}") for i in range(n)
+    ]
 
 
-def test_close_queues_its_job_despite_a_marker_it_did_not_set(start_server: ServerFactory, user_id: str) -> None:
+def test_close_queues_its_job_despite_a_marker_it_did_not_set(
+    start_server: ServerFactory, user_id: str
+) -> None:
     srv = start_server(ltm_enabled=False)
     keys = KeySpace(srv.settings.key_prefix)
     r = redis_client(srv.settings.redis_url)
@@ -38,7 +42,9 @@ def test_close_queues_its_job_despite_a_marker_it_did_not_set(start_server: Serv
             ok = c.create_session(user_id=user_id).session.session_id
             c.append_messages(session_id=ok, messages=_turns(2))
             c.close_session(session_id=ok)
-            assert wait_for(lambda: _archived(c, ok), timeout=30).status == SessionStatus.SESSION_STATUS_CLOSED
+            assert (
+                wait_for(lambda: _archived(c, ok), timeout=30).status == SessionStatus.SESSION_STATUS_CLOSED
+            )
 
             sid = c.create_session(user_id=user_id).session.session_id
             c.append_messages(session_id=sid, messages=_turns(2))
