@@ -11,8 +11,11 @@ ever queued them again.
 
 from __future__ import annotations
 
+import pytest
+
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
+from memlane_server.sessions.end_queue import GROUP
 from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, redis_client, wait_for
 
@@ -53,5 +56,33 @@ def test_close_queues_its_job_despite_a_marker_it_did_not_set(
             c.close_session(session_id=sid)
             done = wait_for(lambda: _archived(c, sid), timeout=30)
             assert done.status == SessionStatus.SESSION_STATUS_CLOSED
+    finally:
+        r.close()
+
+
+def test_close_whose_job_was_never_queued_is_still_archived(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    """The state change landed, the XADD did not (a crash between them), and the caller never retried:
+    the sweeper queues the job. The XADD is made to fail for real: the queue key holds a string."""
+    srv = start_server(ltm_enabled=False, pipeline_claim_timeout_seconds=2)
+    keys = KeySpace(srv.settings.key_prefix)
+    queue = keys.session_end_queue()
+    r = redis_client(srv.settings.redis_url)
+    try:
+        with memlane.Client(srv.target, timeout=10, retry=memlane.NO_RETRY) as c:
+            sid = c.create_session(user_id=user_id).session.session_id
+            c.append_messages(session_id=sid, messages=_turns(2))
+            r.delete(queue)
+            r.set(queue, "not a stream")
+            with pytest.raises(memlane.MemlaneError):
+                c.close_session(session_id=sid)
+            r.delete(queue)
+            r.xgroup_create(queue, GROUP, id="0", mkstream=True)
+            assert c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_CLOSED
+            assert r.xlen(queue) == 0  # the crash's state: CLOSED, no job
+            done = wait_for(lambda: _archived(c, sid), timeout=30)
+            assert done.status == SessionStatus.SESSION_STATUS_CLOSED
+            assert not r.zscore(keys.deadlines(), sid)  # the write-ahead entry does not outlive the job
     finally:
         r.close()

@@ -208,14 +208,24 @@ class Lifecycle:
         a crash between the two steps still queues the pipeline."""
         check_id(session_id, "session_id")
         live = (SessionStatus.ACTIVE, SessionStatus.IDLE)
-        prev = await self._store.transition(
-            session_id,
-            SessionStatus.CLOSED,
-            (*live, SessionStatus.EXPIRED),
-            "closed_at_ms",
-            event=pending(EventType.CLOSED, now_ms()),
-            event_from=live,
-        )
+        # Write-ahead: the state change and the job's XADD are on different slots, so a sidecar killed
+        # between them would leave a CLOSED session with no job. The deadline entry, due after the
+        # dedupe window, makes the sweeper queue one then (its alive key is gone; an ended session's job
+        # runs the pipeline); it is dropped once the job is queued.
+        await self._redis.zadd(self._keys.deadlines(), {session_id: now_ms() + self._dedupe_ms})
+        try:
+            prev = await self._store.transition(
+                session_id,
+                SessionStatus.CLOSED,
+                (*live, SessionStatus.EXPIRED),
+                "closed_at_ms",
+                event=pending(EventType.CLOSED, now_ms()),
+                event_from=live,
+                untrack=False,
+            )
+        except NotFound:
+            await self._forget(session_id)
+            raise
         if prev in live:
             await self.events.relay(session_id)
             await self._redis.zrem(self._keys.idle_due(), session_id)
@@ -226,6 +236,7 @@ class Lifecycle:
             # would leave this session CLOSED with no job and nothing to queue one again. A close is one
             # caller's request (not N sidecars hearing one event), so a spare job costs one no-op run.
             await self.queue.enqueue(session_id, REASON_CLOSED, now_ms())
+        await self._redis.zrem(self._keys.deadlines(), session_id)
         return s
 
     async def expire(self, session_id: str) -> Session | None:
@@ -281,6 +292,10 @@ class Lifecycle:
             await pipe.execute()
         s.last_activity_at_ms = now
         return s
+
+    async def untrack(self, session_id: str) -> None:
+        """An ended session needs no deadline entry: its job has been taken."""
+        await self._redis.zrem(self._keys.deadlines(), session_id)
 
     async def _forget(self, session_id: str) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
