@@ -28,7 +28,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..errors import Conflict, FailedPrecondition, NotFound
+from ..errors import Conflict, FailedPrecondition, MemlaneError, NotFound
 from .codec import LEGACY_FIELD, decode_policy
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, pending
@@ -211,7 +211,8 @@ class Lifecycle:
         # Write-ahead: the state change and the job's XADD are on different slots, so a sidecar killed
         # between them would leave a CLOSED session with no job. The deadline entry, due after the
         # dedupe window, makes the sweeper queue one then (its alive key is gone; an ended session's job
-        # runs the pipeline); it is dropped once the job is queued.
+        # runs the pipeline); it is dropped once the job is queued. (A crash before the transition, never
+        # retried, leaves a live session that the sweeper then ends as EXPIRED: ended all the same.)
         await self._redis.zadd(self._keys.deadlines(), {session_id: now_ms() + self._dedupe_ms})
         try:
             prev = await self._store.transition(
@@ -223,8 +224,8 @@ class Lifecycle:
                 event_from=live,
                 untrack=False,
             )
-        except NotFound:
-            await self._forget(session_id)
+        except MemlaneError:
+            await self._track_again(session_id)  # refused, nothing changed: undo the write-ahead
             raise
         if prev in live:
             await self.events.relay(session_id)
@@ -292,6 +293,15 @@ class Lifecycle:
             await pipe.execute()
         s.last_activity_at_ms = now
         return s
+
+    async def _track_again(self, session_id: str) -> None:
+        """The deadline entry as it should be without a pending close: the alive key's, or none (a
+        session without inactivity TTL must never meet the sweeper, which would expire it)."""
+        pttl = int(await self._redis.pttl(self._keys.session(session_id).alive))
+        if pttl > 0:
+            await self._redis.zadd(self._keys.deadlines(), {session_id: now_ms() + pttl})
+        else:
+            await self._redis.zrem(self._keys.deadlines(), session_id)
 
     async def untrack(self, session_id: str) -> None:
         """An ended session needs no deadline entry: its job has been taken."""
