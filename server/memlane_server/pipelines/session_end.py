@@ -183,6 +183,8 @@ class SessionEndPipeline:
             if ended is None:
                 return EndReport(s)  # revived before it could expire
             s = ended
+        else:
+            await self._lifecycle.untrack(session_id)  # a close's write-ahead deadline (Lifecycle.close)
         await self._lifecycle.events.relay(session_id)  # events a crashed run wrote but never relayed
         state = await self._end.progress(session_id)
         last = s.last_seq

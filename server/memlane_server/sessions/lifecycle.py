@@ -28,7 +28,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from ..errors import Conflict, FailedPrecondition, NotFound
+from ..errors import Conflict, FailedPrecondition, MemlaneError, NotFound
 from .codec import LEGACY_FIELD, decode_policy
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, pending
@@ -204,24 +204,41 @@ class Lifecycle:
             await self._redis.zadd(self._keys.idle_due(), {s.session_id: s.last_activity_at_ms + idle_ms})
 
     async def close(self, session_id: str) -> Session:
-        """CloseSession: ends the session and queues its end pipeline. Repeating it is harmless, and a
-        retry after a crash between the two steps still queues the pipeline."""
+        """CloseSession: ends the session and queues its end pipeline. Repeating it is harmless (until the
+        session is archived it queues one more job, a no-op if another finished first), and a retry after
+        a crash between the two steps still queues the pipeline."""
         check_id(session_id, "session_id")
         live = (SessionStatus.ACTIVE, SessionStatus.IDLE)
-        prev = await self._store.transition(
-            session_id,
-            SessionStatus.CLOSED,
-            (*live, SessionStatus.EXPIRED),
-            "closed_at_ms",
-            event=pending(EventType.CLOSED, now_ms()),
-            event_from=live,
-        )
+        # Write-ahead: the state change and the job's XADD are on different slots, so a sidecar killed
+        # between them would leave a CLOSED session with no job. The deadline entry, due after the
+        # dedupe window, makes the sweeper queue one then (its alive key is gone; an ended session's job
+        # runs the pipeline); it is dropped once the job is queued. (A crash before the transition, never
+        # retried, leaves a live session that the sweeper then ends as EXPIRED: ended all the same.)
+        await self._redis.zadd(self._keys.deadlines(), {session_id: now_ms() + self._dedupe_ms})
+        try:
+            prev = await self._store.transition(
+                session_id,
+                SessionStatus.CLOSED,
+                (*live, SessionStatus.EXPIRED),
+                "closed_at_ms",
+                event=pending(EventType.CLOSED, now_ms()),
+                event_from=live,
+                untrack=False,
+            )
+        except MemlaneError:
+            await self._track_again(session_id)  # refused, nothing changed: undo the write-ahead
+            raise
         if prev in live:
             await self.events.relay(session_id)
             await self._redis.zrem(self._keys.idle_due(), session_id)
         s = await self._store.get(session_id)
         if s.promotion_state in (PromotionState.NONE, PromotionState.UNSPECIFIED):
-            await self.queue.enqueue_once(session_id, REASON_CLOSED, now_ms(), self._dedupe_ms)
+            # Never de-duplicated: a marker only says some job was queued lately, and one left by a crash
+            # before its XADD, or by an expiry job that found the session alive and is about to clear it,
+            # would leave this session CLOSED with no job and nothing to queue one again. A close is one
+            # caller's request (not N sidecars hearing one event), so a spare job costs one no-op run.
+            await self.queue.enqueue(session_id, REASON_CLOSED, now_ms())
+        await self._redis.zrem(self._keys.deadlines(), session_id)
         return s
 
     async def expire(self, session_id: str) -> Session | None:
@@ -277,6 +294,19 @@ class Lifecycle:
             await pipe.execute()
         s.last_activity_at_ms = now
         return s
+
+    async def _track_again(self, session_id: str) -> None:
+        """The deadline entry as it should be without a pending close: the alive key's, or none (a
+        session without inactivity TTL must never meet the sweeper, which would expire it)."""
+        pttl = int(await self._redis.pttl(self._keys.session(session_id).alive))
+        if pttl > 0:
+            await self._redis.zadd(self._keys.deadlines(), {session_id: now_ms() + pttl})
+        else:
+            await self._redis.zrem(self._keys.deadlines(), session_id)
+
+    async def untrack(self, session_id: str) -> None:
+        """An ended session needs no deadline entry: its job has been taken."""
+        await self._redis.zrem(self._keys.deadlines(), session_id)
 
     async def _forget(self, session_id: str) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -41,10 +41,12 @@ class LifecycleOps(StoreBase):
         *,
         event: PendingEvent | None = None,
         event_from: Iterable[SessionStatus] = (),
+        untrack: bool = True,
     ) -> SessionStatus:
         """Moves the session to ``to`` if it is in one of ``allowed_from``; returns the previous status.
-        Reaching CLOSED/EXPIRED removes the session from the deadline index. ``event`` is written to the
-        session's outbox in the same script when the move starts from one of ``event_from``."""
+        Reaching CLOSED/EXPIRED removes the session from the deadline index (unless ``untrack`` is False:
+        the caller still needs the entry). ``event`` is written to the session's outbox in the same script
+        when the move starts from one of ``event_from``."""
         k = self.keys.session(session_id)
         head: list[Any] = [
             int(to),
@@ -58,7 +60,7 @@ class LifecycleOps(StoreBase):
             event,
             lambda ev: self._transition(keys=[k.doc, k.alive, self.keys.outbox(session_id)], args=head + ev),
         )
-        if to in _ENDED:
+        if to in _ENDED and untrack:
             await self.redis.zrem(self.keys.deadlines(), session_id)
         return SessionStatus(int(prev))
 
