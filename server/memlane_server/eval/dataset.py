@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from memlane.v1 import session_pb2 as spb
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 SCORED = (1, 2, 3, 4)
@@ -136,3 +139,18 @@ def load(path: str | Path) -> list[Conversation]:
     if not isinstance(samples, list):
         raise ValueError(f"{path}: expected a list of conversations")
     return [_conversation(s) for s in samples]
+
+
+def turn_messages(turns: Sequence[Turn]) -> list[spb.Message]:
+    """A LoCoMo session's turns as messages. Both speakers are people talking to each other: each is a
+    user of the session, told apart by participant name."""
+    return [
+        spb.Message(
+            message_id=t.dia_id,
+            role=spb.ROLE_USER,
+            participant_name=t.speaker,
+            content=t.spoken(),
+            created_at_unix_ms=t.at_ms,
+        )
+        for t in turns
+    ]

@@ -40,7 +40,7 @@ from ..embedding import OnnxEmbedder
 from ..sessions.scratch import drop_keys
 from ..tokens import TokenCounter
 from .bm25 import BM25
-from .dataset import CATEGORIES, SCORED, Conversation, load
+from .dataset import CATEGORIES, SCORED, Conversation, load, turn_messages
 from .memory_off import MemoryOffComparison
 from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile
 
@@ -144,18 +144,7 @@ def _replay(client: memlane.Client, user_id: str, conv: Conversation) -> None:
         client.create_session(
             session_id=session_id, user_id=user_id, agent_id=AGENT, participants=list(conv.speakers)
         )
-        messages = [
-            spb.Message(
-                message_id=t.dia_id,
-                # Both speakers are people talking to each other: each is a user of the session,
-                # told apart by participant name.
-                role=spb.ROLE_USER,
-                participant_name=t.speaker,
-                content=t.spoken(),
-                created_at_unix_ms=t.at_ms,
-            )
-            for t in session.turns
-        ]
+        messages = turn_messages(session.turns)
         for start in range(0, len(messages), APPEND_BATCH):
             client.append_messages(session_id=session_id, messages=messages[start : start + APPEND_BATCH])
         state = client.promote_session(session_id=session_id, close=True, timeout=600).session.promotion_state

@@ -18,9 +18,8 @@ from typing import TextIO
 import memlane
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
-from memlane.v1 import session_pb2 as spb
 
-from .dataset import CATEGORIES, SCORED, Conversation
+from .dataset import CATEGORIES, SCORED, Conversation, turn_messages
 
 WINDOW_TOKENS = 4096
 NONE: tuple[cpb.Provenance.ValueType, ...] = ()
@@ -54,16 +53,7 @@ class MemoryOffComparison:
         last = conv.sessions[-1]
         client.append_messages(
             session_id=session_id,
-            messages=[
-                spb.Message(
-                    message_id=t.dia_id,
-                    role=spb.ROLE_USER,
-                    participant_name=t.speaker,
-                    content=t.spoken(),
-                    created_at_unix_ms=t.at_ms,
-                )
-                for t in last.turns
-            ],
+            messages=turn_messages(last.turns),
         )
         who = mpb.Caller(user_id=user_id, agent_id=agent)
         sources: dict[str, tuple[str, ...]] = {}

@@ -16,13 +16,14 @@ instance roles) and never copied into options, which may end up in a log.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
+
+from .hosts import is_loopback_host
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
@@ -38,15 +39,6 @@ def is_s3(uri: str) -> bool:
     return uri.startswith(("s3://", "s3a://"))
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def s3_endpoint(env: Mapping[str, str] | None = None) -> S3Endpoint:
     """The endpoint the environment names; ``ValueError`` for plain HTTP to a non-loopback host without
     ``AWS_ALLOW_HTTP=true``."""
@@ -59,7 +51,7 @@ def s3_endpoint(env: Mapping[str, str] | None = None) -> S3Endpoint:
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError("AWS_ENDPOINT_URL(_S3) must be an http:// or https:// URL")
         if parsed.scheme == "http":
-            allow_http = _loopback(parsed.hostname) or env.get("AWS_ALLOW_HTTP", "").lower() in _TRUE
+            allow_http = is_loopback_host(parsed.hostname) or env.get("AWS_ALLOW_HTTP", "").lower() in _TRUE
             if not allow_http:
                 raise ValueError(
                     "AWS_ENDPOINT_URL(_S3) is plain http:// to a host that is not loopback: use https://,"

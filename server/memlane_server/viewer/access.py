@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import secrets
 from dataclasses import dataclass
 
 from ..access.authenticate import is_local_peer
 from ..access.policy import PolicyFile
 from ..errors import PermissionDenied, Unauthenticated
+from ..infra.hosts import is_loopback_host
 from ..observability.admin_http import HttpRequest
 
 COOKIE = "memlane_viewer_token"
@@ -31,12 +31,7 @@ def _loopback_name(host_header: str) -> bool:
         host = host[1:].partition("]")[0]
     elif host.count(":") == 1:
         host = host.partition(":")[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 def bearer_of(request: HttpRequest) -> str | None:
