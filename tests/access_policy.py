@@ -39,6 +39,22 @@ def write_policy(path: Path, **extra: Any) -> Path:
     return path
 
 
+def tokens_policy(path: Path, tokens: dict[str, str]) -> Path:
+    """A smaller policy of its own for a module: each agent's bearer token (stored as its SHA-256), and
+    the agent named "auditor", if any, an auditor."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [
+                    {"sha256": hashlib.sha256(t.encode()).hexdigest(), "agent": a} for a, t in tokens.items()
+                ],
+                "agents": {"auditor": {"roles": ["auditor"]}},
+            }
+        )
+    )
+    return path
+
+
 def as_agent(server: SidecarThread, agent: str, **kw: Any) -> memlane.Client:
     return memlane.Client(server.target, token=TOKENS[agent], timeout=20, **kw)
 

@@ -5,17 +5,15 @@ refused; auditors may not call Embed."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from tests.access_policy import tokens_policy
 from tests.conftest import ServerFactory
 
 FACTS = ["Dana is allergic to peanuts.", "Dana lives in Lisbon.", "Dana's favourite colour is green."]
@@ -80,17 +78,7 @@ TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in ("alpha", "auditor")}
 
 @pytest.fixture(scope="module")
 def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
-    path: Path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "tokens": [
-                    {"sha256": hashlib.sha256(t.encode()).hexdigest(), "agent": a} for a, t in TOKENS.items()
-                ],
-                "agents": {"auditor": {"roles": ["auditor"]}},
-            }
-        )
-    )
+    path = tokens_policy(tmp_path_factory.mktemp("policy") / "policy.yaml", TOKENS)
     return start_server(auth_required=True, access_policy_file=str(path))
 
 

@@ -5,19 +5,17 @@ export see the edited message."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane import Message, Role, VisibilityKind
 from memlane.v1 import session_pb2 as pb
 from memlane_server.background import SidecarThread
+from tests.access_policy import tokens_policy
 from tests.conftest import ServerFactory
 
 
@@ -182,17 +180,7 @@ TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in ("alpha", "beta", "audit
 
 @pytest.fixture(scope="module")
 def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
-    path: Path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "tokens": [
-                    {"sha256": hashlib.sha256(t.encode()).hexdigest(), "agent": a} for a, t in TOKENS.items()
-                ],
-                "agents": {"auditor": {"roles": ["auditor"]}},
-            }
-        )
-    )
+    path = tokens_policy(tmp_path_factory.mktemp("policy") / "policy.yaml", TOKENS)
     return start_server(auth_required=True, access_policy_file=str(path))
 
 

@@ -3,18 +3,16 @@ seqs, consistent totals and summary, and the write rule of access control."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 
 import memlane
 from memlane import Message, Role, VisibilityKind
 from memlane.v1 import context_pb2 as cpb
 from memlane_server.background import SidecarThread
+from tests.access_policy import tokens_policy
 from tests.conftest import ServerFactory, wait_for
 from tests.peers.openai_compat import LoggedRequest, OpenAICompatServer
 
@@ -91,17 +89,7 @@ TOKENS = {a: f"tok-{a}-{uuid.uuid4().hex[:6]}" for a in ("alpha", "beta", "audit
 
 @pytest.fixture(scope="module")
 def secured(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
-    path: Path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "tokens": [
-                    {"sha256": hashlib.sha256(t.encode()).hexdigest(), "agent": a} for a, t in TOKENS.items()
-                ],
-                "agents": {"auditor": {"roles": ["auditor"]}},
-            }
-        )
-    )
+    path = tokens_policy(tmp_path_factory.mktemp("policy") / "policy.yaml", TOKENS)
     return start_server(auth_required=True, access_policy_file=str(path))
 
 
