@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable
 
 from memlane_server.access.identity import Caller
-from memlane_server.ltm import MemoryFilter, MemoryItem, MemoryService, RecallQuery, Visibility
-from memlane_server.ltm.filters import visible_to
+from memlane_server.ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 
 from ..sessions.ltm_versions import LtmVersions
 from .sources import MemoryHit
@@ -20,7 +18,6 @@ from .sources import MemoryHit
 PROFILE_TTL_S = 5.0
 _PROFILE_CACHE_SIZE = 4096
 _SEEN_SIZE = 4096
-_EMPTY_SIZE = 4096
 
 
 def _who(user_id: str, viewer: Caller) -> Visibility:
@@ -54,10 +51,6 @@ class LtmMemorySource:
         self._seen: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         # One version read per user in flight: profile and recall of one assembly share it.
         self._reads: dict[str, asyncio.Future[bytes]] = {}
-        # (user, agent, groups) -> the version at which that caller could see no item at all; and the
-        # checks in flight. An assembly for such a caller skips profile and recall (no query embedding).
-        self._empty: OrderedDict[tuple[str, str, frozenset[str]], bytes] = OrderedDict()
-        self._empty_checks: dict[tuple[str, str, frozenset[str], bytes], asyncio.Future[bool]] = {}
         self.profile_hits = 0  # profile cache lookups, read by metrics
         self.profile_misses = 0
 
@@ -86,34 +79,8 @@ class LtmMemorySource:
                 self._seen.popitem(last=False)
         return version
 
-    async def _sees_nothing(self, user_id: str, viewer: Caller, version: bytes) -> bool:
-        """Whether ``viewer`` can see no item of the user at ``version``, remembered per version.
-
-        Correct under concurrent writes: the version was read before the store is checked, and every
-        write bumps it after it lands. A write the check missed therefore bumps it after this read,
-        and the next assembly, seeing another version, checks again."""
-        if not version:
-            return False  # no versions wired: nothing tells us when the answer changes
-        key = (user_id, viewer.agent_id, viewer.groups)
-        if self._empty.get(key) == version:
-            return True
-        check = self._empty_checks.get((*key, version))
-        if check is None:
-            rows = self._memory.store.fetch(visible_to(_who(user_id, viewer)), limit=1)
-            check = self._empty_checks[(*key, version)] = asyncio.ensure_future(_is_empty(rows))
-            check.add_done_callback(lambda _f: self._empty_checks.pop((*key, version), None))
-        if not await asyncio.shield(check):
-            return False
-        self._empty[key] = version
-        self._empty.move_to_end(key)
-        while len(self._empty) > _EMPTY_SIZE:
-            self._empty.popitem(last=False)
-        return True
-
     async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         version = await self._version(user_id)
-        if await self._sees_nothing(user_id, viewer, version):
-            return []
         key = (user_id, viewer.agent_id, viewer.groups, limit_tokens)
         cached = self._profiles.get(key)
         if cached is not None and cached[0] > time.monotonic() and cached[1] == version:
@@ -134,8 +101,6 @@ class LtmMemorySource:
     def forget(self, user_id: str) -> None:
         for key in [k for k in self._profiles if k[0] == user_id]:
             del self._profiles[key]
-        for empty in [k for k in self._empty if k[0] == user_id]:
-            del self._empty[empty]
         self._seen.pop(user_id, None)  # the user id itself is the user's data
         self._memory.drop_cached(user_id)  # and the recall index of the user's items
 
@@ -144,13 +109,10 @@ class LtmMemorySource:
     ) -> list[MemoryHit]:
         if not query.strip():
             return []
-        if await self._sees_nothing(user_id, viewer, await self._version(user_id)):
-            return []
+        # The version read refreshes this sidecar's view when another wrote; a caller who can see
+        # nothing gets [] from the recall index without the query being embedded.
+        await self._version(user_id)
         flt = MemoryFilter(episodes_from_channel=None if self._cross_channel else channel)
         hits = await self._memory.search(RecallQuery(_who(user_id, viewer), query[-2000:], limit, filter=flt))
         await self._memory.bump_usage([h.item.id for h in hits])
         return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]
-
-
-async def _is_empty(rows: Awaitable[list[MemoryItem]]) -> bool:
-    return not await rows
