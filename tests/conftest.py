@@ -95,12 +95,16 @@ def stream_entries(r: redis.Redis, key: str) -> list[dict[bytes, bytes]]:
     return [{raw(k): raw(v) for k, v in (fields or {}).items()} for _, fields in r.xrange(key) or []]
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Polls ``check`` until it returns something truthy (returned), failing after ``timeout`` s."""
+def wait_for(
+    check: Callable[[], Any], timeout: float = 10.0, describe: Callable[[], str] | None = None
+) -> Any:
+    """Polls ``check`` until it returns something truthy (returned), failing after ``timeout`` s with
+    ``describe()`` (the state that explains why) in the message."""
     deadline = time.monotonic() + timeout
     while not (value := check()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
+            why = f": {describe()}" if describe is not None else ""
+            raise AssertionError(f"condition not met within {timeout} s{why}")
         time.sleep(0.05)
     return value
 

@@ -137,8 +137,12 @@ def test_expiry_events_arrive_from_every_master(cluster: Cluster, start_server: 
     # The sweeper effectively off: only keyspace events can end these sessions.
     srv = start_server(redis_url=cluster.url, ltm_enabled=False, lifecycle_sweep_interval_seconds=3600)
     subs = srv.sidecar.lifecycle.subscriptions
-    masters = {n for n, i in cluster.nodes().items() if "master" in i["flags"]}
-    wait_for(lambda: subs.all_live.is_set() and subs.nodes == masters, timeout=20)
+    masters = {n for n, i in cluster.nodes().items() if "master" in i["flags"] and i["slots"]}
+    wait_for(
+        lambda: subs.all_live.is_set() and subs.nodes == masters,
+        timeout=20,
+        describe=lambda: f"masters {sorted(masters)}, listeners {subs.state}",
+    )
     prefix = srv.settings.key_prefix
     with memlane.Client(srv.target, timeout=10) as c:
         placed = _sessions_on(c, cluster, prefix, lambda got: got == masters, ttl_seconds=1)

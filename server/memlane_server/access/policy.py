@@ -49,6 +49,28 @@ class _Token:
     expires_at: dt.datetime | None
 
 
+def _parse_token(entry: Any, where: str) -> tuple[str, _Token]:
+    """One ``tokens`` entry: the sha256 of the bearer token (given, or hashed from a plain token) and
+    whose it is, until when."""
+    if not isinstance(entry, dict) or not entry.get("agent"):
+        raise PolicyError(f"{where} needs an agent")
+    if entry.get("sha256"):
+        digest = str(entry["sha256"]).lower()
+    elif entry.get("token"):
+        digest = hashlib.sha256(str(entry["token"]).encode()).hexdigest()
+    else:
+        raise PolicyError(f"{where} needs a sha256 or a token")
+    expires = entry.get("expires_at")
+    if isinstance(expires, str):
+        try:
+            expires = dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise PolicyError(f"{where}.expires_at is not an ISO-8601 time") from exc
+    if isinstance(expires, dt.datetime) and expires.tzinfo is None:
+        expires = expires.replace(tzinfo=dt.UTC)
+    return digest, _Token(str(entry["agent"]), expires)
+
+
 @dataclass(frozen=True, slots=True)
 class AccessPolicy:
     tokens: dict[str, _Token]  # sha256 hex of the token -> entry
@@ -78,25 +100,9 @@ class AccessPolicy:
                 agents.setdefault(str(m), {})
         tokens: dict[str, _Token] = {}
         for i, entry in enumerate(data.get("tokens") or []):
-            where = f"{source}: tokens[{i}]"
-            if not isinstance(entry, dict) or not entry.get("agent"):
-                raise PolicyError(f"{where} needs an agent")
-            if entry.get("sha256"):
-                digest = str(entry["sha256"]).lower()
-            elif entry.get("token"):
-                digest = hashlib.sha256(str(entry["token"]).encode()).hexdigest()
-            else:
-                raise PolicyError(f"{where} needs a sha256 or a token")
-            expires = entry.get("expires_at")
-            if isinstance(expires, str):
-                try:
-                    expires = dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
-                except ValueError as exc:
-                    raise PolicyError(f"{where}.expires_at is not an ISO-8601 time") from exc
-            if isinstance(expires, dt.datetime) and expires.tzinfo is None:
-                expires = expires.replace(tzinfo=dt.UTC)
-            tokens[digest] = _Token(str(entry["agent"]), expires)
-            agents.setdefault(str(entry["agent"]), {})
+            digest, token = _parse_token(entry, f"{source}: tokens[{i}]")
+            tokens[digest] = token
+            agents.setdefault(token.agent_id, {})
         callers: dict[str, Caller] = {}
         approval: dict[str, str] = {}
         for name, spec in agents.items():

@@ -35,6 +35,19 @@ class DomainMetrics:
     """Every domain series, registered on the sidecar's registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._stored_state(registry)
+        self._backends(registry)
+        self._pipeline_and_assembly(registry)
+        self.sample_errors = Counter(
+            "memlane_metric_sample_errors_total",
+            "Failed samples of a domain gauge, by probe.",
+            ["probe"],
+            registry=registry,
+        )
+        self._redis_latency: dict[str, Histogram] = {}
+
+    def _stored_state(self, registry: CollectorRegistry) -> None:
+        """Sampled gauges of what Redis and LanceDB hold."""
         self.sessions = Gauge(
             "memlane_sessions", "Sessions in Redis by status (sampled).", ["status"], registry=registry
         )
@@ -61,6 +74,9 @@ class DomainMetrics:
         self.ltm_items = Gauge(
             "memlane_ltm_items", "Long-term memory items by kind (sampled).", ["kind"], registry=registry
         )
+
+    def _backends(self, registry: CollectorRegistry) -> None:
+        """Latency, errors and liveness of the storage backends."""
         self.backend_latency = Histogram(
             "memlane_backend_latency_seconds",
             "Latency of calls to a storage backend (redis, lancedb), by operation.",
@@ -80,6 +96,9 @@ class DomainMetrics:
             ["backend"],
             registry=registry,
         )
+
+    def _pipeline_and_assembly(self, registry: CollectorRegistry) -> None:
+        """Session-end steps and what context assembly left out or found behind."""
         self.step_duration = Histogram(
             "memlane_pipeline_step_duration_seconds",
             "Duration of each session-end pipeline step (and of a whole job, step=job).",
@@ -110,13 +129,6 @@ class DomainMetrics:
             "Assemblies that found the rolling summary behind the history it should cover.",
             registry=registry,
         )
-        self.sample_errors = Counter(
-            "memlane_metric_sample_errors_total",
-            "Failed samples of a domain gauge, by probe.",
-            ["probe"],
-            registry=registry,
-        )
-        self._redis_latency: dict[str, Histogram] = {}
 
     def redis_command(self, family: str, seconds: float, failed: bool) -> None:
         """One Redis round trip by command family (infra/redis_timing.py). On the hot path: the

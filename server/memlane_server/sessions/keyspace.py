@@ -6,6 +6,10 @@ a replica promoted after its master died gets a subscription (and the ``notify-k
 which are per node) within that interval; a node that is no longer a master loses its subscription.
 Every (re)subscription calls ``on_subscribed`` because events fired meanwhile were lost: the caller
 sweeps then. A single-node Redis is one "master" that never changes.
+
+A listener never dies: any failure (a lost connection, an error redis-py raises from its cluster
+bookkeeping, a subscription that hangs past ``subscribe_timeout_s``) is logged and retried with backoff,
+and ``state`` says per node what it is doing, so a master left unsubscribed explains itself.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class ExpirySubscriptions:
         on_subscribed: Callable[[], None],
         configure_keyspace_events: bool = True,
         topology_interval_s: float = 1.0,
+        subscribe_timeout_s: float = 10.0,
     ) -> None:
         self._redis = redis
         self._cluster: RedisCluster | None = redis if isinstance(redis, RedisCluster) else None
@@ -64,9 +69,11 @@ class ExpirySubscriptions:
         self._on_subscribed = on_subscribed
         self._configure = configure_keyspace_events
         self._interval = topology_interval_s
+        self._subscribe_timeout = subscribe_timeout_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: set[str] = set()  # nodes whose subscription is confirmed
         self.all_live = asyncio.Event()  # every current master is subscribed
+        self.state: dict[str, str] = {}  # node (or "topology") -> what it is doing or last failed with
 
     @property
     def nodes(self) -> set[str]:
@@ -82,8 +89,13 @@ class ExpirySubscriptions:
                 await asyncio.Event().wait()
                 return
             while True:
-                with contextlib.suppress(*_LOST):
+                try:
                     self._reconcile(masters_of(await cluster.cluster_nodes()))
+                    self.state.pop("topology", None)
+                except Exception as exc:  # the supervisor must outlive any failure
+                    if "topology" not in self.state:  # once per outage, not once a second
+                        log.warning("cannot read the cluster topology", extra={"error": repr(exc)})
+                    self.state["topology"] = f"failing: {exc!r}"
                 await asyncio.sleep(self._interval)
         finally:
             for t in self._tasks.values():
@@ -98,6 +110,7 @@ class ExpirySubscriptions:
             log.info("no longer a master; dropping its expiry subscription", extra={"node": name})
             self._tasks.pop(name).cancel()
             self._live.discard(name)
+            self.state.pop(name, None)
         for name in masters - set(self._tasks):
             self._tasks[name] = asyncio.create_task(self._listen(name), name=f"memlane-expiry-{name}")
         self._update_live()
@@ -117,20 +130,12 @@ class ExpirySubscriptions:
         backoff = 0.1
         while True:
             pubsub: Any = None
+            self.state[name] = "subscribing"
             try:
-                if self._cluster is None:
-                    db = int(self._redis.connection_pool.connection_kwargs.get("db", 0) or 0)
-                    pubsub = self._redis.pubsub()
-                    target: dict[str, Any] = {}
-                else:
-                    node = self._node(name)
-                    if node is None:  # promoted before our client learnt of it: retry shortly
-                        raise OSError(f"node {name} not in the slot map yet")
-                    db, target = 0, {"target_nodes": node}
-                    pubsub = self._cluster.pubsub(node=node)
-                await self._enable(target)
-                await pubsub.subscribe(f"__keyevent@{db}__:expired")
+                async with asyncio.timeout(self._subscribe_timeout):
+                    pubsub = await self._subscribe(name)
                 self._live.add(name)
+                self.state[name] = "live"
                 self._update_live()
                 self._on_subscribed()  # events were lost while we were not subscribed: sweep now
                 backoff = 0.1
@@ -143,18 +148,43 @@ class ExpirySubscriptions:
                     await self._on_expired(data.decode() if isinstance(data, bytes) else str(data))
             except asyncio.CancelledError:
                 raise
-            except _LOST as exc:
+            except Exception as exc:  # a dead listener would stop expiry events unseen
                 self._live.discard(name)
                 self._update_live()
-                log.warning(
-                    "expiry listener lost redis; resubscribing", extra={"node": name, "error": repr(exc)}
-                )
+                self.state[name] = f"retrying after {exc!r}"
+                if isinstance(exc, _LOST):
+                    log.warning(
+                        "expiry listener lost redis; resubscribing", extra={"node": name, "error": repr(exc)}
+                    )
+                else:
+                    log.exception("expiry listener failed; resubscribing", extra={"node": name})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
+
+    async def _subscribe(self, name: str) -> Any:
+        """A pubsub subscribed to expiry events on ``name``, with the node's keyspace flags enabled."""
+        if self._cluster is None:
+            db = int(self._redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+            pubsub: Any = self._redis.pubsub()
+            target: dict[str, Any] = {}
+        else:
+            node = self._node(name)
+            if node is None:  # promoted before our client learnt of it: retry shortly
+                raise OSError(f"node {name} not in the slot map yet")
+            db, target = 0, {"target_nodes": node}
+            pubsub = self._cluster.pubsub(node=node)
+        try:
+            await self._enable(target)
+            await pubsub.subscribe(f"__keyevent@{db}__:expired")
+        except BaseException:  # a failed or timed-out attempt must not leave its connection behind
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+            raise
+        return pubsub
 
     async def _enable(self, target: dict[str, Any]) -> None:
         """Adds the expiry flags on this node (they are per node; a promoted replica may lack them)."""
