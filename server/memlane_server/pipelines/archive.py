@@ -23,7 +23,6 @@ import datetime as dt
 import re
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,93 +33,21 @@ import pyarrow.parquet as pq
 
 from ..infra.object_store import arrow_filesystem
 from ..sessions.model import ArchivePointer, Message, Role, Session, VisibilityKind
+from .archive_tables import (
+    CHECKPOINT_SCHEMA,
+    ArchivePart,
+    ms_dt,
+    summary_table,
+    trace_table,
+    transcript_table,
+    ts_ms,
+)
 
 PART_DATASETS = ("transcripts", "summaries", "traces")
 # Framework state (LangGraph checkpoints), written when a session retires (pipelines/checkpoint_archive.py).
 DATASETS = (*PART_DATASETS, "checkpoints")
 _NULL_CHANNEL = "__HIVE_DEFAULT_PARTITION__"
 _DAY_MS = 86_400_000
-_TS = pa.timestamp("ms", tz="UTC")
-_STRINGS = pa.list_(pa.string())
-
-TRANSCRIPT_SCHEMA = pa.schema(
-    [
-        ("session_id", pa.string()),
-        ("user_id", pa.string()),
-        ("agent_id", pa.string()),
-        ("seq", pa.int64()),
-        ("message_id", pa.string()),
-        ("role", pa.string()),
-        ("content", pa.string()),
-        ("created_at", _TS),
-        ("token_count", pa.int32()),
-        ("source_agent_id", pa.string()),
-        ("participant_name", pa.string()),
-        ("message_user_id", pa.string()),
-        ("message_channel", pa.string()),
-        ("native_format", pa.string()),
-        ("native_json", pa.string()),
-        ("planning_steps", _STRINGS),
-        ("invoked", _STRINGS),
-        ("tool_call_ids", _STRINGS),
-        ("metadata", pa.map_(pa.string(), pa.string())),
-        ("visibility", pa.string()),
-        ("visibility_group", pa.string()),
-    ]
-)
-CHECKPOINT_SCHEMA = pa.schema(
-    [
-        ("session_id", pa.string()),
-        ("user_id", pa.string()),
-        ("namespace", pa.string()),
-        ("checkpoint_id", pa.string()),
-        ("record_json", pa.string()),  # pipelines/checkpoint_archive.py: to_record / from_record
-    ]
-)
-SUMMARY_SCHEMA = pa.schema(
-    [
-        ("session_id", pa.string()),
-        ("user_id", pa.string()),
-        ("agent_id", pa.string()),
-        ("status", pa.string()),
-        ("created_at", _TS),
-        ("ended_at", _TS),
-        ("first_seq", pa.int64()),
-        ("last_seq", pa.int64()),
-        ("summary", pa.string()),
-        ("summary_through_seq", pa.int64()),
-        ("message_count", pa.int64()),
-        ("token_total", pa.int64()),
-        ("model", pa.string()),
-        ("group", pa.string()),
-        ("participants", _STRINGS),
-        ("tags", _STRINGS),
-        ("metadata", pa.map_(pa.string(), pa.string())),
-        ("promoted_memory_ids", _STRINGS),
-        ("policy_json", pa.string()),
-    ]
-)
-TRACE_SCHEMA = pa.schema(
-    [
-        ("session_id", pa.string()),
-        ("trace_id", pa.string()),
-        ("created_at", _TS),
-        ("trace_json", pa.string()),
-    ]
-)
-
-
-@dataclass(slots=True)
-class ArchivePart:
-    """What one archive write holds: messages ``first_seq..last_seq`` and the session as it ended."""
-
-    session: Session
-    messages: list[Message]
-    traces: list[tuple[str, int, str]]  # (trace_id, created_at_ms, JSON)
-    promoted_ids: list[str]
-    ended_at_ms: int
-    first_seq: int
-    last_seq: int
 
 
 class ArchiveStore(Protocol):
@@ -141,18 +68,6 @@ class ArchiveStore(Protocol):
         ...
 
 
-def _ms(ts: Any) -> int:
-    if ts is None:
-        return 0
-    if isinstance(ts, dt.datetime):
-        return int(ts.timestamp() * 1000)
-    return int(ts)
-
-
-def _dt(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-
-
 def _channel_dir(channel: str) -> str:
     return "channel=" + (urllib.parse.quote(channel, safe="") if channel else _NULL_CHANNEL)
 
@@ -160,80 +75,6 @@ def _channel_dir(channel: str) -> str:
 def _channel_of(dirname: str) -> str:
     value = dirname.removeprefix("channel=")
     return "" if value == _NULL_CHANNEL else urllib.parse.unquote(value)
-
-
-def _transcript_table(part: ArchivePart) -> pa.Table:
-    """One row per message of the part."""
-    s, msgs = part.session, part.messages
-    return pa.Table.from_pydict(
-        {
-            "session_id": [s.session_id] * len(msgs),
-            "user_id": [s.user_id] * len(msgs),
-            "agent_id": [s.agent_id] * len(msgs),
-            "seq": [m.seq for m in msgs],
-            "message_id": [m.message_id for m in msgs],
-            "role": [m.role.name.lower() for m in msgs],
-            "content": [m.content for m in msgs],
-            "created_at": [_dt(m.created_at_ms) for m in msgs],
-            "token_count": [m.token_count for m in msgs],
-            "source_agent_id": [m.source_agent_id for m in msgs],
-            "participant_name": [m.participant_name for m in msgs],
-            "message_user_id": [m.user_id for m in msgs],
-            "message_channel": [m.channel for m in msgs],
-            "native_format": [m.native_format for m in msgs],
-            "native_json": [m.native_json for m in msgs],
-            "planning_steps": [m.planning_steps for m in msgs],
-            "invoked": [m.invoked for m in msgs],
-            "tool_call_ids": [m.tool_call_ids for m in msgs],
-            "metadata": [list(m.metadata.items()) for m in msgs],
-            "visibility": [m.visibility.name.lower() for m in msgs],
-            "visibility_group": [m.visibility_group for m in msgs],
-        },
-        schema=TRANSCRIPT_SCHEMA,
-    )
-
-
-def _summary_table(part: ArchivePart) -> pa.Table:
-    """One row: the session as it ended, with its summary and policy."""
-    s = part.session
-    return pa.Table.from_pydict(
-        {
-            "session_id": [s.session_id],
-            "user_id": [s.user_id],
-            "agent_id": [s.agent_id],
-            "status": [s.status.name.lower()],
-            "created_at": [_dt(s.created_at_ms)],
-            "ended_at": [_dt(part.ended_at_ms)],
-            "first_seq": [part.first_seq],
-            "last_seq": [part.last_seq],
-            "summary": [s.summary.text],
-            "summary_through_seq": [s.summary.through_seq],
-            "message_count": [s.message_count],
-            "token_total": [s.token_total],
-            "model": [s.model],
-            "group": [s.group],
-            "participants": [s.participants],
-            "tags": [s.tags],
-            "metadata": [list(s.metadata.items())],
-            "promoted_memory_ids": [part.promoted_ids],
-            "policy_json": [orjson.dumps(s.policy.to_record() if s.policy else {}).decode()],
-        },
-        schema=SUMMARY_SCHEMA,
-    )
-
-
-def _trace_table(part: ArchivePart) -> pa.Table:
-    """One row per turn trace of the part."""
-    s = part.session
-    return pa.Table.from_pydict(
-        {
-            "session_id": [s.session_id] * len(part.traces),
-            "trace_id": [t[0] for t in part.traces],
-            "created_at": [_dt(t[1]) for t in part.traces],
-            "trace_json": [t[2] for t in part.traces],
-        },
-        schema=TRACE_SCHEMA,
-    )
 
 
 class ParquetArchive:
@@ -256,7 +97,7 @@ class ParquetArchive:
         return uri.split("://", 1)[1] if "://" in uri else uri
 
     def _part_path(self, dataset: str, part: ArchivePart) -> str:
-        day = _dt(part.ended_at_ms).strftime("%Y-%m-%d")
+        day = ms_dt(part.ended_at_ms).strftime("%Y-%m-%d")
         name = f"{part.session.session_id}.{part.first_seq:010d}-{part.last_seq:010d}.parquet"
         return f"{self.root}/{dataset}/date={day}/{_channel_dir(part.session.channel)}/{name}"
 
@@ -264,7 +105,7 @@ class ParquetArchive:
         return await asyncio.to_thread(self._write_sync, part)
 
     def _write_sync(self, part: ArchivePart) -> ArchivePointer:
-        tables = (_transcript_table(part), _summary_table(part), _trace_table(part))
+        tables = (transcript_table(part), summary_table(part), trace_table(part))
         paths = {}
         for dataset, table in zip(PART_DATASETS, tables, strict=True):
             path = self._part_path(dataset, part)
@@ -293,7 +134,7 @@ class ParquetArchive:
     async def write_checkpoints(self, session: Session, records: list[dict[str, Any]]) -> str:
         # Named like a part through the session's last seq, so retention, export and erasure treat it
         # as one; a later retirement of the same session rewrites it.
-        day = _dt(int(dt.datetime.now(dt.UTC).timestamp() * 1000)).strftime("%Y-%m-%d")
+        day = ms_dt(int(dt.datetime.now(dt.UTC).timestamp() * 1000)).strftime("%Y-%m-%d")
         name = f"{session.session_id}.{0:010d}-{session.last_seq:010d}.parquet"
         path = f"{self.root}/checkpoints/date={day}/{_channel_dir(session.channel)}/{name}"
         table = pa.Table.from_pydict(
@@ -347,7 +188,7 @@ class ParquetArchive:
                 metadata=dict(r["metadata"] or []),
                 visibility=VisibilityKind[r["visibility"].upper()],
                 visibility_group=r["visibility_group"],
-                created_at_ms=_ms(r["created_at"]),
+                created_at_ms=ts_ms(r["created_at"]),
                 token_count=int(r["token_count"]),
             )
             for r in rows
@@ -385,7 +226,7 @@ class ParquetArchive:
                     if day_start > cutoff:
                         continue
                     for f in self._fs.get_file_info(pafs.FileSelector(ch_info.path)):
-                        if f.type == pafs.FileType.File and f.mtime is not None and _ms(f.mtime) < cutoff:
+                        if f.type == pafs.FileType.File and f.mtime is not None and ts_ms(f.mtime) < cutoff:
                             self._fs.delete_file(f.path)
                             deleted += 1
                 if not self._fs.get_file_info(pafs.FileSelector(day_info.path)):

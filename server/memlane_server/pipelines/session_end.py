@@ -38,7 +38,8 @@ from ..sessions.store import SessionStore, now_ms
 from ..sessions.traces import TraceRecords
 from ..summarizers import Summarizer
 from ..summarizers.scoped import fold_scoped
-from .archive import ArchivePart, ArchiveStore
+from .archive import ArchiveStore
+from .archive_tables import ArchivePart
 from .checkpoint_archive import CheckpointArchiver
 from .promote import Promoter
 
