@@ -14,17 +14,18 @@ def test_layers_override_in_order(tmp_path: Path) -> None:
     cfg.write_text("redis_url: redis://file:6379/0\nsession_ttl_seconds: 60\nkey_prefix: fromfile\n")
     env = {"MEMLANE_CONFIG": str(cfg), "MEMLANE_SESSION_TTL_SECONDS": "120", "MEMLANE_KEY_PREFIX": "fromenv"}
     s = build_settings(flags={"key_prefix": "fromflag"}, env=env)
-    assert s.redis_url == "redis://file:6379/0"  # file
-    assert s.session_ttl_seconds == 120  # env over file
-    assert s.key_prefix == "fromflag"  # flag over env
-    assert s.listen == Settings().listen  # default
+    assert s.redis.redis_url == "redis://file:6379/0"  # file
+    assert s.sessions.session_ttl_seconds == 120  # env over file
+    assert s.redis.key_prefix == "fromflag"  # flag over env
+    assert s.server.listen == Settings().server.listen  # default
 
 
 def test_toml_and_booleans(tmp_path: Path) -> None:
     cfg = tmp_path / "memlane.toml"
     cfg.write_text('auth_required = true\nlisten = "unix:/tmp/m.sock"\n')
     s = build_settings(config_file=str(cfg), env={"MEMLANE_LTM_ENABLED": "off"})
-    assert s.auth_required is True and s.listen == "unix:/tmp/m.sock" and s.ltm_enabled is False
+    assert s.access.auth_required is True and s.server.listen == "unix:/tmp/m.sock"
+    assert s.ltm.ltm_enabled is False
 
 
 @pytest.mark.parametrize(
@@ -50,4 +51,4 @@ def test_unknown_keys_in_a_file_are_errors(tmp_path: Path) -> None:
 
 def test_every_choice_setting_exists_and_defaults_to_a_choice() -> None:
     for name, allowed in CHOICES.items():
-        assert getattr(Settings(), name) in allowed
+        assert Settings().value(name) in allowed
