@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal, get_args
 
 import grpc
 from grpc_health.v1 import health, health_pb2
@@ -52,9 +53,10 @@ Close = Callable[[], Awaitable[object]]
 
 # What ``stop`` drains together, within the grace period: calls in flight, a learning run, session-end
 # jobs (handed back to the queue).
-_DRAIN_ORDER = ("calls", "learner", "session-end worker")
-# The order ``stop`` closes parts in after the drain; a part that never started is absent.
-_CLOSE_ORDER = (
+DrainStep = Literal["calls", "learner", "session-end worker"]
+# What ``stop`` closes after the drain, in this order; a part that never started is absent. Literal
+# types, so a part registered under a name missing here fails the type check instead of staying open.
+CloseStep = Literal[
     "policy reload",
     "lifecycle",
     "admin http",
@@ -68,7 +70,9 @@ _CLOSE_ORDER = (
     "embedder",
     "redis pool",
     "embedded redis",
-)
+]
+_DRAIN_ORDER: tuple[DrainStep, ...] = get_args(DrainStep)
+_CLOSE_ORDER: tuple[CloseStep, ...] = get_args(CloseStep)
 
 
 class Sidecar:
@@ -104,8 +108,8 @@ class Sidecar:
         self._executor = ThreadPoolExecutor(
             settings.server.executor_threads, thread_name_prefix="memlane-cpu"
         )
-        self._drains: dict[str, Close] = {}  # by name, run together at stop within the grace period
-        self._closes: dict[str, Close] = {}  # by name, run in _CLOSE_ORDER after the drains
+        self._drains: dict[DrainStep, Close] = {}  # registered as each part is built
+        self._closes: dict[CloseStep, Close] = {}
 
     async def start(self) -> None:
         s = self.settings

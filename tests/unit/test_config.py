@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from memlane_server.config import CHOICES, ConfigError, Settings, build_settings
+from memlane_server.config import CHOICES, ConfigError, Settings, build_settings, setting_fields
 
 
 def test_layers_override_in_order(tmp_path: Path) -> None:
@@ -52,3 +53,22 @@ def test_unknown_keys_in_a_file_are_errors(tmp_path: Path) -> None:
 def test_every_choice_setting_exists_and_defaults_to_a_choice() -> None:
     for name, allowed in CHOICES.items():
         assert Settings().value(name) in allowed
+
+
+def test_each_setting_sits_in_one_section_under_its_own_name() -> None:
+    sections = [getattr(Settings(), f.name) for f in dataclasses.fields(Settings)]
+    per_section = [f.name for section in sections for f in dataclasses.fields(section)]
+    assert sorted(per_section) == sorted(setting_fields())  # no name in two sections, none elsewhere
+    s = Settings.of(redis_url="redis://x:6379/0", ltm_cache_mb=7)
+    assert s.redis.redis_url == "redis://x:6379/0" and s.ltm.ltm_cache_mb == 7
+    assert s.value("ltm_cache_mb") == 7 and s.sessions == Settings().sessions
+    with pytest.raises(TypeError, match="redis_ur1"):
+        Settings.of(redis_ur1="redis://typo")
+
+
+def test_the_file_stays_flat(tmp_path: Path) -> None:
+    """One name per setting: a section is how the code reads settings, not a second spelling in files."""
+    cfg = tmp_path / "memlane.yaml"
+    cfg.write_text("redis:\n  redis_url: redis://nested\n")
+    with pytest.raises(ConfigError, match="unknown setting 'redis'"):
+        build_settings(config_file=str(cfg), env={})
