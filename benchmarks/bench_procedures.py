@@ -108,7 +108,7 @@ def main() -> None:
         r = redis.Redis.from_url(args.redis_url)
         for server in (keep, off):
             server.stop()
-            for key in r.scan_iter(match=f"{server.settings.key_prefix}:*", count=1000):
+            for key in r.scan_iter(match=f"{server.settings.redis.key_prefix}:*", count=1000):
                 r.delete(key)
 
 

@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
-        configure(settings.log_level, settings.log_format)
+        configure(settings.observability.log_level, settings.observability.log_format)
         _limit_malloc_arenas()
         try:
             import uvloop

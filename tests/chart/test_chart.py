@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from memlane_server.config import Settings, build_settings
+from memlane_server.config import Settings, build_settings, setting_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memlane"
@@ -44,7 +44,7 @@ CHART_MANAGED = {
     "access_policy_file",
     "channel_policies_file",
 }
-SETTINGS = {f.name: f for f in dataclasses.fields(Settings)}
+SETTINGS = setting_fields()
 VALID_ENV = {f"MEMLANE_{name.upper()}" for name in SETTINGS}
 # Custom resources kubernetes-validate has no schema for; checked by hand below.
 CRD_KINDS = {
@@ -233,7 +233,7 @@ def test_rendered_settings_load(manifests: list[dict[str, Any]]) -> None:
     """The sidecar would start with this configuration: build_settings accepts every rendered value."""
     env = {k: v for k, v in memlane_env(manifests).items() if v != "<from secret>"}
     settings = build_settings(env=env)
-    assert settings.data_dir == "/var/lib/memlane"
+    assert settings.server.data_dir == "/var/lib/memlane"
 
 
 def test_probes_are_native_grpc_on_the_grpc_port(manifests: list[dict[str, Any]]) -> None:
@@ -328,8 +328,7 @@ def test_every_setting_maps_through_config() -> None:
     (configmap,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-config")]
     data = configmap["data"]
     assert {f"MEMLANE_{n.upper()}" for n in expected} <= set(data)
-    assert build_settings(env=data) == dataclasses.replace(
-        Settings(),
+    assert build_settings(env=data) == Settings.of(
         **expected,
         listen=data["MEMLANE_LISTEN"],
         admin_listen=data["MEMLANE_ADMIN_LISTEN"],
@@ -480,7 +479,7 @@ def test_dockerfile_defaults_are_the_sidecars() -> None:
     volumes = [v for word, rest in stage if word == "VOLUME" for v in json.loads(rest)]
     assert volumes == [data_dir]
     exposed = {int(p) for word, rest in stage if word == "EXPOSE" for p in rest.split()}
-    defaults = Settings()
+    defaults = Settings().server
     assert exposed == {int(defaults.listen.rsplit(":", 1)[1]), int(defaults.admin_listen.rsplit(":", 1)[1])}
     values = load_values(CHART / "values.yaml")
     assert exposed == {values["ports"]["grpc"], values["ports"]["admin"]}

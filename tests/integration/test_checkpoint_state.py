@@ -55,7 +55,7 @@ def test_export_and_erasure_take_the_checkpoints(
     user_id: str,
 ) -> None:
     sidecar: SidecarThread = start_server()
-    prefix = sidecar.settings.key_prefix
+    prefix = sidecar.settings.redis.key_prefix
     marker = f"quokka{uuid.uuid4().hex[:10]}"
     run = f"run-{uuid.uuid4().hex}"
     with memlane.Client(sidecar.target, timeout=60) as c:

@@ -37,8 +37,8 @@ def test_close_queues_its_job_despite_a_marker_it_did_not_set(
     start_server: ServerFactory, user_id: str
 ) -> None:
     srv = start_server(ltm_enabled=False)
-    keys = KeySpace(srv.settings.key_prefix)
-    r = redis_client(srv.settings.redis_url)
+    keys = KeySpace(srv.settings.redis.key_prefix)
+    r = redis_client(srv.settings.redis.redis_url)
     try:
         with memlane.Client(srv.target, timeout=10) as c:
             # Positive control: a plain close is archived.
@@ -66,9 +66,9 @@ def test_close_whose_job_was_never_queued_is_still_archived(
     """The state change landed, the XADD did not (a crash between them), and the caller never retried:
     the sweeper queues the job. The XADD is made to fail for real: the queue key holds a string."""
     srv = start_server(ltm_enabled=False, pipeline_claim_timeout_seconds=2)
-    keys = KeySpace(srv.settings.key_prefix)
+    keys = KeySpace(srv.settings.redis.key_prefix)
     queue = keys.session_end_queue()
-    r = redis_client(srv.settings.redis_url)
+    r = redis_client(srv.settings.redis.redis_url)
     try:
         with memlane.Client(srv.target, timeout=10, retry=memlane.NO_RETRY) as c:
             sid = c.create_session(user_id=user_id).session.session_id

@@ -37,7 +37,7 @@ def srv(start_server: ServerFactory) -> SidecarThread:
 
 @pytest.fixture()
 def r(srv: SidecarThread) -> Any:
-    c = redis_client(srv.settings.redis_url)
+    c = redis_client(srv.settings.redis.redis_url)
     yield c
     c.close()
 
@@ -51,7 +51,7 @@ def test_events_of_a_failed_emission_reach_the_stream_once(srv: SidecarThread, r
     right after the state change), CloseSession and the whole session-end pipeline still complete; once
     the stream is writable again the sweeper relays CLOSED, PROMOTED and ARCHIVED, each exactly once, in
     order. Before the outbox the state changed, the XADD failed, and the events were lost for good."""
-    keys = KeySpace(srv.settings.key_prefix)
+    keys = KeySpace(srv.settings.redis.key_prefix)
     with memlane.Client(srv.target, timeout=20) as c:
         sid = c.create_session(user_id="u-outbox").session.session_id
         c.append_messages(
@@ -81,9 +81,9 @@ def test_events_of_a_failed_emission_reach_the_stream_once(srv: SidecarThread, r
 
 
 async def _store(srv: SidecarThread) -> tuple[SessionStore, EventLog, Any]:
-    client = connect(srv.settings.redis_url)
-    keys = KeySpace(srv.settings.key_prefix)
-    tokens = await asyncio.to_thread(TokenCounter, srv.settings.default_encoding)
+    client = connect(srv.settings.redis.redis_url)
+    keys = KeySpace(srv.settings.redis.key_prefix)
+    tokens = await asyncio.to_thread(TokenCounter, srv.settings.sessions.default_encoding)
     store = SessionStore(client, keys, tokens, limits=Limits(), default_ttl_seconds=0)
     return store, EventLog(client, keys, max_len=1000), client
 
@@ -91,7 +91,7 @@ async def _store(srv: SidecarThread) -> tuple[SessionStore, EventLog, Any]:
 def test_a_state_change_alone_leaves_its_event_for_the_sweeper(srv: SidecarThread, r: Any) -> None:
     """The storage operation alone (a writer that dies before relaying): the running sidecar's sweeper
     relays the event within the outbox grace period."""
-    keys = KeySpace(srv.settings.key_prefix)
+    keys = KeySpace(srv.settings.redis.key_prefix)
     with memlane.Client(srv.target, timeout=20) as c:
         sid = c.create_session(user_id="u-outbox").session.session_id
 
@@ -114,7 +114,7 @@ def test_a_state_change_alone_leaves_its_event_for_the_sweeper(srv: SidecarThrea
 def test_relaying_twice_appends_once(srv: SidecarThread, r: Any) -> None:
     """A relayer that dies after the XADD but before removing the outbox entry: the entry is relayed
     again and the stream still holds the event once; an event not seen before is appended (control)."""
-    keys = KeySpace(srv.settings.key_prefix)
+    keys = KeySpace(srv.settings.redis.key_prefix)
     with memlane.Client(srv.target, timeout=20) as c:
         sid = c.create_session(user_id="u-outbox").session.session_id
 

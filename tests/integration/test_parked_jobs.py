@@ -35,7 +35,7 @@ def srv(start_server: ServerFactory) -> SidecarThread:
 def _set_message_time(srv: SidecarThread, redis_url: str, sid: str, ms: int) -> None:
     """Rewrites a stored message's time in Redis, as data written before times were validated."""
     r = redis.Redis.from_url(redis_url)
-    key = KeySpace(srv.settings.key_prefix).session(sid).messages
+    key = KeySpace(srv.settings.redis.key_prefix).session(sid).messages
     for mid, payload in r.hgetall(key).items():
         stored = raw(payload)
         doc = orjson.loads(stored[FINGERPRINT_LEN:])

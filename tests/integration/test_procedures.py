@@ -246,14 +246,14 @@ def test_extractor_proposes_from_a_successful_session(
             if b.provenance == cpb.PROVENANCE_PROCEDURE
         ]
         assert [r.procedure_id for r in kept.procedures] == [proc.procedure_id] and not kept.messages
-        assert b"red button" in _redis_bytes(redis_url, dev.settings.key_prefix)  # positive control
+        assert b"red button" in _redis_bytes(redis_url, dev.settings.redis.key_prefix)  # positive control
 
         receipt = c.forget_user(user_id=user_id)
         assert receipt.erased["redis.procedure_versions"] == 1
         with pytest.raises(memlane.NotFoundError):
             c.get_procedure(owner=ppb.ProcedureOwner(agent_id="bot"), procedure_id=proc.procedure_id)
         assert _injected(c, elsewhere) == []
-        assert b"red button" not in _redis_bytes(redis_url, dev.settings.key_prefix)
+        assert b"red button" not in _redis_bytes(redis_url, dev.settings.redis.key_prefix)
 
 
 def test_operator_cli_reviews_procedures(

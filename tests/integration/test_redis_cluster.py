@@ -143,7 +143,7 @@ def test_expiry_events_arrive_from_every_master(cluster: Cluster, start_server: 
         timeout=20,
         describe=lambda: f"masters {sorted(masters)}, listeners {subs.state}",
     )
-    prefix = srv.settings.key_prefix
+    prefix = srv.settings.redis.key_prefix
     with memlane.Client(srv.target, timeout=10) as c:
         placed = _sessions_on(c, cluster, prefix, lambda got: got == masters, ttl_seconds=1)
         assert set(placed.values()) == masters  # every master owns at least one of them
@@ -163,7 +163,9 @@ def test_wait_for_replicas_refuses_an_unconfirmed_append(
     durable = start_server(
         redis_url=cluster.url, ltm_enabled=False, redis_wait_replicas=1, redis_wait_timeout_ms=300
     )
-    fast = start_server(redis_url=cluster.url, ltm_enabled=False, key_prefix=durable.settings.key_prefix)
+    fast = start_server(
+        redis_url=cluster.url, ltm_enabled=False, key_prefix=durable.settings.redis.key_prefix
+    )
     no_retry = memlane.RetryPolicy(max_attempts=1)
     with (
         memlane.Client(durable.target, timeout=10, retry=no_retry) as c,
@@ -171,7 +173,7 @@ def test_wait_for_replicas_refuses_an_unconfirmed_append(
     ):
         sid = c.create_session(user_id="u-wait").session.session_id
         c.append_messages(session_id=sid, messages=[_turn(0)])  # replica up: confirmed
-        replica = cluster.replica_of(cluster.master_of(_doc(durable.settings.key_prefix, sid)))
+        replica = cluster.replica_of(cluster.master_of(_doc(durable.settings.redis.key_prefix, sid)))
         os.kill(cluster.pid(replica), signal.SIGSTOP)
         try:
             with pytest.raises(memlane.UnavailableError, match="replicas"):
@@ -227,7 +229,7 @@ def test_master_sigkill_loses_no_acknowledged_append(
     try:
         subs = srv.sidecar.lifecycle.subscriptions
         wait_for(lambda: subs.all_live.is_set() and len(subs.nodes) == 3, timeout=20)
-        prefix = srv.settings.key_prefix
+        prefix = srv.settings.redis.key_prefix
         with memlane.Client(srv.target, timeout=10) as c:
             sid = c.create_session(user_id="u-failover", ttl_seconds=3600).session.session_id
             master = cluster.master_of(_doc(prefix, sid))

@@ -44,7 +44,7 @@ def test_embedded_redis_persists_across_restarts(
 ) -> None:
     data = tmp_path / "data"
     first = start_server(redis_url="", data_dir=str(data), key_prefix="emb")
-    assert first.sidecar.settings.redis_url == ""
+    assert first.sidecar.settings.redis.redis_url == ""
     with memlane.Client(first.target) as c:
         sid = c.create_session(user_id=user_id).session.session_id
         c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="remember me")])

@@ -135,7 +135,7 @@ def test_steps_discard_summarize_promote_archive(start_server: ServerFactory, us
 
 
 def _ltm_items(srv: Any, sid: str) -> list[dict[str, Any]]:
-    uri = srv.sidecar.settings.ltm_uri or str(Path(srv.sidecar.settings.data_dir) / "ltm")
+    uri = srv.sidecar.settings.ltm.ltm_uri or str(Path(srv.sidecar.settings.server.data_dir) / "ltm")
     return _items_at(uri, sid)
 
 

@@ -94,8 +94,8 @@ def sidecar(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactor
 def test_forget_user_erases_everywhere(sidecar: SidecarThread, redis_url: str) -> None:
     a, b = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
     mark_a, mark_b = f"zebrafish{uuid.uuid4().hex[:10]}", f"kingfisher{uuid.uuid4().hex[:10]}"
-    data = Path(sidecar.settings.data_dir)
-    prefix = sidecar.settings.key_prefix
+    data = Path(sidecar.settings.server.data_dir)
+    prefix = sidecar.settings.redis.key_prefix
     with memlane.Client(sidecar.target, timeout=60) as c:
         sid_a = _fill(c, a, mark_a)
         _fill(c, b, mark_b)
@@ -279,7 +279,7 @@ def test_a_user_id_with_glob_characters_erases_only_that_user(sidecar: SidecarTh
                 verdict=memory_pb2.FEEDBACK_VERDICT_USEFUL,
             )
         r = redis_client(redis_url)
-        prefix = sidecar.settings.key_prefix
+        prefix = sidecar.settings.redis.key_prefix
         others = sorted(r.scan_iter(match=f"{prefix}:user:{{{other}}}:*"))
         assert len(others) >= 2  # positive control: the other user's LTM version and once-mark exist
         receipt = c.forget_user(user_id=glob_user)

@@ -15,7 +15,7 @@ def test_limits_parse_per_method_with_a_default() -> None:
         "*": 64,
     }
     assert parse_limits("") == {}
-    assert parse_limits(Settings().admission_limits)["AssembleContext"] > 0  # the default parses
+    assert parse_limits(Settings().server.admission_limits)["AssembleContext"] > 0  # the default parses
 
 
 @pytest.mark.parametrize("spec", ["AssembleContext", "AssembleContext=-1", "=3", "A=x"])

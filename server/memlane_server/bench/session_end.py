@@ -66,7 +66,7 @@ def model_ceiling(sessions: int) -> float:
     """Sessions a second the embedding model alone allows on this machine: the episodes of ``sessions``
     sessions embedded in the model's batches, in this process, with the sidecar's thread count."""
     texts = [t for k in range(sessions) for t in _episode_texts(k)]
-    model = OnnxEmbedder.load(default_spec(), intra_op_threads=Settings().embedding_threads)
+    model = OnnxEmbedder.load(default_spec(), intra_op_threads=Settings().embedding.embedding_threads)
     t0 = time.perf_counter()
     model._run(texts)  # the worker thread's own call, without the event loop around it
     return sessions / (time.perf_counter() - t0)

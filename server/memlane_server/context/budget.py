@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memlane_server.config import Settings
+from memlane_server.config import ContextSettings
 from memlane_server.errors import InvalidArgument
 from memlane_server.tokens import context_window_for_model
 
@@ -120,7 +120,7 @@ class Ledger:
         return self.plan.available - self.remaining
 
 
-def policy_from_settings(settings: Settings) -> BudgetPolicy:
+def policy_from_settings(settings: ContextSettings) -> BudgetPolicy:
     """The policy the configured settings describe; raises ``InvalidArgument`` naming a bad setting."""
     fallbacks = {"gap_summary": Fallback.GAP_SUMMARY, "drop_oldest": Fallback.DROPPED_OLDEST}
     if settings.context_fallback not in fallbacks:

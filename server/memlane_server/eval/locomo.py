@@ -33,12 +33,12 @@ import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 
-from ..app import embedding_spec
 from ..background import SidecarThread
 from ..config import Settings, build_settings
 from ..embedding import OnnxEmbedder
 from ..sessions.scratch import drop_keys
 from ..tokens import TokenCounter
+from ..wiring.ltm import embedding_spec
 from .bm25 import BM25
 from .dataset import CATEGORIES, SCORED, Conversation, load, turn_messages
 from .memory_off import MemoryOffComparison
@@ -193,7 +193,9 @@ def _baselines(
     conversations: list[Conversation], settings: Settings, tokens: TokenCounter
 ) -> tuple[SystemResult, SystemResult]:
     bm25_result, vector_result = SystemResult("bm25"), SystemResult("vector")
-    embedder = OnnxEmbedder.load(embedding_spec(settings), intra_op_threads=settings.embedding_threads)
+    embedder = OnnxEmbedder.load(
+        embedding_spec(settings.embedding), intra_op_threads=settings.embedding.embedding_threads
+    )
     try:
         for conv in conversations:
             turns = conv.turns

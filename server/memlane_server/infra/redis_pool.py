@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -36,6 +36,10 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     ClusterDownError,
     TryAgainError,
 )
+
+# The client's type, for the wiring that hands it to the stores without importing redis itself (only
+# the storage layer may; tests/unit/test_storage_ownership.py).
+RedisClient: TypeAlias = aioredis.Redis
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 

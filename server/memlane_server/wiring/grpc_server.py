@@ -1,0 +1,177 @@
+"""The gRPC server: its interceptors and options, every servicer, and binding the listen addresses."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
+from memlane.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
+    context_pb2,
+    context_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    procedure_pb2,
+    procedure_pb2_grpc,
+    session_service_pb2,
+    session_service_pb2_grpc,
+)
+
+from .. import telemetry
+from ..access.authenticate import Authenticator
+from ..api.admin import AdminServicer
+from ..api.admission import AdmissionInterceptor, parse_limits
+from ..api.binding import UserBinding
+from ..api.checkpoints import CheckpointServicer
+from ..api.context import ContextServicer
+from ..api.interceptor import BoundaryInterceptor
+from ..api.memory_history import MemoryServicerWithHistory
+from ..api.procedures import ProcedureServicer
+from ..api.sessions import SessionServicer
+from ..config import ServerSettings
+from ..context import ContextAssembler
+from ..extraction import Extractor
+from ..infra.redis_pool import UNAVAILABLE_ERRORS, RedisClient
+from ..ltm import MemoryService
+from ..ltm.snapshots import MemorySnapshots
+from ..observability.domain import DomainMetrics
+from ..observability.metrics import RpcMetrics
+from ..pipelines.user_data import UserData
+from ..sessions.edits import MessageEditor
+from ..sessions.once import OnceMarks
+from ..sessions.removal import MessageRemover
+from .lifecycle import SessionEnd
+from .stores import Stores
+
+
+def new_server(
+    s: ServerSettings, registry: CollectorRegistry, authenticator: Authenticator, stores: Stores
+) -> tuple[grpc.aio.Server, AdmissionInterceptor]:
+    """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains."""
+    metrics = RpcMetrics(registry)
+    admission = AdmissionInterceptor(
+        parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
+    )
+    server = grpc.aio.server(
+        interceptors=[
+            admission,  # outermost: a shed call costs nothing more
+            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), UNAVAILABLE_ERRORS),
+        ],
+        options=[
+            ("grpc.max_receive_message_length", s.max_receive_message_bytes),
+            ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share it
+            ("grpc.keepalive_permit_without_calls", 1),
+        ],
+    )
+    return server, admission
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The parts the servicers serve."""
+
+    redis: RedisClient
+    stores: Stores
+    end: SessionEnd
+    context: ContextAssembler
+    ltm: MemoryService | None
+    extractor: Extractor | None
+    metrics: DomainMetrics
+    health: health.aio.HealthServicer
+
+
+def add_servicers(server: grpc.aio.Server, p: Served) -> list[str]:
+    """Every servicer on ``server``, reflection included; returns the full names of the services it
+    serves, the session and checkpoint services first (their health is reported by name)."""
+    _add_session_services(server, p)
+    _add_data_services(server, p)
+    health_pb2_grpc.add_HealthServicer_to_server(p.health, server)
+    services = [
+        session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+        checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
+        context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
+        admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+        procedure_pb2.DESCRIPTOR.services_by_name["ProcedureService"].full_name,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    ]
+    if p.ltm is not None:
+        services.append(memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name)
+    reflection.enable_server_reflection(services, server)
+    return services
+
+
+def _add_session_services(server: grpc.aio.Server, p: Served) -> None:
+    st, end = p.stores, p.end
+    session_service_pb2_grpc.add_SessionServiceServicer_to_server(
+        SessionServicer(
+            st.sessions,
+            lifecycle=end.lifecycle,
+            pipeline=end.pipeline,
+            resumer=end.resumer,
+            remover=MessageRemover(p.redis, st.keys, st.sessions),
+            editor=MessageEditor(p.redis, st.keys, st.sessions),
+            learner=end.learner,
+        ),
+        server,
+    )
+    checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(
+        CheckpointServicer(st.checkpoints, st.sessions, end.lifecycle, end.resumer), server
+    )
+    context_pb2_grpc.add_ContextServiceServicer_to_server(
+        ContextServicer(p.context, on_stats=lambda stats: telemetry.record_assembly(p.metrics, stats)),
+        server,
+    )
+
+
+def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
+    st = p.stores
+    user_data = UserData(
+        st.sessions,
+        p.context.traces,
+        p.ltm,
+        p.end.archive,
+        caches=[p.context.forget],
+        history=st.memory_history,
+        procedures=st.procedures,
+        checkpoints=st.checkpoints,
+    )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(user_data, p.end.queue), server)
+    if p.ltm is not None and p.extractor is not None:
+        memory_pb2_grpc.add_MemoryServiceServicer_to_server(
+            MemoryServicerWithHistory(
+                p.ltm,
+                p.extractor,
+                OnceMarks(p.redis, st.keys, "feedback"),
+                MemorySnapshots(p.ltm, st.memory_history, st.memory_history),
+            ),
+            server,
+        )
+    procedure_pb2_grpc.add_ProcedureServiceServicer_to_server(
+        ProcedureServicer(st.procedures, st.sessions), server
+    )
+
+
+def bind(server: grpc.aio.Server, address: str, tls: grpc.ServerCredentials | None = None) -> str:
+    """Adds one listen address; returns it as bound (a port 0 resolved)."""
+    if address.startswith("unix:"):
+        path = Path(address[len("unix:") :].removeprefix("//"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a stale socket from a crashed run
+        server.add_insecure_port(f"unix:{path}")
+        return f"unix:{path}"
+    port = server.add_secure_port(address, tls) if tls else server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    host = address.rsplit(":", 1)[0]
+    return f"{host}:{port}"

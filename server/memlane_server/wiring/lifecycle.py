@@ -1,0 +1,197 @@
+"""Session lifecycle and the session-end pipeline: expiry and sweeps, the end queue and its worker, the
+archive, resumption and learning during the session."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from .. import telemetry
+from ..config import PipelineSettings, Settings
+from ..extraction import Extractor
+from ..infra.redis_pool import RedisClient
+from ..ltm import MemoryService
+from ..observability.domain import DomainMetrics
+from ..pipelines import (
+    LtmPromoter,
+    PipelineConfig,
+    Promoter,
+    QueueMetrics,
+    Resumer,
+    SessionEndPipeline,
+    SessionEndWorker,
+    WorkerConfig,
+)
+from ..pipelines.incremental import IncrementalLearner, LearnConfig
+from ..procedures import ExtractingPromoter
+from ..sessions.end_queue import SessionEndQueue
+from ..sessions.events import EventLog
+from ..sessions.lifecycle import Lifecycle
+from ..sessions.policies import PolicyBook
+from ..summarizers import ExtractiveSummarizer, Summarizer
+from ..tokens import TokenCounter
+from .stores import Stores
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnd:
+    policies: PolicyBook
+    events: EventLog
+    queue: SessionEndQueue
+    lifecycle: Lifecycle
+    archive: telemetry.MeteredArchive
+    pipeline: telemetry.MeteredPipeline
+    resumer: Resumer
+    learner: IncrementalLearner | None
+    worker: SessionEndWorker
+
+
+def build_session_end(
+    settings: Settings,
+    redis: RedisClient,
+    stores: Stores,
+    tokens: TokenCounter,
+    *,
+    ltm: MemoryService | None,
+    extractor: Extractor | None,
+    summarizer: Summarizer | None,
+    executor: ThreadPoolExecutor,
+    metrics: DomainMetrics,
+    registry: CollectorRegistry,
+) -> SessionEnd:
+    """Every part is built, none started (``Lifecycle.start``, ``SessionEndWorker.start`` and
+    ``IncrementalLearner.start`` run once the sidecar serves)."""
+    p = settings.pipeline
+    claim_ms = int(p.pipeline_claim_timeout_seconds * 1000)
+    policies, events, queue, lifecycle = _lifecycle(settings, redis, stores, claim_ms)
+    # With the client provider the agent summarizes live turns; at session end nobody is there to
+    # ask, so the tail is summarized extractively.
+    end_summarizer = telemetry.MeteredStepSummarizer(
+        summarizer or ExtractiveSummarizer(tokens, settings.sessions.default_model, executor), metrics
+    )
+    promoter = _promoter(stores, ltm, extractor, metrics)
+    archive = telemetry.MeteredArchive(
+        p.archive_uri or str(Path(settings.server.data_dir) / "archive"), metrics
+    )
+    pipeline = _pipeline(
+        p,
+        stores,
+        lifecycle,
+        archive,
+        summarizer=end_summarizer,
+        promoter=promoter,
+        claim_ms=claim_ms,
+        metrics=metrics,
+    )
+    resumer = Resumer(stores.sessions, lifecycle, pipeline)
+    # Learning during the session runs where session-end jobs run, and only with something to promote.
+    learner = (
+        _learner(settings, stores, pipeline, policies)
+        if promoter is not None and p.pipeline_enabled
+        else None
+    )
+    worker = SessionEndWorker(
+        stores.end_state,
+        queue,
+        pipeline,
+        policies=policies,
+        config=_worker_config(settings, claim_ms),
+        sessions=stores.sessions,
+        events=events,
+        metrics=QueueMetrics(registry),
+    )
+    return SessionEnd(policies, events, queue, lifecycle, archive, pipeline, resumer, learner, worker)
+
+
+def _promoter(
+    stores: Stores, ltm: MemoryService | None, extractor: Extractor | None, metrics: DomainMetrics
+) -> Promoter | None:
+    """Promotion into long-term memory, when there is one; successful sessions also propose an example
+    procedure for their agent (procedures/extract.py)."""
+    if ltm is None or extractor is None:
+        return None
+    return ExtractingPromoter(
+        telemetry.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
+    )
+
+
+def _lifecycle(
+    settings: Settings, redis: RedisClient, stores: Stores, claim_ms: int
+) -> tuple[PolicyBook, EventLog, SessionEndQueue, Lifecycle]:
+    lc = settings.lifecycle
+    policies = PolicyBook.load(
+        lc.channel_policies_file, default_expire_after=settings.sessions.session_ttl_seconds
+    )
+    events = EventLog(redis, stores.keys, max_len=lc.events_max_len)
+    queue = SessionEndQueue(redis, stores.keys)
+    lifecycle = Lifecycle(
+        redis,
+        stores.sessions,
+        stores.keys,
+        policies,
+        events=events,
+        queue=queue,
+        configure_keyspace_events=lc.keyspace_events_configure,
+        sweep_interval_s=lc.lifecycle_sweep_interval_seconds,
+        dedupe_window_ms=claim_ms,
+    )
+    return policies, events, queue, lifecycle
+
+
+def _learner(
+    settings: Settings, stores: Stores, pipeline: SessionEndPipeline, policies: PolicyBook
+) -> IncrementalLearner:
+    """Learning during the session: it runs where session-end jobs run, and only with something to
+    promote (the caller decides)."""
+    p = settings.pipeline
+    return IncrementalLearner(
+        stores.sessions,
+        pipeline,
+        policies=policies,
+        config=LearnConfig(
+            p.learn_every_turns, p.learn_idle_seconds, settings.lifecycle.lifecycle_sweep_interval_seconds
+        ),
+    )
+
+
+def _pipeline(
+    p: PipelineSettings,
+    stores: Stores,
+    lifecycle: Lifecycle,
+    archive: telemetry.MeteredArchive,
+    *,
+    summarizer: Summarizer,
+    promoter: Promoter | None,
+    claim_ms: int,
+    metrics: DomainMetrics,
+) -> telemetry.MeteredPipeline:
+    return telemetry.MeteredPipeline(
+        stores.sessions,
+        lifecycle,
+        archive,
+        state=stores.end_state,
+        traces=stores.traces,
+        checkpoints=stores.checkpoints,
+        summarizer=summarizer,
+        promoter=promoter,
+        config=PipelineConfig(
+            chunk_messages=p.pipeline_chunk_messages,
+            summary_tokens=p.pipeline_summary_tokens,
+            lease_ms=claim_ms,
+        ),
+        metrics=metrics,
+    )
+
+
+def _worker_config(settings: Settings, claim_ms: int) -> WorkerConfig:
+    p = settings.pipeline
+    return WorkerConfig(
+        concurrency=p.pipeline_concurrency,
+        claim_timeout_ms=claim_ms,
+        retire_interval_s=settings.lifecycle.lifecycle_sweep_interval_seconds,
+        retention_interval_s=p.archive_retention_interval_seconds,
+        max_failures=p.pipeline_max_failures,
+    )
