@@ -74,6 +74,11 @@ def query_fingerprint(*parts: Any) -> str:
     return hashlib.blake2b(orjson.dumps(parts), digest_size=16, person=b"memlane-query").hexdigest()
 
 
+def _query_digest(query: str) -> bytes:
+    """Any text names a query (a listing with no parameters may use a constant such as "parked-jobs")."""
+    return hashlib.blake2b(query.encode(), digest_size=16, person=b"memlane-page-q").digest()
+
+
 def _check(query: bytes, cursor: bytes) -> bytes:
     return hashlib.blake2b(
         bytes([TOKEN_VERSION]) + query + cursor, digest_size=_CHECK_BYTES, person=b"memlane-page"
@@ -82,7 +87,7 @@ def _check(query: bytes, cursor: bytes) -> bytes:
 
 def encode_token(query: str, cursor: list[Any]) -> str:
     """The token that resumes ``query`` after ``cursor`` (a list of ints and strings)."""
-    q = bytes.fromhex(query)
+    q = _query_digest(query)
     raw = orjson.dumps(cursor)
     data = bytes([TOKEN_VERSION]) + q[:_QUERY_BYTES] + _check(q, raw) + raw
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
@@ -112,7 +117,7 @@ def decode_token(token: str, query: str) -> list[Any] | None:
         raise _invalid(_MALFORMED)
     if data[0] != TOKEN_VERSION:
         raise _invalid(_OLD)
-    q = bytes.fromhex(query)
+    q = _query_digest(query)
     if not hmac.compare_digest(data[1 : 1 + _QUERY_BYTES], q[:_QUERY_BYTES]):
         raise _invalid(_FOREIGN)
     raw = data[_HEADER:]

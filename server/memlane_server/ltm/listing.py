@@ -23,7 +23,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 
 
-def _query(who: Visibility, flt: MemoryFilter) -> str:
+def page_query(who: Visibility, flt: MemoryFilter) -> str:
+    """What a ListMemories token is bound to: the reader and every filter field."""
     return query_fingerprint(
         "memories",
         who.user_id,
@@ -44,7 +45,7 @@ async def list_page(
 ) -> MemoryPage:
     """One page of the items ``where`` matches (the reader's visibility and ``flt``, already built)."""
     size = page_size(size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
-    query = _query(who, flt)
+    query = page_query(who, flt)
     cursor = decode_token(token, query)
     total = await store.count(where)
     if cursor is not None:
