@@ -248,6 +248,9 @@ class MeteredLanceStore(LanceMemoryStore):
     ) -> list[MemoryItem]:
         return await self._timed("fetch", super().fetch(where, with_vector=with_vector, limit=limit))
 
+    async def newest_keys(self, where: Expr, limit: int) -> list[tuple[int, str]]:
+        return await self._timed("newest_keys", super().newest_keys(where, limit))
+
     async def keyword_search(self, text: str, where: Expr, limit: int) -> list[Hit]:
         return await self._timed("keyword_search", super().keyword_search(text, where, limit))
 

@@ -28,6 +28,9 @@ from hypothesis import strategies as st
 import memlane
 from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2
 from memlane_server.background import SidecarThread
+from memlane_server.ltm.listing import page_query
+from memlane_server.ltm.model import MemoryFilter, Visibility
+from memlane_server.paging import encode_token, query_fingerprint
 
 EXAMPLES = int(os.environ.get("MEMLANE_FUZZ_EXAMPLES", "20"))
 PROTOS = Path(__file__).resolve().parents[2] / "protos"
@@ -113,6 +116,38 @@ def _int(lo: int, hi: int) -> st.SearchStrategy[int]:
     )
 
 
+def _page_tokens() -> list[str]:
+    """Page tokens in the server's format: bound to the queries a fuzzed listing most often makes (so
+    they pass the format and binding checks and reach the cursor's), holding cursors the server never
+    issues; then the same cut short, and look-alikes of other formats."""
+    queries = [
+        page_query(Visibility(FUZZ_USER), MemoryFilter()),
+        query_fingerprint("sessions", FUZZ_USER, 0, "", 0, 0, 0),
+        query_fingerprint("traces", FUZZ_SESSION),
+        "parked-jobs",  # api/parked_jobs.py: a listing with no parameters
+    ]
+    cursors: list[list[Any]] = [
+        [],
+        [0, FUZZ_MEMORY],
+        [2**63 - 1, FUZZ_SESSION],
+        [-1, "x"],
+        [2**64 - 1, "x"],
+        [True, "x"],
+        [1.5, "x"],
+        [1, ""],
+        [1, "x" * 300],
+        [1, "' OR '1'='1"],
+        [1, "a\\') OR true --"],
+        ["1", 1],
+        [None, None],
+        [{"c": 1}, [1]],
+        [1, 2],
+        [1, 2, 3],
+    ]
+    tokens = [encode_token(q, c) for q in queries for c in cursors]
+    return ["", *tokens, *(t[: len(t) // 2] for t in tokens[:8]), "AQ", "AQAAAAAAAAAAAAAAAAAAAAAAAA", "e30"]
+
+
 # Values that get past the first checks, by field name, so the fuzz reaches the code behind them.
 _SENSIBLE: dict[str, list[str]] = {
     "session_id": [FUZZ_SESSION],
@@ -128,6 +163,7 @@ _SENSIBLE: dict[str, list[str]] = {
     "text": ["The user lives in Pune."],
     "format": ["langchain"],
     "json": ["{}", '{"a": [1, 2]}'],
+    "page_token": _page_tokens(),
 }
 _ID = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,20}", fullmatch=True)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
-from memlane_server.page_bytes import MAX_PAGE_BYTES
+from memlane_server.paging import MAX_PAGE_BYTES
 from tests.conftest import ServerFactory
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import os
 import time
@@ -14,7 +13,7 @@ import orjson
 from memlane_server.access.identity import Caller, CallerRole
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm.model import ScoreParts
-from memlane_server.page_bytes import fitting
+from memlane_server.paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
 from memlane_server.sessions.model import Role
 from memlane_server.sessions.traces import TraceRecords
 
@@ -157,18 +156,6 @@ def _truncation(t: dict[str, Any]) -> Truncation:
     return Truncation(**{**t, "section": Section(t["section"])})
 
 
-def _page_token(score: int, trace_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{score}:{trace_id}".encode()).decode()
-
-
-def _parse_token(token: str) -> tuple[int, str]:
-    try:
-        score, trace_id = base64.urlsafe_b64decode(token.encode()).decode().split(":", 1)
-        return int(score), trace_id
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidArgument("page_token is malformed") from exc
-
-
 class TraceStore:
     """Turn traces of assemblies: encoded here, kept by the session's storage (sessions/traces.py), and
     read back with their conversation turns put back from the session's messages."""
@@ -213,12 +200,16 @@ class TraceStore:
                         b.rendered_text = render(b)
         return traces
 
-    async def list(self, session_id: str, page_size: int, page_token: str) -> tuple[list[TurnTrace], str]:
+    async def list(self, session_id: str, size: int, token: str) -> tuple[list[TurnTrace], str]:
         """Newest first. The token holds the last (score, id) returned, so inserts never shift pages."""
-        if page_size < 0:
-            raise InvalidArgument("page_size must not be negative")
-        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        rows = await self.records.newest(session_id, size, _parse_token(page_token) if page_token else None)
+        size = page_size(size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
+        query = query_fingerprint("traces", session_id)
+        cursor = decode_token(token, query)
+        before: tuple[int, str] | None = None
+        if cursor is not None:
+            score, trace_id = cursor_of(cursor, int, str)
+            before = (score, trace_id)
+        rows = await self.records.newest(session_id, size, before)
         page = rows[:size]
         if not page:
             return [], ""
@@ -227,13 +218,11 @@ class TraceStore:
         traces = await self._rehydrate(session_id, [decode_trace(raw) for _, raw in stored])
         # Bounded in bytes too: rehydrated turns make a trace as heavy as the context it replays.
         keep = fitting(len(raw) + _turn_bytes(t) for (_, raw), t in zip(stored, traces, strict=True))
-        traces = traces[:keep]
         if keep < len(stored):
-            (last_id_s, last_score), _ = stored[keep - 1]
-            return traces, _page_token(last_score, last_id_s)
-        last_id_s, last_score = page[-1]
-        token = _page_token(last_score, last_id_s) if len(rows) > size else ""
-        return traces, token
+            (last_id, last_score), _ = stored[keep - 1]
+            return traces[:keep], encode_token(query, [last_score, last_id])
+        last_id, last_score = page[-1]
+        return traces, (encode_token(query, [last_score, last_id]) if len(rows) > size else "")
 
 
 def _turn_bytes(trace: TurnTrace) -> int:

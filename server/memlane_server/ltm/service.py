@@ -6,14 +6,11 @@ Recall and CRUD here; writes in ``ingest``, upkeep, export and erasure in ``upke
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 from lancedb.expr import Expr
 
 from memlane_server.errors import InvalidArgument, NotFound
@@ -22,6 +19,7 @@ from memlane_server.ltm.focus import focus
 from memlane_server.ltm.history import Change, ChangeReason
 from memlane_server.ltm.hot import HotEntry, mask_for
 from memlane_server.ltm.ingest import MemoryWriter, clamp, clean_keywords, embedding_text
+from memlane_server.ltm.listing import list_page
 from memlane_server.ltm.model import (
     Feedback,
     MemoryFilter,
@@ -39,11 +37,9 @@ from memlane_server.ltm.model import (
 from memlane_server.ltm.ranking import fuse_and_rank
 from memlane_server.ltm.store import Hit
 from memlane_server.ltm.upkeep import MemoryUpkeep
-from memlane_server.page_bytes import fitting
 
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
-MAX_PAGE_SIZE = 500
 
 
 class MemoryService(MemoryWriter, MemoryUpkeep):
@@ -153,22 +149,11 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         return found[0]
 
     async def list_items(
-        self, who: Visibility, flt: MemoryFilter, *, page_size: int = 50, page_token: str = ""
+        self, who: Visibility, flt: MemoryFilter, *, page_size: int = 0, page_token: str = ""
     ) -> MemoryPage:
         """Newest first, keyset-paginated (a token stays valid while items are added or deleted)."""
-        if not 0 <= page_size <= MAX_PAGE_SIZE:
-            raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}")
-        page_size = page_size or 50
         where = filters.narrowed(readable(who), flt, self._clock())
-        total = await self._store.count(where)
-        if page_token:
-            created, last_id = _decode_token(page_token)
-            where = where & filters.after_cursor(created, last_id)
-        items = await self._store.fetch(where)
-        items.sort(key=lambda i: filters.page_order(i.created_at_ms, i.id), reverse=True)
-        page = items[: fitting(_item_bytes(i) for i in items[:page_size])]
-        token = _encode_token(page[-1]) if len(items) > len(page) else ""
-        return MemoryPage(page, token, total)
+        return await list_page(self._store, who, flt, where, size=page_size, token=page_token)
 
     async def update(self, who: Visibility, memory_id: str, patch: MemoryPatch) -> MemoryItem:
         item = await self.get(who, memory_id)
@@ -254,21 +239,3 @@ def readable(who: Visibility) -> Expr:
     """CRUD visibility: an agent sees what recall would show it; no agent id means the user's own
     memory viewer, which sees every item of that user."""
     return filters.visible_to(who) if who.agent_id else filters.owned_by(who.user_id)
-
-
-def _encode_token(item: MemoryItem) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps([item.created_at_ms, item.id])).decode()
-
-
-def _decode_token(token: str) -> tuple[int, str]:
-    try:
-        created, last_id = orjson.loads(base64.urlsafe_b64decode(token.encode()))
-        return int(created), str(last_id)
-    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError) as exc:
-        raise InvalidArgument("page_token is not valid") from exc
-
-
-def _item_bytes(item: MemoryItem) -> int:
-    """About what one item weighs on the wire: its strings plus a fixed allowance for ids and numbers."""
-    strings = [item.content, *item.keywords, *item.metadata.keys(), *item.metadata.values()]
-    return 256 + sum(len(s.encode()) for s in strings)

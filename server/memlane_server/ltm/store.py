@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from lancedb.expr import Expr, col, lit
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
+from lancedb.query import ColumnOrdering
 
 from memlane_server.errors import Unavailable
 from memlane_server.infra.object_store import lance_storage_options
@@ -47,6 +48,11 @@ _SCALAR_INDEXES: list[tuple[str, Any]] = [
     ("id_key", BTree()),
     # Stemming and stop words help prose; ascii folding lets "Zurich" find "Zürich".
     ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
+]
+
+_NEWEST_FIRST = [
+    ColumnOrdering(column_name="created_at_ms", ascending=False),
+    ColumnOrdering(column_name="id_key", ascending=False),
 ]
 
 # What a string literal in a predicate may be (see ``filters``): a digest, an enum word, or empty.
@@ -199,9 +205,12 @@ class LanceMemoryStore:
         await self._table.checkout_latest()  # type: ignore[no-untyped-call]  # lancedb leaves it untyped
 
     async def count(self, where: Expr | None = None) -> int:
+        """Counted by LanceDB, no row leaves it. The predicate goes as SQL text: ``checked`` has just
+        verified that text holds no literal but digests, enum words and numbers."""
         if where is None:
             return int(await self._read(self._table.count_rows))
-        return int((await self.fetch_columns(where, ["id"])).num_rows)
+        sql = checked(where).to_sql()
+        return int(await self._read(lambda: self._table.count_rows(sql)))
 
     # Writes: each is retried whole on the latest version when its commit loses to another sidecar's
     # (``sharing.retry_write``); a refused commit wrote nothing, so running it again is safe.
@@ -284,6 +293,21 @@ class LanceMemoryStore:
         query = query.limit(limit) if limit is not None else query.limit(1_000_000)
         rows = await self._read(query.to_list)
         return [from_row(r) for r in rows]
+
+    async def newest_keys(self, where: Expr, limit: int) -> list[tuple[int, str]]:
+        """(created ms, id) of the ``limit`` newest matching items, newest first by (created_at_ms,
+        id_key): the order of ``filters.after_cursor``, which a keyset page adds to ``where``. Only these
+        short columns are read for the matching rows (LanceDB keeps the top ``limit`` while it scans);
+        the caller then fetches the page's items by id, so a page costs its own rows, not the user's."""
+        query = (
+            self._table.query()
+            .where(checked(where))
+            .select(["created_at_ms", "id"])
+            .order_by(_NEWEST_FIRST)
+            .limit(limit)
+        )
+        rows = await self._read(query.to_list)
+        return [(int(r["created_at_ms"]), str(r["id"])) for r in rows]
 
     async def fetch_columns(self, where: Expr | None, columns: list[str]) -> pa.Table:
         query = self._table.query().select(columns)

@@ -22,10 +22,10 @@ from redis.commands.core import AsyncScript as Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import InvalidArgument
+from ..paging import decode_token, encode_token, page_size, query_fingerprint
 from . import checkpoint_scripts
 from .ids import check_id
 from .keys import KeySpace
-from .paging import decode_token, encode_token, page_size, query_fingerprint
 from .store import SessionStore, now_ms
 
 MAX_NAME = 1024  # characters of a namespace, checkpoint, task or channel name

@@ -13,6 +13,15 @@ from typing import Any, cast
 from redis.exceptions import ResponseError
 
 from ..errors import AlreadyExists, InvalidArgument
+from ..paging import (
+    MAX_PAGE_BYTES,
+    MESSAGE_OVERHEAD_BYTES,
+    cursor_of,
+    decode_token,
+    encode_token,
+    page_size,
+    query_fingerprint,
+)
 from . import scripts
 from .codec import (
     encode_session,
@@ -29,14 +38,6 @@ from .model import (
     Session,
     SessionStatus,
     Summary,
-)
-from .paging import (
-    MAX_PAGE_BYTES,
-    MESSAGE_OVERHEAD_BYTES,
-    decode_token,
-    encode_token,
-    page_size,
-    query_fingerprint,
 )
 from .store_base import _SCAN_BUDGET, now_ms
 from .store_erasure import ErasureOps
@@ -151,7 +152,10 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
         index = self.keys.user_sessions(f.user_id) if f.user_id else self.keys.all_sessions()
         hi: float = f.created_before_ms - 1 if f.created_before_ms else float("inf")
         lo: float = f.created_after_ms or float("-inf")
-        after = self._session_cursor(cursor)
+        after: tuple[int, str] | None = None  # the (created ms, id) of the previous page's last session
+        if cursor is not None:
+            created, last_id = cursor_of(cursor, int, str)
+            after = (created, last_id)
         if after is not None:
             hi = min(hi, after[0])
         out: list[Session] = []
@@ -190,16 +194,6 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
         if last is not None and not out and scanned >= _SCAN_BUDGET:
             next_token = encode_token(q, [last[0], last[1]])
         return out, next_token
-
-    @staticmethod
-    def _session_cursor(cursor: Any) -> tuple[int, str] | None:
-        """The (created ms, id) of the last session a page token's page returned."""
-        if cursor is None:
-            return None
-        try:
-            return (int(cursor[0]), str(cursor[1]))
-        except (IndexError, ValueError, TypeError) as exc:
-            raise InvalidArgument("page_token is malformed; start again without it") from exc
 
     @staticmethod
     def _session_matches(s: Session, f: SessionFilter) -> bool:

@@ -14,6 +14,15 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..access.identity import UNRESTRICTED, Caller
+from ..paging import (
+    MAX_PAGE_BYTES,
+    MESSAGE_OVERHEAD_BYTES,
+    decode_token,
+    encode_token,
+    int_cursor,
+    page_size,
+    query_fingerprint,
+)
 from . import scripts
 from .codec import (
     FINGERPRINT_LEN,
@@ -32,15 +41,6 @@ from .model import (
     Session,
     Topology,
     VisibilityKind,
-)
-from .paging import (
-    MAX_PAGE_BYTES,
-    MESSAGE_OVERHEAD_BYTES,
-    decode_token,
-    encode_token,
-    int_cursor,
-    page_size,
-    query_fingerprint,
 )
 
 # Above this many characters per batch, token counting moves to the executor so the loop stays free.
