@@ -61,6 +61,16 @@ def _invalid(message: str) -> InvalidArgument:
     return InvalidArgument(message, field="page_token", reason="INVALID_PAGE_TOKEN")
 
 
+def malformed_token() -> InvalidArgument:
+    """The error for a cursor a listing's own checks refuse (beyond ``cursor_of``)."""
+    return _invalid(_MALFORMED)
+
+
+def stale_token(what: str) -> InvalidArgument:
+    """The error for a well-formed cursor naming an item that is gone (``what`` says which)."""
+    return _invalid(f"page_token names {what} that no longer exists; start again without it")
+
+
 def page_size(requested: int, *, default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -> int:
     """The rule of every listing: negative refused, 0 -> ``default``, above ``maximum`` -> ``maximum``."""
     if requested < 0:

@@ -15,6 +15,7 @@ import hashlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +25,10 @@ from hypothesis import strategies as st
 import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
+from memlane.v1 import procedure_pb2 as ppb
 from memlane_server.background import SidecarThread
 from memlane_server.embedding import OnnxEmbedder, default_spec
-from memlane_server.ltm import LanceMemoryStore
+from memlane_server.ltm import LanceMemoryStore, filters
 from memlane_server.ltm.listing import page_query
 from memlane_server.ltm.model import MemoryFilter, MemoryItem, MemoryKind, MemoryScope, Visibility
 from memlane_server.paging import MAX_PAGE_BYTES, encode_token
@@ -85,7 +87,7 @@ async def _seed(uri: str) -> None:
 def srv(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> SidecarThread:
     uri = str(tmp_path_factory.mktemp("paging-ltm") / "ltm")
     asyncio.run(_seed(uri))
-    return start_server(ltm_uri=uri)
+    return start_server(ltm_uri=uri, ltm_snapshots_max_per_user=5)
 
 
 @pytest.fixture(scope="module")
@@ -274,6 +276,35 @@ def test_a_memory_created_while_paging_duplicates_nothing(c: memlane.Client, use
     assert _memories(c, user_id, 1).memories[0].memory_id == late.memory.memory_id
 
 
+def test_history_and_procedure_tokens_are_bound_too(c: memlane.Client, tokens: dict[str, str]) -> None:
+    who = mpb.Caller(user_id=OTHER)
+    for i in range(3):
+        c.create_memory_snapshot(caller=who, snapshot_id=f"snap-{i}")
+        c.create_memory(caller=who, kind=mpb.MEMORY_KIND_FACT, content=f"The user climbed peak number {i}.")
+        c.propose_procedure(
+            procedure_id=f"proc-{i}",
+            kind=ppb.PROCEDURE_KIND_ROUTINE,
+            content=f"Step {i}: check the order id.",
+            title="p",
+        )
+    listings: dict[str, Callable[[str], Any]] = {
+        "snapshots": lambda t: c.list_memory_snapshots(caller=who, page_size=1, page_token=t),
+        "versions": lambda t: c.list_memory_versions(caller=who, page_size=1, page_token=t),
+        "procedures": lambda t: c.list_procedures(page_size=1, page_token=t),
+    }
+    mine = {name: call("").next_page_token for name, call in listings.items()}
+    for name, call in listings.items():
+        items = list(memlane.iter_pages(call, name))
+        assert len(items) == len({str(i) for i in items}) >= 3  # each once
+        for token in [*mine.values(), tokens["memories"], tokens["sessions"]]:
+            if token != mine[name]:
+                _refused(functools.partial(call, token), "different query")
+    _refused(lambda: c.list_memory_snapshots(caller=mpb.Caller(user_id=PAGER), page_token=mine["snapshots"]))
+    _refused(lambda: c.list_memory_versions(caller=mpb.Caller(user_id=PAGER), page_token=mine["versions"]))
+    agent = mpb.Caller(user_id=OTHER, agent_id="a1")
+    _refused(lambda: c.list_memory_versions(caller=agent, page_token=mine["versions"]))
+
+
 def test_page_size_is_one_rule(c: memlane.Client, tokens: dict[str, str]) -> None:
     assert len(_memories(c, PAGER, 0).memories) == 50  # 0 means the default
     assert len(_memories(c, PAGER, 10_000).memories) == 500  # above the maximum: the maximum
@@ -308,3 +339,20 @@ def test_a_page_costs_its_own_rows_not_the_users(c: memlane.Client) -> None:
     # A page deep in the listing (past the keyset cursor) is as cheap.
     deep = _memories(c, BIG, 500, _memories(c, BIG, 500).next_page_token).next_page_token
     assert _first_page_seconds(c, BIG, deep) < 3 * small + 0.1
+
+
+def test_pages_after_an_erasure_rewrote_the_table(tmp_path: Path) -> None:
+    """An erasure rewrites the other rows of every fragment that held the user's rows and rebuilds the
+    indexes; LanceDB then needs the row id to plan a page's sorted read (it failed with INTERNAL)."""
+
+    async def run() -> list[tuple[int, str]]:
+        store = await LanceMemoryStore.open(str(tmp_path / "ltm"), 4)
+        try:
+            vector = [0.5, 0.5, 0.5, 0.5]
+            await store.add(_items("keep", 5, [vector], per_ms=1) + _items("gone", 4, [vector], per_ms=1))
+            await store.erase(filters.owned_by("gone"))
+            return await store.newest_keys(filters.owned_by("keep"), 3)
+        finally:
+            store.close()
+
+    assert asyncio.run(run()) == [(BASE_MS + i, f"keep-{i:04d}") for i in (4, 3, 2)]

@@ -3,7 +3,8 @@ the rest of the memory API (``api/memory._who``): an agent sees and changes what
 
 from __future__ import annotations
 
-from typing import TypeAlias
+import re
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -16,6 +17,15 @@ from ..ltm import MemoryService, Visibility
 from ..ltm.history import MemoryVersion
 from ..ltm.service import readable
 from ..ltm.snapshots import Diff, MemorySnapshots, SnapshotInfo
+from ..paging import (
+    cursor_of,
+    decode_token,
+    encode_token,
+    malformed_token,
+    page_size,
+    query_fingerprint,
+    stale_token,
+)
 from ..sessions.once import OnceMarks
 from .memory import MemoryServicer, memory_to_pb
 from .memory import _who as who_of
@@ -23,6 +33,24 @@ from .memory import _who as who_of
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 MAX_VERSION_PAGE = 500
 MAX_SNAPSHOT_PAGE = 100
+
+
+def _query(listing: str, who: Visibility, *parts: str) -> str:
+    return query_fingerprint(listing, who.user_id, who.agent_id, sorted(set(who.groups)), *parts)
+
+
+_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+def _stream_cursor(cursor: list[Any] | None) -> str:
+    """The stream entry id a versions page token resumes after ("" for the first page): it reaches
+    Redis as a range bound, so it must be one."""
+    if cursor is None:
+        return ""
+    entry_id = str(cursor_of(cursor, str)[0])
+    if not _STREAM_ID.fullmatch(entry_id):
+        raise malformed_token()
+    return entry_id
 
 
 def _snapshot_pb(s: SnapshotInfo) -> mpb.MemorySnapshot:
@@ -70,20 +98,21 @@ class MemoryHistoryMixin:
         self, request: mpb.ListMemoryVersionsRequest, context: _Ctx
     ) -> mpb.ListMemoryVersionsResponse:
         who = who_of(request.caller)
-        if not 0 <= request.page_size <= MAX_VERSION_PAGE:
-            raise InvalidArgument(f"page_size must be between 0 and {MAX_VERSION_PAGE}")
+        size = page_size(request.page_size, default=50, maximum=MAX_VERSION_PAGE)
+        query = _query("memory-versions", who, request.memory_id)
+        after = _stream_cursor(decode_token(request.page_token, query))
         history = self._memory.history
         if history is None:
             raise Unavailable("memory versions are not kept on this sidecar")
         allowed = await self._readable_ids(who, request.memory_id)
-        size, token = request.page_size or 50, request.page_token
         out: list[MemoryVersion] = []
         while True:
-            page, token = await history.versions(who.user_id, request.memory_id, token, size - len(out))
+            page, after = await history.versions(who.user_id, request.memory_id, after, size - len(out))
             # Versions of items the caller cannot read now are left out (deleted items: whole-user view).
             out += [v for v in page if allowed is None or v.memory_id in allowed]
-            if len(out) >= size or not token:
+            if len(out) >= size or not after:
                 break
+        token = encode_token(query, [after]) if after else ""
         return mpb.ListMemoryVersionsResponse(versions=[_version_pb(v) for v in out], next_page_token=token)
 
     async def _readable_ids(self, who: Visibility, memory_id: str) -> set[str] | None:
@@ -112,20 +141,22 @@ class MemoryHistoryMixin:
         self, request: mpb.ListMemorySnapshotsRequest, context: _Ctx
     ) -> mpb.ListMemorySnapshotsResponse:
         who = who_of(request.caller)
-        if not 0 <= request.page_size <= MAX_SNAPSHOT_PAGE:
-            raise InvalidArgument(f"page_size must be between 0 and {MAX_SNAPSHOT_PAGE}")
+        size = page_size(request.page_size, default=20, maximum=MAX_SNAPSHOT_PAGE)
+        query = _query("memory-snapshots", who)
+        cursor = decode_token(request.page_token, query)
         infos = await self._snaps().list_snapshots(who)
         start = 0
-        if request.page_token:
+        if cursor is not None:
+            (last,) = cursor_of(cursor, str)
             ids = [s.snapshot_id for s in infos]
-            if request.page_token not in ids:
-                raise InvalidArgument("page_token is not valid")
-            start = ids.index(request.page_token) + 1
-        size = request.page_size or 20
+            if last not in ids:  # deleted since: the listing cannot say where it stood
+                raise stale_token("a snapshot")
+            start = ids.index(last) + 1
         page = infos[start : start + size]
         more = start + size < len(infos)
         return mpb.ListMemorySnapshotsResponse(
-            snapshots=[_snapshot_pb(s) for s in page], next_page_token=page[-1].snapshot_id if more else ""
+            snapshots=[_snapshot_pb(s) for s in page],
+            next_page_token=encode_token(query, [page[-1].snapshot_id]) if more else "",
         )
 
     async def GetMemorySnapshotDiff(

@@ -10,12 +10,9 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import TypeAlias
 
 import grpc
-import orjson
 
 from memlane.v1 import procedure_pb2 as ppb
 from memlane.v1 import procedure_pb2_grpc as ppb_grpc
@@ -23,6 +20,7 @@ from memlane.v1 import procedure_pb2_grpc as ppb_grpc
 from ..access.identity import Caller, CallerRole, current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..ids import check_id
+from ..paging import cursor_of, decode_token, encode_token, page_size, query_fingerprint
 from ..procedures import Kind, Origin, Owner, Procedure, ProcedureService, Proposal, State, Version
 from ..sessions.limits import Limits, check_list
 from ..sessions.store import SessionStore
@@ -105,15 +103,20 @@ def procedure_to_pb(p: Procedure, me: Caller) -> ppb.Procedure:
     )
 
 
-def _page(token: str) -> tuple[str, str]:
-    """A page token: the (owner tag, procedure id) of the last procedure of the previous page."""
-    if not token:
-        return "", ""
-    try:
-        tag, pid = orjson.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(tag), str(pid)
-    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError) as exc:
-        raise InvalidArgument("page_token is not valid") from exc
+def _query(request: ppb.ListProceduresRequest, me: Caller) -> str:
+    """What a ListProcedures token is bound to: the owner and state asked for, and who asks (the owners
+    a caller may read decide the listing)."""
+    return query_fingerprint(
+        "procedures",
+        request.owner.agent_id,
+        request.owner.group,
+        int(request.state),
+        me.agent_id,
+        sorted(me.roles),
+        sorted(me.groups),
+        sorted(me.delegates),
+        me.unrestricted,
+    )
 
 
 class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
@@ -158,11 +161,15 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
         self, request: ppb.ListProceduresRequest, context: _Ctx
     ) -> ppb.ListProceduresResponse:
         me = current_caller()
-        if not 0 <= request.page_size <= MAX_PAGE_SIZE:
-            raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}")
+        size = page_size(request.page_size, default=50, maximum=MAX_PAGE_SIZE)
         if request.state not in (0, 1, 2, 3, 4, 5):
             raise InvalidArgument(f"state must be a known ProcedureState, got {request.state}")
-        after = _page(request.page_token)
+        query = _query(request, me)
+        cursor = decode_token(request.page_token, query)
+        after = ("", "")  # the (owner tag, procedure id) of the previous page's last procedure
+        if cursor is not None:
+            tag, procedure_id = cursor_of(cursor, str, str)
+            after = (tag, procedure_id)
         if request.owner.agent_id or request.owner.group:
             owner = _owner(request.owner, me, default_to_caller=False)
             if not may_read(me, owner):
@@ -173,12 +180,8 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
         procs = await self._procedures.list_procedures(owners, State(request.state))
         procs = [p for p in procs if (p.owner.tag, p.procedure_id) > after]
         procs.sort(key=lambda p: (p.owner.tag, p.procedure_id))
-        size = request.page_size or 50
         page, more = procs[:size], len(procs) > size
-        token = ""
-        if more:
-            last = page[-1]
-            token = base64.urlsafe_b64encode(orjson.dumps([last.owner.tag, last.procedure_id])).decode()
+        token = encode_token(query, [page[-1].owner.tag, page[-1].procedure_id]) if more else ""
         return ppb.ListProceduresResponse(
             procedures=[procedure_to_pb(p, me) for p in page], next_page_token=token
         )

@@ -303,6 +303,9 @@ class LanceMemoryStore:
             self._table.query()
             .where(checked(where))
             .select(["created_at_ms", "id"])
+            # Without the row id, LanceDB 0.40 fails to plan this sort once an erasure has rewritten
+            # fragments ("TakeExec requires ... '_rowaddr' or '_rowid'"); test_paging.py holds it.
+            .with_row_id()
             .order_by(_NEWEST_FIRST)
             .limit(limit)
         )
