@@ -20,6 +20,7 @@ from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .checkpoint_archive import export_checkpoints
+from .session_fence import sessions_held
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 
@@ -121,8 +122,13 @@ class UserData:
                     yield f"archive.{dataset}", row
 
     async def erase(self, user_id: str) -> ErasureReceipt:
-        """Erases the user everywhere, persistence files included; returns the receipt."""
+        """Erases the user everywhere, persistence files included; returns the receipt. Runs holding the
+        leases of the user's sessions, so no session end writes their turns again behind it."""
         sids = await self._sessions.session_ids_of_user(user_id)
+        async with sessions_held(self._sessions.redis, self._sessions.keys, sids):
+            return await self._erase(user_id, sids)
+
+    async def _erase(self, user_id: str, sids: list[str]) -> ErasureReceipt:
         counts: dict[str, int] = {}
         if self._archive is not None:
             files = await self._archive.user_files(user_id, set(sids), self._owners)
