@@ -18,7 +18,7 @@ from memlane import PromotionState
 
 from .workload import Tally
 
-CLOSED, EXPIRED, PROMOTED, ARCHIVED = 2, 3, 4, 5
+CLOSED, EXPIRED, PROMOTED, ARCHIVED, RESUMED = 2, 3, 4, 5, 7
 
 Call = Callable[..., Any]
 
@@ -103,9 +103,10 @@ def check_trial(
     def bad(what: str, sid: str, detail: str = "") -> None:
         out[what] += 1
         status = r.hget(f"{prefix}:{{{sid}}}:doc", "status")
-        counts = {t: events[(t, sid)] for t in (CLOSED, EXPIRED, PROMOTED, ARCHIVED)}
+        counts = [events[(t, sid)] for t in (CLOSED, EXPIRED, PROMOTED, ARCHIVED, RESUMED)]
         print(
-            f"  {what}: {sid} status={status!r} events(closed, expired, promoted, archived)={counts} {detail}"
+            f"  {what}: {sid} status={status!r} events(closed, expired, promoted, archived, resumed)={counts}"
+            f" {detail}"
         )
 
     for sid in sids:
@@ -119,13 +120,17 @@ def check_trial(
         out["duplicated messages"] += len(stored) - len(set(stored.values()))
         closed, expired = events[(CLOSED, sid)], events[(EXPIRED, sid)]
         promoted, archives = events[(PROMOTED, sid)], events[(ARCHIVED, sid)]
+        resumed = events[(RESUMED, sid)]
         if sid in tally.by_ttl:
-            # An append retried past the TTL revives an expired session, which expires again: several
-            # EXPIRED, and one pipeline run per end at most (ends just apart may share one run).
+            # An append retried past the TTL resumes an expired session (RESUMED), which expires again:
+            # one more EXPIRED than RESUMED, and one pipeline run per end at most (ends just apart may
+            # share one run).
             ended_ok = closed == 0 and expired >= 1
+            if expired != resumed + 1:
+                bad("sessions revived without RESUMED", sid)
             runs_ok = 1 <= archives <= expired and (not ltm or 1 <= promoted <= expired)
         else:  # nothing follows a close: exactly one of each
-            ended_ok = closed == 1 and expired == 0
+            ended_ok = closed == 1 and expired == 0 and resumed == 0
             runs_ok = archives == 1 and (not ltm or promoted == 1)
         if not ended_ok:
             bad("sessions not ended exactly once", sid)

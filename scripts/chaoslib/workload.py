@@ -87,8 +87,8 @@ def _message(sid: str, i: int, rng: random.Random) -> Message:
 def run_session(call: Caller, tally: Tally, rng: random.Random, user: str) -> None:
     by_ttl = rng.random() < 0.4
     # An inactivity timeout: short, but longer than an append usually takes. One retried through a kill
-    # or a Redis restart can take longer; the session then expires, the append revives it and it ends
-    # again (checks.py allows that for TTL sessions).
+    # or a Redis restart can take longer; the session then expires, the append resumes it (RESUMED) and
+    # it ends again (checks.py allows that for TTL sessions).
     ttl = 4 if by_ttl else 0
     try:
         sid = call(lambda c: c.create_session(user_id=user, ttl_seconds=ttl), rng).session.session_id

@@ -69,6 +69,12 @@ class Unavailable(MemlaneError):
     reason = "UNAVAILABLE"
 
 
+class SessionExpired(FailedPrecondition):
+    """New messages for an expired session: it must be resumed first (AppendMessages does so itself)."""
+
+    reason = "SESSION_EXPIRED"
+
+
 class Conflict(FailedPrecondition):
     """A concurrent change won (e.g. a stale summary); re-read and retry."""
 

@@ -61,7 +61,9 @@ class _SessionEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Sess
     SESSION_EVENT_TYPE_RETIRED: _SessionEventType.ValueType  # 6
     """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
     SESSION_EVENT_TYPE_RESUMED: _SessionEventType.ValueType  # 7
-    """A retired session was reloaded from the archive and is active again."""
+    """A retired session was reloaded from the archive (detail: "turns"), or an expired one took new
+    messages (detail: "reason": "append"), and is active again; its next end runs the pipeline again.
+    """
     SESSION_EVENT_TYPE_PARKED: _SessionEventType.ValueType  # 8
     """The session-end job failed `pipeline_max_failures` times and was parked (detail: "parked_id",
     "failures", "error"); an operator lists and retries it (AdminService.RetryParkedJobs, `memlane jobs`).
@@ -87,7 +89,9 @@ SESSION_EVENT_TYPE_ARCHIVED: SessionEventType.ValueType  # 5
 SESSION_EVENT_TYPE_RETIRED: SessionEventType.ValueType  # 6
 """Messages left Redis after the channel's hot retention; a stub with the summary stays."""
 SESSION_EVENT_TYPE_RESUMED: SessionEventType.ValueType  # 7
-"""A retired session was reloaded from the archive and is active again."""
+"""A retired session was reloaded from the archive (detail: "turns"), or an expired one took new
+messages (detail: "reason": "append"), and is active again; its next end runs the pipeline again.
+"""
 SESSION_EVENT_TYPE_PARKED: SessionEventType.ValueType  # 8
 """The session-end job failed `pipeline_max_failures` times and was parked (detail: "parked_id",
 "failures", "error"); an operator lists and retries it (AdminService.RetryParkedJobs, `memlane jobs`).

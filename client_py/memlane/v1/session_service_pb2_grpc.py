@@ -121,6 +121,8 @@ class SessionServiceServicer:
 
     def UpdateSession(self, request, context):
         """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
+        A new ttl_seconds moves the running expiry to the last activity plus the new timeout (at once if that
+        is past); 0 stops it.
         Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
         group must be one of the caller's.
         Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
@@ -141,7 +143,9 @@ class SessionServiceServicer:
 
     def AppendMessages(self, request, context):
         """Appends a batch atomically: all messages land or none. Re-sending a message id is a no-op
-        (reported as duplicate); the same id with different content is refused.
+        (reported as duplicate); the same id with different content is refused. New messages for an expired
+        session take it up again first: ACTIVE, with a RESUMED event (detail "reason": "append"); a retry of
+        messages stored before the expiry is answered as duplicates and leaves it expired.
         Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
         ALREADY_EXISTS (id reused with other content), RESOURCE_EXHAUSTED (message or batch too large).
         """

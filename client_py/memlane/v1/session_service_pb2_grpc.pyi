@@ -45,6 +45,8 @@ class SessionServiceStub:
     """
     UpdateSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.UpdateSessionRequest, _session_service_pb2.UpdateSessionResponse]
     """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
+    A new ttl_seconds moves the running expiry to the last activity plus the new timeout (at once if that
+    is past); 0 stops it.
     Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
     group must be one of the caller's.
     Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
@@ -57,7 +59,9 @@ class SessionServiceStub:
     """
     AppendMessages: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.AppendMessagesRequest, _session_service_pb2.AppendMessagesResponse]
     """Appends a batch atomically: all messages land or none. Re-sending a message id is a no-op
-    (reported as duplicate); the same id with different content is refused.
+    (reported as duplicate); the same id with different content is refused. New messages for an expired
+    session take it up again first: ACTIVE, with a RESUMED event (detail "reason": "append"); a retry of
+    messages stored before the expiry is answered as duplicates and leaves it expired.
     Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
     ALREADY_EXISTS (id reused with other content), RESOURCE_EXHAUSTED (message or batch too large).
     """
@@ -117,6 +121,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     UpdateSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.UpdateSessionRequest, _session_service_pb2.UpdateSessionResponse]  # type: ignore[assignment]
     """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
+    A new ttl_seconds moves the running expiry to the last activity plus the new timeout (at once if that
+    is past); 0 stops it.
     Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
     group must be one of the caller's.
     Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
@@ -129,7 +135,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """
     AppendMessages: _aio.UnaryUnaryMultiCallable[_session_service_pb2.AppendMessagesRequest, _session_service_pb2.AppendMessagesResponse]  # type: ignore[assignment]
     """Appends a batch atomically: all messages land or none. Re-sending a message id is a no-op
-    (reported as duplicate); the same id with different content is refused.
+    (reported as duplicate); the same id with different content is refused. New messages for an expired
+    session take it up again first: ACTIVE, with a RESUMED event (detail "reason": "append"); a retry of
+    messages stored before the expiry is answered as duplicates and leaves it expired.
     Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
     ALREADY_EXISTS (id reused with other content), RESOURCE_EXHAUSTED (message or batch too large).
     """
@@ -210,6 +218,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.UpdateSessionResponse, _abc.Awaitable[_session_service_pb2.UpdateSessionResponse]]:
         """Updates the fields named in `update_mask`: tags, metadata, participants, status, group, model, ttl_seconds.
+        A new ttl_seconds moves the running expiry to the last activity plus the new timeout (at once if that
+        is past); 0 stops it.
         Allowed to the session's creating agent, an orchestrator that delegates to it, and admins; a new
         group must be one of the caller's.
         Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (illegal status transition),
@@ -234,7 +244,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.AppendMessagesResponse, _abc.Awaitable[_session_service_pb2.AppendMessagesResponse]]:
         """Appends a batch atomically: all messages land or none. Re-sending a message id is a no-op
-        (reported as duplicate); the same id with different content is refused.
+        (reported as duplicate); the same id with different content is refused. New messages for an expired
+        session take it up again first: ACTIVE, with a RESUMED event (detail "reason": "append"); a retry of
+        messages stored before the expiry is answered as duplicates and leaves it expired.
         Errors: INVALID_ARGUMENT (field named), NOT_FOUND (session), FAILED_PRECONDITION (session closed),
         ALREADY_EXISTS (id reused with other content), RESOURCE_EXHAUSTED (message or batch too large).
         """

@@ -181,8 +181,14 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def AppendMessages(
         self, request: spb.AppendMessagesRequest, context: _Ctx
     ) -> spb.AppendMessagesResponse:
-        msgs = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
-        out = await self._store.append(request.session_id, msgs, writer=current_caller())
+        out = await self._resumer.append_reviving(  # an expired session is taken up again, with RESUMED
+            request.session_id,
+            lambda: self._store.append(
+                request.session_id,
+                [message_from_pb(m, i) for i, m in enumerate(request.messages)],  # fresh: append fills them
+                writer=current_caller(),
+            ),
+        )
         if self._learner is not None:  # in memory only: the learning itself runs in the background
             self._learner.notice(request.session_id, out.duplicates.count(False))
         return spb.AppendMessagesResponse(

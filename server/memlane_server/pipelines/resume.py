@@ -1,4 +1,5 @@
-"""Resumption: a retired session comes back from the archive when someone uses it again.
+"""Resumption: a retired session comes back from the archive when someone uses it again, and an expired
+one is taken up again when someone appends to it (``append_reviving``: ACTIVE, with a RESUMED event).
 
 ``ensure_hot(session_id)`` is what GetSession, ListMessages and AssembleContext call first. For a session
 that is not retired it costs one HGET. For a retired stub it reloads the channel's ``resume_turns`` most
@@ -9,12 +10,17 @@ redone by the next call.
 
 from __future__ import annotations
 
-from ..errors import Unavailable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from ..errors import SessionExpired, Unavailable
 from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Message, Session
 from ..sessions.store import SessionStore, now_ms
 from .session_end import SessionEndPipeline
+
+T = TypeVar("T")
 
 
 class Resumer:
@@ -47,6 +53,25 @@ class Resumer:
         if out is None:
             raise Unavailable(f"session {session_id!r} is being resumed or retired elsewhere; retry")
         return out
+
+    async def append_reviving(self, session_id: str, append: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``append``; if it met the session expired (new messages: a retry of stored ones is answered
+        as it is), the session is taken up again, with its RESUMED event, and ``append`` runs again."""
+        for _ in range(3):
+            try:
+                return await append()
+            except SessionExpired:
+                await self._revive(session_id)
+        raise Unavailable(f"session {session_id!r} kept expiring under the append; retry")
+
+    async def _revive(self, session_id: str) -> None:
+        if await self.ensure_hot(session_id):  # retired too: reloaded from the archive, with RESUMED
+            return
+        done = await self._pipeline.locked(
+            session_id, lambda: self._lifecycle.revive(session_id), None, wait_s=self._wait_s
+        )
+        if done is None:
+            raise Unavailable(f"session {session_id!r} is still being ended elsewhere; retry")
 
     async def _resume(self, session_id: str) -> bool:
         s = await self._store.get(session_id)

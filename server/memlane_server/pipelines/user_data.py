@@ -20,6 +20,7 @@ from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .checkpoint_archive import export_checkpoints
+from .session_fence import sessions_held
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 
@@ -72,6 +73,16 @@ class UserData:
         # In-process copies of user data (decoded recent turns, profiles): each is told (user, sessions).
         self._caches = caches
 
+    async def _owners(self, session_ids: list[str]) -> dict[str, str]:
+        """The user of each session that has a Redis document (the archive need not be read for it)."""
+        out: dict[str, str] = {}
+        for start in range(0, len(session_ids), 500):
+            chunk = session_ids[start : start + 500]
+            for sid, doc in zip(chunk, await self._sessions.get_many(chunk), strict=True):
+                if doc is not None:
+                    out[sid] = doc.user_id
+        return out
+
     async def export(self, user_id: str) -> AsyncIterator[Record]:
         """Everything held about the user, one record at a time, kind by kind."""
         sids = await self._sessions.session_ids_of_user(user_id)
@@ -105,17 +116,22 @@ class UserData:
             for proc in await self._procedures.export_user(user_id):
                 yield "procedure", dict(proc)
         if self._archive is not None:
-            files = await self._archive.user_files(user_id, set(sids))
+            files = await self._archive.user_files(user_id, set(sids), self._owners)
             for dataset, rows in await self._archive.export_rows(files):
                 for row in rows:
                     yield f"archive.{dataset}", row
 
     async def erase(self, user_id: str) -> ErasureReceipt:
-        """Erases the user everywhere, persistence files included; returns the receipt."""
+        """Erases the user everywhere, persistence files included; returns the receipt. Runs holding the
+        leases of the user's sessions, so no session end writes their turns again behind it."""
         sids = await self._sessions.session_ids_of_user(user_id)
+        async with sessions_held(self._sessions.redis, self._sessions.keys, sids):
+            return await self._erase(user_id, sids)
+
+    async def _erase(self, user_id: str, sids: list[str]) -> ErasureReceipt:
         counts: dict[str, int] = {}
         if self._archive is not None:
-            files = await self._archive.user_files(user_id, set(sids))
+            files = await self._archive.user_files(user_id, set(sids), self._owners)
             counts.update(await self._archive.delete_files(files))
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(user_id)

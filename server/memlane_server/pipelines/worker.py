@@ -175,11 +175,24 @@ class SessionEndWorker:
         except Exception as exc:
             await self._failed(job, exc)
             return
-        if report is None and await self._end.leased(job.session_id):
-            return  # another sidecar holds the session; leave the job for the claim timeout
+        if report is None and await self._still_to_end(job.session_id):
+            return  # someone else held the session: leave the job for the claim timeout
         await self._queue.ack([job.job_id])
         await self._queue.clear_marker(job.session_id)
         self.completed += 1
+
+    async def _still_to_end(self, session_id: str) -> bool:
+        """After a run that did not happen (``handle_job`` gave None): whether the job must stay queued.
+        The lease being gone a moment later proves nothing: an open-session learner, a resumption or a
+        run whose lease lapsed lets go just as fast, and none of them finished this job (likely how the
+        chaos campaign lost a closed session's only job, leaving it PROMOTING with nothing queued).
+        Only a session that no longer exists has nothing left to end; a spare run of an archived one is
+        a no-op."""
+        try:
+            await self._sessions.get(session_id)
+        except NotFound:
+            return False
+        return True
 
     async def _failed(self, job: EndJob, exc: Exception) -> None:
         """Counts the failure; the job stays pending (retried after the claim timeout) until it has

@@ -295,6 +295,27 @@ class Lifecycle:
         s.last_activity_at_ms = now
         return s
 
+    async def revive(self, session_id: str) -> bool:
+        """An append met the session EXPIRED (AppendMessages takes an expired session up again): ACTIVE
+        with its RESUMED event (detail ``reason``: append), a fresh promotion state and its inactivity
+        clock, then its deadline and idle check. Run under the session's pipeline lease, so no run of the
+        last end's pipeline is half-way (it would set ARCHIVED over the fresh state). False if the session
+        was not EXPIRED (another caller revived or closed it: the append's next try says which)."""
+        event = pending(EventType.RESUMED, now_ms(), reason="append")
+        if await self._store.resume_expired(session_id, event) is not SessionStatus.EXPIRED:
+            return False
+        s = await self._store.get(session_id)
+        now = now_ms()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if s.ttl_seconds > 0:
+                pipe.zadd(self._keys.deadlines(), {session_id: now + s.ttl_seconds * 1000})
+            idle_ms = int(self.policies.for_session(s).idle_after * 1000)
+            if idle_ms > 0:
+                pipe.zadd(self._keys.idle_due(), {session_id: now + idle_ms})
+            await pipe.execute()
+        await self.events.relay(session_id)
+        return True
+
     async def _track_again(self, session_id: str) -> None:
         """The deadline entry as it should be without a pending close: the alive key's, or none (a
         session without inactivity TTL must never meet the sweeper, which would expire it)."""

@@ -25,6 +25,8 @@ return 1
 # Status codes as stored in the document (memlane.v1.SessionStatus values).
 # KEYS: doc, msgs, order, alive.  ARGV: now_ms, ttl_ms, count, then (id, fingerprint, payload, tokens) each.
 # Returns {token_total, message_count, seq_1, dup_1, seq_2, dup_2, ...}.
+# Refuses with NOTFOUND, CLOSED, CONFLICT <id>, EXPIRED (new messages for an expired session) or TTL <ms>
+# (ARGV's ttl_ms is not the document's).
 # A batch lands whole or not at all: every id is checked before anything is written.
 APPEND = fill_statuses(
     """
@@ -43,6 +45,15 @@ for i = 0, n - 1 do
     seqs[i + 1] = tonumber(redis.call('ZSCORE', KEYS[3], id))
   end
 end
+-- An expired session takes new messages only once resumed (its RESUMED event: Resumer.append_reviving);
+-- a retried batch stored before the expiry is answered as duplicates and revives nothing.
+if status == '$EXPIRED' then
+  for i = 1, n do if not seqs[i] then return redis.error_reply('EXPIRED') end end
+end
+-- The document's timeout wins over the caller's, read from a per-process cache that another sidecar's
+-- UpdateSession may have outdated: the caller reloads it and sends the batch again.
+local doc_ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl_seconds') or '0') * 1000
+if doc_ttl ~= tonumber(ARGV[2]) then return redis.error_reply('TTL ' .. doc_ttl) end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_seq') or '0')
 local tokens, added = 0, 0
 local out = {0, 0}

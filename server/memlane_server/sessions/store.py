@@ -228,6 +228,8 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
             probe = replace(current, **fields)
             enc = encode_session(probe)
             await self.redis.hset(self.keys.session(session_id).doc, mapping={n: enc[n] for n in fields})
+            if "ttl_seconds" in fields:
+                await self.retime(session_id)  # the running clock follows the new timeout
         if status is not None and status != current.status:
             await self.set_status(session_id, SessionStatus(status))
         return await self.get(session_id)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, cast
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound, SessionExpired
 from ..tokens import TokenCounter
 from . import scripts
 from .codec import decode_session
@@ -122,6 +122,8 @@ class StoreBase:
             return NotFound(f"session {session_id!r} not found")
         if word == "CLOSED":
             return FailedPrecondition(f"session {session_id!r} is closed; start a new session")
+        if word == "EXPIRED":
+            return SessionExpired(f"session {session_id!r} has expired; resume it first")
         if word == "CONFLICT":
             mid = msg.split(" ")[1] if " " in msg else "?"
             return AlreadyExists(

@@ -4,8 +4,10 @@ the document, each with its event written in the same script (sessions/outbox.py
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from functools import cached_property
 from typing import Any
 
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from ..errors import Unavailable
@@ -16,6 +18,7 @@ from .codec import (
     decode_retirement,
     encode_lifecycle,
 )
+from .lifecycle_scripts import RESUME_EXPIRED, RETIME
 from .model import (
     PromotionState,
     Retirement,
@@ -116,6 +119,39 @@ class LifecycleOps(StoreBase):
         await self._evented(
             s.session_id, event, lambda ev: self._set_lifecycle(keys=keys, args=[*ev, gone, *fields])
         )
+
+    async def resume_expired(self, session_id: str, event: PendingEvent) -> SessionStatus:
+        """EXPIRED -> ACTIVE with ``event``, a fresh promotion state and the inactivity clock running
+        again; returns the previous status (only EXPIRED means this call moved it)."""
+        k = self.keys.session(session_id)
+        keys = [k.doc, k.alive, self.keys.outbox(session_id)]
+        prev = await self._evented(
+            session_id, event, lambda ev: self._resume_expired(keys=keys, args=[event.at_ms, *ev])
+        )
+        return SessionStatus(int(prev))
+
+    async def retime(self, session_id: str) -> None:
+        """After UpdateSession changed ``ttl_seconds``: the running inactivity clock and the sweeper's
+        deadline entry follow the document's new timeout (counted from the last activity), so a shorter
+        one brings the expiry forward instead of waiting out the old one."""
+        k = self.keys.session(session_id)
+        try:
+            deadline = int(await self._retime(keys=[k.doc, k.alive], args=[now_ms()]))
+        except ResponseError as exc:
+            raise self._script_error(exc, session_id) from exc
+        self._deadline_bumped.pop(session_id, None)  # its last bump may lie past the new deadline
+        if deadline > 0:
+            await self.redis.zadd(self.keys.deadlines(), {session_id: deadline})
+        elif deadline == -1:
+            await self.redis.zrem(self.keys.deadlines(), session_id)  # no timeout: never the sweeper's
+
+    @cached_property
+    def _resume_expired(self) -> AsyncScript:
+        return self.redis.register_script(RESUME_EXPIRED)
+
+    @cached_property
+    def _retime(self) -> AsyncScript:
+        return self.redis.register_script(RETIME)
 
     async def _evented(
         self, session_id: str, event: PendingEvent | None, run: Callable[[list[Any]], Awaitable[Any]]

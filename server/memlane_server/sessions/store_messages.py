@@ -14,6 +14,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..access.identity import UNRESTRICTED, Caller
+from ..errors import Unavailable
 from ..paging import (
     MAX_PAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
@@ -165,7 +166,7 @@ class MessageOps(StoreBase):
             args += [m.message_id, fp, encode_message(m), n]
         k = self.keys.session(session_id)
         args[1] = ttl_s * 1000
-        out = await self._append_round_trip(
+        out = await self._append_current_ttl(
             session_id, now, ttl_s, [k.doc, k.messages, k.order, k.alive], args
         )
         seqs = [int(x) for x in out[2::2]]
@@ -180,6 +181,23 @@ class MessageOps(StoreBase):
             token_total=int(out[0]),
             message_count=int(out[1]),
         )
+
+    async def _append_current_ttl(
+        self, session_id: str, now: int, ttl_s: int, keys: list[str], args: list[Any]
+    ) -> Any:
+        """``_append_round_trip`` with the document's inactivity timeout: the script refuses a batch sent
+        with another one (this process cached the session before another sidecar's UpdateSession changed
+        it) before writing anything, so the batch goes again with the timeout it named."""
+        for _ in range(3):
+            try:
+                return await self._append_round_trip(session_id, now, ttl_s, keys, args)
+            except ResponseError as exc:
+                if not str(exc).startswith("TTL "):
+                    raise
+                self._meta_cache.pop(session_id, None)
+                args[1] = int(float(str(exc).split(" ", 1)[1]))
+                ttl_s = args[1] // 1000
+        raise Unavailable(f"session {session_id!r}: its timeout kept changing under the append; retry")
 
     async def _append_round_trip(
         self, session_id: str, now: int, ttl_s: int, keys: list[str], args: list[Any]
