@@ -207,6 +207,9 @@ class RedisLane:
                 raise RedisTimeoutError("Timeout connecting to Redis") from None
             except OSError as exc:
                 raise RedisConnectionError(f"Error connecting to Redis: {exc}") from exc
+            if self._watchdog is not None:  # it watched the lost connection; the next send starts one
+                self._watchdog.cancel()
+                self._watchdog = None
             self._wire = wire
             return wire
 
