@@ -99,14 +99,52 @@ def _message_pb(m: BlockMessage) -> cpb.ContextMessage:
     return msg
 
 
-def message_field(m: BlockMessage) -> bytes:
-    """One ``ContextBlock.messages`` entry as it travels (field tag and length included): blocks made
-    of such entries parse back with ``MergeFromString`` (repeated fields concatenate)."""
-    return cpb.ContextBlock(messages=[_message_pb(m)]).SerializeToString()
+def turn_entry(m: BlockMessage) -> bytes:
+    """One turn as it travels inside a ``ContextBlock``: its ``message_ids`` entry and its ``messages``
+    entry (field tags and lengths included). Repeated fields keep their order whatever lies between
+    them, so a block's entries concatenated turn after turn parse back as its two lists."""
+    return cpb.ContextBlock(message_ids=[m.message_id], messages=[_message_pb(m)]).SerializeToString()
 
 
-def block_to_pb(b: Block, wire: Callable[[BlockMessage], bytes] | None = None) -> cpb.ContextBlock:
-    """``wire`` gives a message's encoded entry (e.g. from a cache); without it each is built here."""
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def conversation_field(b: Block, entry: Callable[[BlockMessage], bytes]) -> bytes | None:
+    """The conversation block as an ``AssembleContextResponse.blocks`` entry, built from each turn's
+    encoded entry (``entry``, e.g. from a cache) without decoding or re-encoding any turn. None when its
+    ids are not exactly its turns' (then ``block_to_pb`` builds it)."""
+    ids = b.message_ids
+    if len(ids) != len(b.messages):
+        return None
+    parts = [
+        cpb.ContextBlock(
+            provenance=cpb.Provenance.ValueType(b.provenance),
+            token_count=b.token_count,
+            rendered_text=b.rendered_text,
+            cap_tokens=b.cap_tokens,
+            truncated=b.truncated,
+        ).SerializeToString()
+    ]
+    for m, mid in zip(b.messages, ids, strict=True):
+        if m.message_id != mid:
+            return None
+        parts.append(entry(m))
+    if b.memories or b.procedures:
+        return None
+    body = b"".join(parts)
+    return _BLOCKS_TAG + _varint(len(body)) + body
+
+
+_BLOCKS_TAG = b"\x0a"  # AssembleContextResponse.blocks: field 1, length-delimited
+
+
+def block_to_pb(b: Block) -> cpb.ContextBlock:
     out = cpb.ContextBlock(
         provenance=cpb.Provenance.ValueType(b.provenance),
         token_count=b.token_count,
@@ -129,10 +167,7 @@ def block_to_pb(b: Block, wire: Callable[[BlockMessage], bytes] | None = None) -
             for p in b.procedures
         ],
     )
-    if wire is not None:
-        out.MergeFromString(b"".join([wire(m) for m in b.messages]))
-    else:
-        out.messages.extend([_message_pb(m) for m in b.messages])
+    out.messages.extend([_message_pb(m) for m in b.messages])
     return out
 
 
@@ -202,33 +237,36 @@ class ContextServicer(cpb_grpc.ContextServiceServicer):
         self._assembler = assembler
         self._on_stats = on_stats  # metrics of each finished assembly (truncations, summary lag)
 
-    async def AssembleContext(
+    # Widens the generated signature: a response may be pre-encoded bytes (see the last line).
+    async def AssembleContext(  # type: ignore[override]
         self, request: cpb.AssembleContextRequest, context: _Ctx
-    ) -> AsyncIterator[cpb.AssembleContextResponse]:
+    ) -> AsyncIterator[cpb.AssembleContextResponse | bytes]:
         memo, sid = self._assembler.turn_memo, request.session_id
 
-        def wire(m: BlockMessage) -> bytes:
+        def entry(m: BlockMessage) -> bytes:
             # Turns are immutable: encode each once (about 5 us a turn, 1 ms for a 200-turn history).
             data = memo.get(sid, m.message_id, m.seq)
             if data is None:
-                data = message_field(m)
+                data = turn_entry(m)
                 memo.put(sid, m.message_id, m.seq, data)
             return data
 
         async for flush in self._assembler.assemble(request_from_pb(request)):
-            out = cpb.AssembleContextResponse(
-                blocks=[
-                    block_to_pb(b, wire if b.provenance == Provenance.CONVERSATION else None)
-                    for b in flush.blocks
-                ]
-            )
+            blocks, tail = flush.blocks, None
+            if blocks and blocks[-1].provenance == Provenance.CONVERSATION:
+                # The last block of its flush: its encoded entry can follow the rest of the response.
+                tail = conversation_field(blocks[-1], entry)
+                if tail is not None:
+                    blocks = blocks[:-1]
+            out = cpb.AssembleContextResponse(blocks=[block_to_pb(b) for b in blocks])
             if flush.stats is not None:
                 out.stats.CopyFrom(stats_to_pb(flush.stats))
                 if self._on_stats is not None:
                     self._on_stats(flush.stats)
             if flush.stored is not None:
                 await flush.stored  # the stats name the trace: it must be stored before they go out
-            yield out
+            # Pre-encoded bytes go out as they are (the boundary's serializer passes bytes through).
+            yield out if tail is None else out.SerializeToString() + tail
 
     async def SubmitSummary(
         self, request: cpb.SubmitSummaryRequest, context: _Ctx

@@ -62,6 +62,18 @@ def _safe(deserializer: Callable[[bytes], Any] | None, method: str) -> Callable[
     return parse
 
 
+def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """A response serializer that sends a response already encoded (bytes, e.g. assembly's cached
+    turns) as it is."""
+    if serializer is None:
+        return None
+
+    def serialize(response: Any) -> bytes:
+        return response if type(response) is bytes else serializer(response)
+
+    return serialize
+
+
 def _sent_code(context: grpc.aio.ServicerContext) -> str:
     code = context.code()
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
@@ -141,6 +153,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         name = method.rsplit("/", 1)[-1]
         deser = _safe(handler.request_deserializer, method)
+        ser = _passing_bytes(handler.response_serializer)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
@@ -153,7 +166,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
                         return await inner(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=deser, response_serializer=handler.response_serializer
+                unary, request_deserializer=deser, response_serializer=ser
             )
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
@@ -164,7 +177,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
                         yield item
 
             return grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=deser, response_serializer=handler.response_serializer
+                stream, request_deserializer=deser, response_serializer=ser
             )
         return handler
 

@@ -42,25 +42,46 @@ ID_FIELDS = frozenset(
 NOT_IDS = frozenset({"memlane.v1.ChannelValue.channel", "memlane.v1.PendingWrite.channel"})
 
 
+# What each field is to the check, decided once per field (descriptor lookups cost more than the check).
+_SKIP, _MESSAGE, _MESSAGES, _ID, _IDS = range(5)
+_KINDS: dict[str, int] = {}
+
+
+def _kind(field: FieldDescriptor) -> int:
+    kind = _KINDS.get(field.full_name)
+    if kind is not None:
+        return kind
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            kind = _SKIP  # metadata maps hold free text, not ids
+        else:
+            kind = _MESSAGES if field.is_repeated else _MESSAGE
+    elif (
+        field.name in ID_FIELDS
+        and field.type == FieldDescriptor.TYPE_STRING
+        and field.full_name not in NOT_IDS
+    ):
+        kind = _IDS if field.is_repeated else _ID
+    else:
+        kind = _SKIP
+    _KINDS[field.full_name] = kind
+    return kind
+
+
 def check_request_ids(request: Message, prefix: str = "") -> None:
     """Raises InvalidArgument naming the first field (as a path) whose id is not valid."""
     for field, value in request.ListFields():
+        kind = _kind(field)
+        if kind == _SKIP:
+            continue
         path = f"{prefix}{field.name}"
-        if field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type is not None and field.message_type.GetOptions().map_entry:
-                continue  # metadata maps hold free text, not ids
-            if field.is_repeated:
-                for i, item in enumerate(value):
-                    check_request_ids(item, f"{path}[{i}].")
-            else:
-                check_request_ids(value, f"{path}.")
-        elif (
-            field.name in ID_FIELDS
-            and field.type == FieldDescriptor.TYPE_STRING
-            and field.full_name not in NOT_IDS
-        ):
-            if field.is_repeated:
-                for i, item in enumerate(value):
-                    check_id(item, f"{path}[{i}]")
-            else:
-                check_id(value, path, required=False)
+        if kind == _MESSAGE:
+            check_request_ids(value, f"{path}.")
+        elif kind == _MESSAGES:
+            for i, item in enumerate(value):
+                check_request_ids(item, f"{path}[{i}].")
+        elif kind == _IDS:
+            for i, item in enumerate(value):
+                check_id(item, f"{path}[{i}]")
+        else:
+            check_id(value, path, required=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
@@ -215,16 +214,16 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         )
         if request.order not in (0, 1, 2):
             raise InvalidArgument(f"order {request.order} is not a known value")
-        # Retired sessions are rare: read the page while checking, and read again after a resumption.
-        resumed, (msgs, token) = await asyncio.gather(
-            self._resumer.ensure_hot(request.session_id),
-            self._store.list_messages(request.session_id, f, request.page_size, request.page_token),
-        )
-        if resumed:
-            msgs, token = await self._store.list_messages(
+        # Retired sessions are rare: the page read says whether it met one, and is read again after the
+        # resumption.
+        page = await self._store.list_messages(request.session_id, f, request.page_size, request.page_token)
+        if page.retired and await self._resumer.ensure_hot(request.session_id):
+            page = await self._store.list_messages(
                 request.session_id, f, request.page_size, request.page_token
             )
-        return spb.ListMessagesResponse(messages=[message_to_pb(m) for m in msgs], next_page_token=token)
+        return spb.ListMessagesResponse(
+            messages=[message_to_pb(m) for m in page.messages], next_page_token=page.next_token
+        )
 
     async def RemoveMessages(
         self, request: spb.RemoveMessagesRequest, context: _Ctx

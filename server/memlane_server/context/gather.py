@@ -20,15 +20,15 @@ from .core import GatheredHistory, Settled
 from .history import HistoryReader
 from .model import AssembleRequest, Provenance, Section
 from .procedures import ProcedureSource, ProcedureText
-from .sources import MemoryHit, MemorySource
+from .sources import MemoryHit, MemorySource, NoMemory
 
 
 @dataclass(slots=True)
 class Reads:
-    profile: asyncio.Task[list[MemoryHit]]
-    recall: asyncio.Task[list[MemoryHit]]
-    history: asyncio.Task[GatheredHistory]
-    procedures: asyncio.Task[list[ProcedureText]]
+    profile: asyncio.Future[list[MemoryHit]]
+    recall: asyncio.Future[list[MemoryHit]]
+    history: asyncio.Future[GatheredHistory]
+    procedures: asyncio.Future[list[ProcedureText]]
 
     async def cancel(self) -> None:
         """Stops whatever is still running (a client that went away, a failed step) and reaps it."""
@@ -78,22 +78,26 @@ class Gatherer:
         if viewer.unrestricted and session.agent_id:
             viewer = replace(viewer, agent_id=session.agent_id)
         limit = req.memory_limit or self._policy.memory_limit
+        # No long-term memory, or a section left out (an A/B baseline of what memory buys): nothing to
+        # read, and no task to make for it (a task costs about as much as the rest of a cheap read).
+        skip_ltm = isinstance(self._memory, NoMemory)
         return Reads(
-            # An omitted section (an A/B baseline of what memory buys) is not even read.
-            asyncio.create_task(
+            _empty()
+            if skip_ltm or Provenance.PROFILE in req.omit
+            else asyncio.create_task(
                 self._memory.profile(session.user_id, viewer, s.plan.caps[Section.PROFILE])
-                if Provenance.PROFILE not in req.omit
-                else _nothing()
             ),
-            asyncio.create_task(
+            _empty()
+            if skip_ltm or not req.user_input or Provenance.MEMORY in req.omit
+            else asyncio.create_task(
                 self._memory.recall(session.user_id, viewer, req.user_input, limit, session.channel)
-                if req.user_input and Provenance.MEMORY not in req.omit
-                else _nothing()
             ),
             asyncio.create_task(self._history.read(session, s.strategy, s.window_turns, req.viewer, s.model)),
             asyncio.create_task(self._procedures.for_agent(agent, sorted(viewer.groups))),
         )
 
 
-async def _nothing() -> list[MemoryHit]:
-    return []
+def _empty() -> asyncio.Future[list[MemoryHit]]:
+    done: asyncio.Future[list[MemoryHit]] = asyncio.get_running_loop().create_future()
+    done.set_result([])
+    return done

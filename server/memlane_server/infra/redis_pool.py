@@ -27,6 +27,8 @@ from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .redis_lane import attach
+
 # Raised by the client when Redis cannot be reached (or a cluster shard has no master during a
 # failover); the API maps them to UNAVAILABLE.
 UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
@@ -161,4 +163,5 @@ def connect(url: str, *, max_connections: int = 64) -> aioredis.Redis:
     )
     pool = client.connection_pool
     pool.connection_class = _safe(pool.connection_class)
+    attach(client)  # the hot path's single commands go through a pipelined lane (redis_lane.py)
     return client

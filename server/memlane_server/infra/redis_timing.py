@@ -15,6 +15,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from .redis_lane import lane_of
+
 # Command -> family; anything else is "other". Families follow Redis's own command groups.
 _GROUPS = {
     "string": "GET SET MGET MSET SETNX SETEX PSETEX GETDEL GETEX INCR INCRBY DECR DECRBY APPEND STRLEN",
@@ -79,3 +81,6 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
 
     client.execute_command = timed_command  # type: ignore[method-assign]
     client.pipeline = timed_pipeline  # type: ignore[method-assign]
+    lane = lane_of(client)
+    if lane is not None:  # the lane's commands are round trips like any other
+        lane.observe = lambda command, seconds, failed: observe(family_of(*command), seconds, failed)

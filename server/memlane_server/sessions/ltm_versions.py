@@ -15,6 +15,7 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ..infra.redis_lane import hot
 from .keys import KeySpace
 
 log = logging.getLogger("memlane.context")
@@ -42,7 +43,7 @@ class LtmVersions:
     async def read(self, user_id: str) -> bytes:
         """The user's current version (one GET; two more round trips only when the key is missing)."""
         key = self._keys.ltm_version(user_id)
-        raw = cast(bytes | None, await self._redis.get(key))
+        raw = cast(bytes | None, await hot(self._redis, "GET", key))  # once per assembly with LTM
         if raw is None:
             await self._redis.set(key, os.urandom(12), ex=VERSION_TTL_S, nx=True)
             raw = cast(bytes | None, await self._redis.get(key))

@@ -85,17 +85,19 @@ return out
 """
 )
 
-# KEYS: doc, order, msgs.  ARGV: min, max (ZRANGEBYSCORE bounds on seq), count, reverse (0/1).
-# Returns {seq_1, id_1, payload_1, ...}; NOTFOUND when the session does not exist.
+# KEYS: doc, order, msgs.  ARGV: min, max (ZRANGEBYSCORE bounds on seq), count, reverse (0/1), then
+# optionally names of document fields to read in the same step.
+# Returns {field values..., seq_1, id_1, payload_1, ...}; NOTFOUND when the session does not exist.
 READ_RANGE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOTFOUND') end
+local out = {}
+if #ARGV > 4 then out = redis.call('HMGET', KEYS[1], unpack(ARGV, 5)) end
 local ids
 if ARGV[4] == '1' then
   ids = redis.call('ZREVRANGEBYSCORE', KEYS[2], ARGV[2], ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[3])
 else
   ids = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[1], ARGV[2], 'WITHSCORES', 'LIMIT', 0, ARGV[3])
 end
-local out = {}
 for i = 1, #ids, 2 do
   out[#out + 1] = ids[i + 1]
   out[#out + 1] = ids[i]

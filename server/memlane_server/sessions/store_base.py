@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound, SessionExpired
+from ..infra.redis_lane import as_dict, hot
 from ..tokens import TokenCounter
 from . import scripts
 from .codec import decode_session
@@ -77,9 +78,13 @@ class StoreBase:
         self._set_lifecycle = redis.register_script(scripts.SET_LIFECYCLE)
         self._outbox = OutboxWriter(redis, keys)
 
+    async def _hot(self, *command: Any) -> Any:
+        """One command of a hot path through the client's pipelined lane (``infra/redis_lane.py``)."""
+        return await hot(self.redis, *command)
+
     async def get(self, session_id: str) -> Session:
         check_id(session_id, "session_id")
-        h = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.session(session_id).doc))
+        h = as_dict(await self._hot("HGETALL", self.keys.session(session_id).doc))
         if not h:
             raise NotFound(f"session {session_id!r} not found")
         return decode_session(h)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -27,7 +27,10 @@ from ..paging import (
 from . import scripts
 from .codec import (
     FINGERPRINT_LEN,
+    LEGACY_FIELD,
+    RETIREMENT_FIELDS,
     decode_message,
+    decode_retirement,
     encode_message,
     fingerprint,
 )
@@ -59,6 +62,24 @@ class AppendOutcome:
     message_ids: list[str]
     token_total: int
     message_count: int
+
+
+class MessagePage(NamedTuple):
+    messages: list[Message]
+    next_token: str
+    retired: bool  # the session was a retired stub: ``Resumer.ensure_hot`` brings its turns back
+
+
+# What a page needs of the session document besides its turns, read by the same script: the defaults
+# of the messages' user and channel, and the fields that say whether the session is retired.
+_PAGE_DOC_FIELDS = ("user_id", "channel", *RETIREMENT_FIELDS, LEGACY_FIELD)
+
+
+def is_retired(values: Sequence[bytes | None]) -> bool:
+    """Whether the values of ``RETIREMENT_FIELDS`` and ``LEGACY_FIELD``, in that order, record one."""
+    names = (*RETIREMENT_FIELDS, LEGACY_FIELD)
+    g = {n: v.decode() for n, v in zip(names, values, strict=True) if v is not None}
+    return decode_retirement(g) is not None
 
 
 @dataclass(slots=True)
@@ -210,10 +231,10 @@ class MessageOps(StoreBase):
                 out = await self._durability.evalsha(self.redis, scripts.APPEND, self._append.sha, keys, args)
             else:
                 try:
-                    out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
+                    out = await self._hot("EVALSHA", self._append.sha, len(keys), *keys, *args)
                 except NoScriptError:
                     await self.redis.script_load(scripts.APPEND)
-                    out = await self._command("EVALSHA", self._append.sha, len(keys), *keys, *args)
+                    out = await self._hot("EVALSHA", self._append.sha, len(keys), *keys, *args)
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
         if ttl_s > 0:
@@ -264,36 +285,21 @@ class MessageOps(StoreBase):
     async def _read_range_with(
         self, session_id: str, lo: str, hi: str, count: int, newest_first: bool, *, doc_fields: Sequence[str]
     ) -> tuple[list[bytes | None], list[Message]]:
-        """Messages by seq range, and ``doc_fields`` of the session document read in the same round trip.
-        A bare EVALSHA (redis-py's Script wrapper costs about as much as the round trip), pipelined
-        behind an HMGET when fields are asked for; on NOSCRIPT the script is loaded and both resent."""
+        """Messages by seq range, and ``doc_fields`` of the session document read by the same script:
+        one EVALSHA, one round trip. On NOSCRIPT the script is loaded and the command resent."""
         k = self.keys.session(session_id)
         cmd = ("EVALSHA", self._read.sha, 3, k.doc, k.order, k.messages, lo, hi, count, int(newest_first))
-        fields: list[bytes | None] = []
         try:
-            for attempt in (0, 1):
-                try:
-                    if doc_fields:
-                        async with self.redis.pipeline(transaction=False) as pipe:
-                            pipe.hmget(k.doc, list(doc_fields))
-                            pipe.execute_command(*cmd)
-                            # Errors come back as values: raised as Redis sent them (NOSCRIPT, NOTFOUND), not
-                            # annotated with their place in the pipeline.
-                            fields, flat = await pipe.execute(raise_on_error=False)
-                        for reply in (fields, flat):
-                            if isinstance(reply, Exception):
-                                raise reply
-                    else:
-                        flat = await self._command(*cmd)
-                    break
-                except NoScriptError:
-                    if attempt:
-                        raise
-                    await self.redis.script_load(scripts.READ_RANGE)
+            try:
+                flat = await self._hot(*cmd, *doc_fields)
+            except NoScriptError:
+                await self.redis.script_load(scripts.READ_RANGE)
+                flat = await self._hot(*cmd, *doc_fields)
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
+        fields: list[bytes | None] = flat[: len(doc_fields)]
         out = []
-        for i in range(0, len(flat), 3):
+        for i in range(len(doc_fields), len(flat), 3):
             payload = flat[i + 2]
             if len(payload) > FINGERPRINT_LEN:  # a message retired between ZRANGE and HGET is skipped
                 out.append(decode_message(session_id, flat[i + 1].decode(), int(flat[i]), payload))
@@ -325,10 +331,9 @@ class MessageOps(StoreBase):
         """Messages with ``after_seq < seq <= until_seq``, oldest first, at most ``limit``."""
         return await self._read_range(session_id, f"({after_seq}", str(until_seq), limit, newest_first=False)
 
-    async def list_messages(
-        self, session_id: str, f: MessageFilter, size: int, token: str
-    ) -> tuple[list[Message], str]:
-        """One page, bounded by ``size`` items and by MAX_PAGE_BYTES (at least one message per page)."""
+    async def list_messages(self, session_id: str, f: MessageFilter, size: int, token: str) -> MessagePage:
+        """One page, bounded by ``size`` items and by MAX_PAGE_BYTES (at least one message per page),
+        and whether the session was retired when read (its turns are then in the archive)."""
         check_id(session_id, "session_id")
         size = page_size(size)
         q = query_fingerprint(
@@ -346,6 +351,7 @@ class MessageOps(StoreBase):
         last: int | None = int_cursor(cursor, 1)[0] if cursor is not None else None
         user_id: str | None = None
         channel = ""
+        retired = False
         out: list[Message] = []
         page_bytes = scanned = 0
         more = False
@@ -358,10 +364,11 @@ class MessageOps(StoreBase):
             if user_id is None:
                 # Read, not cached (after an erasure the id may belong to another user's new session),
                 # in the first range read's round trip.
-                (raw_user, raw_channel), rows = await self._read_range_with(
-                    session_id, lo, hi, want, f.newest_first, doc_fields=("user_id", "channel")
+                (raw_user, raw_channel, *lifecycle), rows = await self._read_range_with(
+                    session_id, lo, hi, want, f.newest_first, doc_fields=_PAGE_DOC_FIELDS
                 )
                 user_id, channel = (raw_user or b"").decode(), (raw_channel or b"").decode()
+                retired = is_retired(lifecycle)
             else:
                 rows = await self._read_range(session_id, lo, hi, want, f.newest_first)
             for m in rows:
@@ -380,7 +387,7 @@ class MessageOps(StoreBase):
             if more or len(rows) < want:
                 break
             more = len(out) == size or scanned >= _SCAN_BUDGET  # a short page; the token resumes the scan
-        return out, (encode_token(q, [last]) if more and last is not None else "")
+        return MessagePage(out, encode_token(q, [last]) if more and last is not None else "", retired)
 
     async def all_messages(self, session_id: str, batch: int = 500) -> AsyncIterator[Message]:
         """Every stored message of a session, oldest first, read in batches."""

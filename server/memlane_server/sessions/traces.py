@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
+from ..infra.redis_lane import hot
 from . import scripts
 from .codec import decode_message
 from .keys import KeySpace
@@ -26,8 +28,25 @@ class TraceRecords:
         self._put = redis.register_script(scripts.PUT_TRACE)
 
     async def put(self, session_id: str, trace_id: str, payload: bytes | str, created_at_ms: int) -> None:
+        """Once per assembly: a bare EVALSHA on the hot lane (a trace id is written once, so a resend
+        writes the same bytes); on NOSCRIPT the script is loaded and the command resent."""
         k = self._keys.session(session_id)
-        await self._put(keys=[k.trace_data, k.traces], args=[trace_id, payload, created_at_ms, self._max])
+        cmd = (
+            "EVALSHA",
+            self._put.sha,
+            2,
+            k.trace_data,
+            k.traces,
+            trace_id,
+            payload,
+            created_at_ms,
+            self._max,
+        )
+        try:
+            await hot(self._redis, *cmd)
+        except NoScriptError:
+            await self._redis.script_load(scripts.PUT_TRACE)
+            await hot(self._redis, *cmd)
 
     async def get(self, session_id: str, trace_id: str) -> bytes | None:
         raw: Any = await self._redis.hget(self._keys.session(session_id).trace_data, trace_id)
