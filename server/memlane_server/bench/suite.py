@@ -253,10 +253,11 @@ def _assemble_with_ltm(
     with memlane.Client(target) as c:
         for user, items in (("nobody", 0), ("assembler", user_items)):
             sid = c.create_session(user_id=user, agent_id="bench-agent").session.session_id
+            # The empty user's turns are scratch: learning during the session would otherwise give that
+            # user memories within seconds, and the row would time promotion, not an empty recall.
+            turn = Message(role=Role.ROLE_ASSISTANT, content=TEXT, transient=not items)
             for _ in range(4):
-                c.append_messages(
-                    session_id=sid, messages=[Message(role=Role.ROLE_ASSISTANT, content=TEXT)] * 50
-                )
+                c.append_messages(session_id=sid, messages=[turn] * 50)
             name = (
                 f"AssembleContext (200 messages, {items:,} of {size:,} LTM items)"
                 if items
