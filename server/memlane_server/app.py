@@ -437,6 +437,7 @@ class Sidecar:
             max_episodes_per_agent=s.ltm_max_episodes_per_agent,
             duplicate_similarity=s.ltm_duplicate_similarity,
             profile_max_items=s.ltm_profile_max_items,
+            expansion_weight=MemoryPolicy().expansion_weight if s.ltm_recall_expansion else 0.0,
         )
         # Every LTM write bumps the user's version in Redis: cached profiles and this (or another)
         # sidecar's LanceDB view are checked against it on the next assembly.

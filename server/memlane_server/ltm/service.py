@@ -18,6 +18,7 @@ from lancedb.expr import Expr
 
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm import filters, vectors
+from memlane_server.ltm.expansion import SubQuery, speaker_hits, sub_queries
 from memlane_server.ltm.focus import focus
 from memlane_server.ltm.history import Change, ChangeReason
 from memlane_server.ltm.hot import HotEntry, mask_for
@@ -66,16 +67,17 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         mask = mask_for(hot, query.filter, now) if hot is not None else None
         if mask is not None and not mask.any():
             return []  # nothing the caller may see passes the filter: no query to embed, no index to ask
-        keyword_hits: list[Hit] = []
-        vector_hits: list[Hit] = []
         # A query vector without text (SearchMemories.query_vector): vector-only recall.
         want_keywords = query.mode is not SearchMode.VECTOR and bool(text)
         want_vectors = query.mode is not SearchMode.KEYWORD
+        subs = await self._sub_queries(text, hot) if given is None and want_vectors else []
         keyword_task = self._store.keyword_search(text, where, n) if want_keywords else _no_hits()
         vector_task = (
-            self._vector_hits(text, where, n, hot, mask, given=given) if want_vectors else _no_hits()
+            self._vector_hits(text, where, n, hot, mask, given=given, subs=subs)
+            if want_vectors
+            else _no_vector_hits()
         )
-        keyword_hits, vector_hits = await asyncio.gather(keyword_task, vector_task)
+        keyword_hits, (vector_hits, expanded) = await asyncio.gather(keyword_task, vector_task)
         ranked = fuse_and_rank(
             keyword_hits,
             vector_hits,
@@ -83,8 +85,16 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             now_ms=now,
             limit=max(n, query.limit),
             min_score=query.min_score,
+            expanded=expanded,
         )
         return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
+
+    async def _sub_queries(self, text: str, hot: HotEntry | None) -> list[SubQuery]:
+        """Sub-queries need the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
+        too big for its budget, is served without them."""
+        if hot is None or self._policy.expansion_weight <= 0.0:
+            return []
+        return sub_queries(text, await hot.speaker_names())
 
     async def _vector_hits(
         self,
@@ -95,11 +105,18 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         mask: npt.NDArray[np.bool_] | None,
         *,
         given: npt.NDArray[np.float32] | None = None,
-    ) -> list[Hit]:
-        vector = given if given is not None else (await self._embedder.embed([text]))[0]
+        subs: Sequence[SubQuery] = (),
+    ) -> tuple[list[Hit], list[list[Hit]]]:
+        """The query's vector hits, and each sub-query's. One model call embeds them all."""
+        if given is not None:
+            vector, sub_vectors = given, []
+        else:
+            embedded = await self._embedder.embed([text, *(s.text for s in subs)])
+            vector, sub_vectors = embedded[0], list(embedded[1:])
         if hot is None or mask is None:
-            return await self._store.vector_search(vector, where, n)
-        return hot.top(mask, vector, n)
+            return await self._store.vector_search(vector, where, n), []
+        expanded = [speaker_hits(hot, mask, s, v, n) for s, v in zip(subs, sub_vectors, strict=True)]
+        return hot.top(mask, vector, n), expanded
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
@@ -248,6 +265,10 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
 
 async def _no_hits() -> list[Hit]:
     return []
+
+
+async def _no_vector_hits() -> tuple[list[Hit], list[list[Hit]]]:
+    return [], []
 
 
 def readable(who: Visibility) -> Expr:
