@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from memlane_server.ltm.expansion import SubQuery, sub_queries, without_names
+from memlane_server.ltm.expansion import SubQuery, sub_query, without_names
 from memlane_server.ltm.model import MemoryKind
 from memlane_server.ltm.speakers import named_in, speaker_column, speaker_of_item
 
@@ -14,27 +14,28 @@ SPEAKERS = {"Melanie", "Caroline"}
 
 
 def test_the_topic_is_asked_among_the_named_speakers_turns() -> None:
-    assert sub_queries("What activities does Melanie partake in?", SPEAKERS) == [
-        SubQuery("What activities does partake in", ("Melanie",))
-    ]
+    assert sub_query("What activities does Melanie partake in?", SPEAKERS) == SubQuery(
+        "What activities does partake in", ("Melanie",)
+    )
     # A possessive goes with the name; both people named: one sub-query over both.
-    assert sub_queries("What are Melanie's pets' names?", SPEAKERS) == [
-        SubQuery("What are pets names", ("Melanie",))
-    ]
-    assert sub_queries("What have Caroline and Melanie both painted?", SPEAKERS)[0].speakers == (
+    assert sub_query("What are Melanie's pets' names?", SPEAKERS) == SubQuery(
+        "What are pets names", ("Melanie",)
+    )
+    both = sub_query("What have Caroline and Melanie both painted?", SPEAKERS)
+    assert both is not None and both.speakers == (
         "Caroline",
         "Melanie",
     )
 
 
 def test_nothing_is_added_without_a_named_speaker_or_a_topic() -> None:
-    assert sub_queries("What activities does the user like?", SPEAKERS) == []
-    assert sub_queries("Who is Melanie?", SPEAKERS) == []  # nothing asked about but the person
-    assert sub_queries("melanie", SPEAKERS) == []
+    assert sub_query("What activities does the user like?", SPEAKERS) is None
+    assert sub_query("Who is Melanie?", SPEAKERS) is None  # nothing asked about but the person
+    assert sub_query("melanie", SPEAKERS) is None
     # Role words name nobody (memories are written about "the user").
-    assert sub_queries("What does the user like to cook?", {"User", "Assistant"}) == []
+    assert sub_query("What does the user like to cook?", {"User", "Assistant"}) is None
     # A name is matched whole: "Mel" does not name "Melanie".
-    assert sub_queries("What does Mel paint?", SPEAKERS) == []
+    assert sub_query("What does Mel paint?", SPEAKERS) is None
 
 
 def test_names_are_whole_words_case_folded() -> None:

@@ -1,4 +1,4 @@
-"""Sub-queries: candidates that the query's own words and its own vector do not reach.
+"""Speaker-aware expansion: candidates that the query's own words and its own vector do not reach.
 
 On LoCoMo most of the evidence recall missed was not among the candidates at all, and most of that
 was a person's own turn saying what the question asks in other words ("What activities does Melanie
@@ -6,12 +6,13 @@ partake in?" against "Melanie: I'm off to go swimming with the kids"). In the qu
 name weighs as much as the topic, so the top of the vector list is the turns that mention the person
 most, not the ones about activities; and half the turns of a two-person talk carry that name anyway.
 
-So when a query names speakers present in the reader's memories, one more vector search runs: the
-query with the names taken out (what is asked about), among only those speakers' spoken turns (whose
-they are). Its hits are fused as a third ranked list (ranking.py). All sub-queries are embedded in the
-one batch with the query (one model call, in the embedder's executor), and searched in memory
-(hot.py): no extra I/O. A query naming nobody, or leaving no content word once names are out, adds
-nothing.
+So when a query names speakers present in the reader's memories, the vector side searches for the
+*topic*: the query with the names taken out. It is embedded instead of the query (still one text, one
+model call), and searched twice in memory (hot.py): among all rows, and among only the named
+speakers' spoken turns (whose they are), the second list fused as one more retriever (ranking.py).
+The names still count where they are exact: in the full-text query and in focus.py. Measured on
+LoCoMo (docs/benchmarks.md): embedding the query and the topic both (two texts) did no better than
+the topic alone. A query naming nobody, or leaving no content word once names are out, is unchanged.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ _TOKEN = re.compile(r"(\w+)(?:['\u2019]\w{1,2})?", re.UNICODE)
 
 @dataclass(frozen=True, slots=True)
 class SubQuery:
-    text: str  # what is embedded
-    speakers: tuple[str, ...]  # searched among these speakers' spoken turns only
+    text: str  # what is embedded (instead of the query)
+    speakers: tuple[str, ...]  # also searched among these speakers' spoken turns only
 
 
 def without_names(query: str, names: frozenset[str]) -> str:
@@ -44,15 +45,15 @@ def without_names(query: str, names: frozenset[str]) -> str:
     return " ".join(kept)
 
 
-def sub_queries(query: str, speakers: Iterable[str]) -> list[SubQuery]:
-    """One sub-query over the named speakers' turns, or none (see the module docstring)."""
+def sub_query(query: str, speakers: Iterable[str]) -> SubQuery | None:
+    """The topic asked about the named speakers, or None (see the module docstring)."""
     named = named_in(query, {s for s in speakers if s})
     if not named:
-        return []
+        return None
     topic = without_names(query, name_words(named))
     if not content_terms(topic):
-        return []  # "Who is Melanie?": nothing is asked about but the person, whom the query covers
-    return [SubQuery(topic, tuple(sorted(named)))]
+        return None  # "Who is Melanie?": nothing is asked about but the person, whom the query covers
+    return SubQuery(topic, tuple(sorted(named)))
 
 
 def speaker_hits(

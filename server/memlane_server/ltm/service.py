@@ -18,7 +18,7 @@ from lancedb.expr import Expr
 
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm import filters, vectors
-from memlane_server.ltm.expansion import SubQuery, speaker_hits, sub_queries
+from memlane_server.ltm.expansion import SubQuery, speaker_hits, sub_query
 from memlane_server.ltm.focus import focus
 from memlane_server.ltm.history import Change, ChangeReason
 from memlane_server.ltm.hot import HotEntry, mask_for
@@ -70,10 +70,10 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         # A query vector without text (SearchMemories.query_vector): vector-only recall.
         want_keywords = query.mode is not SearchMode.VECTOR and bool(text)
         want_vectors = query.mode is not SearchMode.KEYWORD
-        subs = await self._sub_queries(text, hot) if given is None and want_vectors else []
+        sub = await self._sub_query(text, hot) if given is None and want_vectors else None
         keyword_task = self._store.keyword_search(text, where, n) if want_keywords else _no_hits()
         vector_task = (
-            self._vector_hits(text, where, n, hot, mask, given=given, subs=subs)
+            self._vector_hits(text, where, n, hot, mask, given=given, sub=sub)
             if want_vectors
             else _no_vector_hits()
         )
@@ -89,12 +89,12 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         )
         return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
 
-    async def _sub_queries(self, text: str, hot: HotEntry | None) -> list[SubQuery]:
-        """Sub-queries need the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
-        too big for its budget, is served without them."""
+    async def _sub_query(self, text: str, hot: HotEntry | None) -> SubQuery | None:
+        """Expansion needs the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
+        too big for its budget, is served without."""
         if hot is None or self._policy.expansion_weight <= 0.0:
-            return []
-        return sub_queries(text, await hot.speaker_names())
+            return None
+        return sub_query(text, await hot.speaker_names())
 
     async def _vector_hits(
         self,
@@ -105,17 +105,14 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         mask: npt.NDArray[np.bool_] | None,
         *,
         given: npt.NDArray[np.float32] | None = None,
-        subs: Sequence[SubQuery] = (),
+        sub: SubQuery | None = None,
     ) -> tuple[list[Hit], list[list[Hit]]]:
-        """The query's vector hits, and each sub-query's. One model call embeds them all."""
-        if given is not None:
-            vector, sub_vectors = given, []
-        else:
-            embedded = await self._embedder.embed([text, *(s.text for s in subs)])
-            vector, sub_vectors = embedded[0], list(embedded[1:])
+        """The vector hits, and the named speakers' own (expansion). One text is embedded: the query,
+        or the topic of a query that names speakers."""
+        vector = given if given is not None else (await self._embedder.embed([sub.text if sub else text]))[0]
         if hot is None or mask is None:
             return await self._store.vector_search(vector, where, n), []
-        expanded = [speaker_hits(hot, mask, s, v, n) for s, v in zip(subs, sub_vectors, strict=True)]
+        expanded = [speaker_hits(hot, mask, sub, vector, n)] if sub is not None else []
         return hot.top(mask, vector, n), expanded
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
