@@ -146,6 +146,8 @@ class LtmSettings:
     ltm_read_consistency_seconds: float = 2.0
     # Hot readers' memory vectors held in memory for recall (ltm/hot.py); 0: every search asks LanceDB.
     ltm_hot_index_mb: int = 64
+    # Recall also searches a named speaker's own turns for the query's topic (ltm/expansion.py).
+    ltm_recall_expansion: bool = True
     # Usage counts of injected items are written in batches: each write is a new table version.
     ltm_usage_flush_seconds: float = 30.0
     ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)

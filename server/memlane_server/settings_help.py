@@ -60,6 +60,7 @@ HELP: dict[str, str] = {
     "ltm_cross_channel_episodes": "Recall episodes from every channel, not just the session's.",
     "ltm_cache_mb": "LanceDB index cache in MiB (metadata cache: half of it); 0 keeps LanceDB's default.",
     "ltm_hot_index_mb": "MiB of recent readers' memory vectors kept in memory for recall; 0 turns it off.",
+    "ltm_recall_expansion": "Recall also searches the turns of the speakers a query names for its topic.",
     "ltm_usage_flush_seconds": "How often recall usage counts are written back.",
     "ltm_max_items_per_agent": "Cap of facts, preferences and instructions per user and agent.",
     "ltm_max_episodes_per_agent": "Cap of episodic memories per user and agent.",

@@ -23,35 +23,26 @@ Works on the candidates the retrievers already returned: no extra query, no extr
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
-from memlane_server.ltm.model import MemoryKind, ScoredMemory
+from memlane_server.ltm.model import ScoredMemory
 from memlane_server.ltm.query import STOP_WORDS
+from memlane_server.ltm.speakers import WORD, name_words, named_in, speaker_of, speaker_of_item
 
-# "[12 May 2023] Caroline: ..." or "Caroline: ...": a name of one to four words before the first colon
-# (a longer lead-in, "We debugged the failover: ...", is a sentence, not a speaker).
-_SPEAKER = re.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([\w.'-]+(?: [\w.'-]+){0,3}):\s")
-_WORD = re.compile(r"\w+", re.UNICODE)
+__all__ = ["focus", "speaker_of"]
 
 SPEAKER_BOOST = 0.7  # relative gain of a named speaker's own turns
 THIN_TERMS = 4  # a spoken turn with fewer content words than this (names aside) is damped proportionally
 THIN_FLOOR = 0.5  # ... but never below this share of its score
 
 
-def speaker_of(content: str) -> str:
-    m = _SPEAKER.match(content)
-    return m.group(1).strip() if m else ""
-
-
 def _content_words(text: str) -> set[str]:
     body = text[text.find(": ") + 2 :]
-    return {w for w in (t.lower() for t in _WORD.findall(body)) if w not in STOP_WORDS and len(w) > 2}
+    return {w for w in (t.lower() for t in WORD.findall(body)) if w not in STOP_WORDS and len(w) > 2}
 
 
 def _speaker(r: ScoredMemory) -> str:
-    """Only episodes are spoken turns; an instruction "From now on: ..." names no speaker."""
-    return speaker_of(r.item.content) if r.item.kind is MemoryKind.EPISODIC else ""
+    return speaker_of_item(r.item.kind, r.item.content)
 
 
 def _weight(r: ScoredMemory, named: set[str], names: frozenset[str]) -> float:
@@ -76,18 +67,10 @@ def focus(query: str, results: list[ScoredMemory], limit: int) -> list[ScoredMem
     speakers = {s for r in results if (s := _speaker(r))}
     if not speakers:
         return results[:limit]
-    words = {w.lower() for w in _WORD.findall(query)}
-    # Role words ("User", "Assistant") name no one: in a query "the user" is the memory's owner.
-    named = {
-        s
-        for s in speakers
-        if (parts := [p.lower() for p in _WORD.findall(s)])
-        and all(p in words for p in parts)
-        and not all(p in STOP_WORDS for p in parts)
-    }
+    named = named_in(query, speakers)
     if named == speakers:
         named = set()
-    names = frozenset(w.lower() for s in speakers for w in _WORD.findall(s))
+    names = name_words(speakers)
     out = [_reweighted(r, _weight(r, named, names)) for r in results]
     # The same tie-break as fusion: newer first, then the id, so results are deterministic.
     out.sort(key=lambda s: (-s.score, -s.item.updated_at_ms, s.item.id))

@@ -23,14 +23,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from memlane_server.ltm import filters
+from memlane_server.ltm import filters, speakers
 from memlane_server.ltm.model import MemoryFilter, MemoryItem, Visibility
 from memlane_server.ltm.schema import META_COLUMNS, from_row
 from memlane_server.ltm.store import Hit, LanceMemoryStore
@@ -46,9 +48,29 @@ class HotEntry:
     columns: dict[str, npt.NDArray[Any]]
     expires: float
     nbytes: int = 0
+    # Who said each row (null unless a spoken turn), read on first need: only a query that names a
+    # speaker uses it (ltm/expansion.py).
+    _speakers: pa.Array | None = None
+    _speaker_names: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return int(self.meta.num_rows)
+
+    async def speaker_names(self) -> frozenset[str]:
+        """Everyone who speaks in the rows. Read once per entry, in a thread: Arrow's regex releases
+        the GIL, and 10,000 rows take a few ms that the event loop should not wait for."""
+        if self._speakers is None:
+            column = await asyncio.to_thread(speakers.speaker_column, self.meta)
+            self._speaker_names = frozenset(column.unique().drop_null().to_pylist())
+            self._speakers = column
+        return self._speaker_names
+
+    def spoken_by(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
+        """Which rows are spoken turns of one of ``names`` (after ``speaker_names``; else none)."""
+        if self._speakers is None:
+            return np.zeros(len(self), dtype=np.bool_)
+        found = pc.is_in(self._speakers, value_set=pa.array(list(names), pa.string()))
+        return np.asarray(found.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.bool_)
 
     def items(self, mask: npt.NDArray[np.bool_]) -> list[MemoryItem]:
         """The rows under ``mask``, in table order."""

@@ -28,6 +28,8 @@ class MemoryPolicy:
     # and a conversational recall benchmark; see docs/benchmarks.md.)
     keyword_weight: float = 1.5
     vector_weight: float = 1.0
+    # Weight of the sub-queries' lists (ltm/expansion.py), shared between them; 0 turns expansion off.
+    expansion_weight: float = 1.0
     recency_half_life_days: float = 60.0
     # Final score = fused * (base + w_recency*recency + w_usage*usage + w_importance*importance).
     # Multiplicative so popularity can re-order relevant items but never lift an irrelevant one.

@@ -8,6 +8,7 @@ re-ranking signals refine the order instead of overturning it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memlane_server.ltm.model import MemoryItem, ScoredMemory, ScoreParts
@@ -43,14 +44,19 @@ def fuse_and_rank(
     now_ms: int,
     limit: int,
     min_score: float = 0.0,
+    expanded: Sequence[list[Hit]] = (),
 ) -> list[ScoredMemory]:
+    """``expanded``: the sub-queries' ranked lists (expansion.py), sharing ``policy.expansion_weight``
+    between them: together they weigh what one more retriever would, however many there are."""
     w_keyword = policy.keyword_weight if keyword_hits else 0.0
     w_vector = policy.vector_weight if vector_hits else 0.0
-    if w_keyword + w_vector <= 0.0:
+    lists = [hits for hits in expanded if hits]
+    w_each = policy.expansion_weight / len(lists) if lists else 0.0
+    if w_keyword + w_vector + w_each * len(lists) <= 0.0:
         return []
     k = policy.rrf_k
     # Normalized so that first place in every retriever that returned anything scores 1.0.
-    norm = (k + 1.0) / (w_keyword + w_vector)
+    norm = (k + 1.0) / (w_keyword + w_vector + w_each * len(lists))
     by_id: dict[str, _Candidate] = {}
     for rank, hit in enumerate(keyword_hits, start=1):
         cand = by_id.setdefault(hit.item.id, _Candidate(hit.item, ScoreParts()))
@@ -62,6 +68,10 @@ def fuse_and_rank(
         cand.parts.vector_rank = rank
         cand.parts.vector_similarity = hit.score
         cand.parts.fused += w_vector * norm / (k + rank)
+    for hits in lists:
+        for rank, hit in enumerate(hits, start=1):
+            cand = by_id.setdefault(hit.item.id, _Candidate(hit.item, ScoreParts()))
+            cand.parts.fused += w_each * norm / (k + rank)
     scored: list[ScoredMemory] = []
     for cand in by_id.values():
         p = cand.parts

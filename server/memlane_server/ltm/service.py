@@ -15,6 +15,7 @@ from lancedb.expr import Expr
 
 from memlane_server.errors import InvalidArgument, NotFound
 from memlane_server.ltm import filters, vectors
+from memlane_server.ltm.expansion import SubQuery, speaker_hits, sub_query
 from memlane_server.ltm.focus import focus
 from memlane_server.ltm.history import Change, ChangeReason
 from memlane_server.ltm.hot import HotEntry, mask_for
@@ -62,16 +63,17 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         mask = mask_for(hot, query.filter, now) if hot is not None else None
         if mask is not None and not mask.any():
             return []  # nothing the caller may see passes the filter: no query to embed, no index to ask
-        keyword_hits: list[Hit] = []
-        vector_hits: list[Hit] = []
         # A query vector without text (SearchMemories.query_vector): vector-only recall.
         want_keywords = query.mode is not SearchMode.VECTOR and bool(text)
         want_vectors = query.mode is not SearchMode.KEYWORD
+        sub = await self._sub_query(text, hot) if given is None and want_vectors else None
         keyword_task = self._store.keyword_search(text, where, n) if want_keywords else _no_hits()
         vector_task = (
-            self._vector_hits(text, where, n, hot, mask, given=given) if want_vectors else _no_hits()
+            self._vector_hits(text, where, n, hot, mask, given=given, sub=sub)
+            if want_vectors
+            else _no_vector_hits()
         )
-        keyword_hits, vector_hits = await asyncio.gather(keyword_task, vector_task)
+        keyword_hits, (vector_hits, expanded) = await asyncio.gather(keyword_task, vector_task)
         ranked = fuse_and_rank(
             keyword_hits,
             vector_hits,
@@ -79,8 +81,16 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             now_ms=now,
             limit=max(n, query.limit),
             min_score=query.min_score,
+            expanded=expanded,
         )
         return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
+
+    async def _sub_query(self, text: str, hot: HotEntry | None) -> SubQuery | None:
+        """Expansion needs the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
+        too big for its budget, is served without."""
+        if hot is None or self._policy.expansion_weight <= 0.0:
+            return None
+        return sub_query(text, await hot.speaker_names())
 
     async def _vector_hits(
         self,
@@ -91,11 +101,15 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         mask: npt.NDArray[np.bool_] | None,
         *,
         given: npt.NDArray[np.float32] | None = None,
-    ) -> list[Hit]:
-        vector = given if given is not None else (await self._embedder.embed([text]))[0]
+        sub: SubQuery | None = None,
+    ) -> tuple[list[Hit], list[list[Hit]]]:
+        """The vector hits, and the named speakers' own (expansion). One text is embedded: the query,
+        or the topic of a query that names speakers."""
+        vector = given if given is not None else (await self._embedder.embed([sub.text if sub else text]))[0]
         if hot is None or mask is None:
-            return await self._store.vector_search(vector, where, n)
-        return hot.top(mask, vector, n)
+            return await self._store.vector_search(vector, where, n), []
+        expanded = [speaker_hits(hot, mask, sub, vector, n)] if sub is not None else []
+        return hot.top(mask, vector, n), expanded
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
@@ -233,6 +247,10 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
 
 async def _no_hits() -> list[Hit]:
     return []
+
+
+async def _no_vector_hits() -> tuple[list[Hit], list[list[Hit]]]:
+    return [], []
 
 
 def readable(who: Visibility) -> Expr:

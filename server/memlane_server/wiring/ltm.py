@@ -73,6 +73,7 @@ def memory_service(
         max_episodes_per_agent=s.ltm_max_episodes_per_agent,
         duplicate_similarity=s.ltm_duplicate_similarity,
         profile_max_items=s.ltm_profile_max_items,
+        expansion_weight=MemoryPolicy().expansion_weight if s.ltm_recall_expansion else 0.0,
     )
     return MemoryService(
         store,
