@@ -15,12 +15,12 @@ from typing import Any, Protocol
 from ..context.traces import TraceStore
 from ..ltm import MemoryService
 from ..sessions.checkpoints import CheckpointStore
+from ..sessions.fence import sessions_held
 from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .checkpoint_archive import export_checkpoints
-from .session_fence import sessions_held
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Sequence
 import redis.asyncio as aioredis
 
 from ..errors import Unavailable
-from ..sessions.keys import KeySpace
-from ..sessions.lease import Lease
+from .keys import KeySpace
+from .lease import Lease
 
 _TTL_MS = 30_000  # renewed every third of it while held; a holder that dies frees them within this
 
