@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii
-from memlane_server.ltm import LanceMemoryStore, MemoryPolicy, MemoryService
+from memlane_server.ltm import LanceMemoryStore, MemoryService, MemoryTuning
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -27,7 +27,7 @@ async def embedder() -> AsyncIterator[OnnxEmbedder]:
 async def open_memory(
     path: Path,
     embedder: OnnxEmbedder,
-    policy: MemoryPolicy | None = None,
+    policy: MemoryTuning | None = None,
     *,
     clock: Callable[[], int] | None = None,
 ) -> MemoryService:

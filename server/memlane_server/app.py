@@ -29,8 +29,8 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import RedisClient, connect
 from .infra.redis_timing import time_commands
 from .ltm import MemoryService
-from .observability.admin_http import AdminHttpServer
 from .observability.domain import Sampler
+from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
 from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
@@ -248,7 +248,7 @@ class Sidecar:
         s = self.settings
         if not s.server.admin_listen:
             return
-        admin = AdminHttpServer(self.registry, self._healthy)
+        admin = HttpEndpoint(self.registry, self._healthy)
         self._closes["admin http"] = admin.stop
         if s.observability.viewer_enabled:
             assert self._policy is not None  # started by _serve

@@ -24,7 +24,7 @@ backslashes are harmless and allowed.
 
 from __future__ import annotations
 
-from memlane_server.errors import InvalidArgument
+from .errors import InvalidArgument
 
 MAX_ID_CHARS = 128
 MAX_ID_BYTES = 200

@@ -16,16 +16,16 @@ from memlane_server.ltm import (
     MemoryFilter,
     MemoryKind,
     MemoryPatch,
-    MemoryPolicy,
     MemoryScope,
     MemoryService,
+    MemoryTuning,
     NewMemory,
     Owner,
     RecallQuery,
     SearchMode,
     Visibility,
 )
-from memlane_server.ltm.policy import DAY_MS
+from memlane_server.ltm.tuning import DAY_MS
 from memlane_server.sessions.model import Message, Role, Session
 from tests.ltm_fixtures import embedder, memory, open_memory
 
@@ -192,7 +192,7 @@ async def test_client_id_is_idempotent_and_pii_rejected(memory: MemoryService) -
 
 
 async def test_cap_prunes_lowest_score(tmp_path: Path, embedder: OnnxEmbedder) -> None:
-    svc = await open_memory(tmp_path / "cap", embedder, MemoryPolicy(max_items_per_agent=5))
+    svc = await open_memory(tmp_path / "cap", embedder, MemoryTuning(max_items_per_agent=5))
     try:
         topics = ["chess", "sailing", "pottery", "jazz", "origami", "kayaking", "astronomy"]
         drafts = [

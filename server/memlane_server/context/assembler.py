@@ -14,13 +14,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 
-from memlane_server.access.identity import Caller
-from memlane_server.sessions.model import Session, Summary
-from memlane_server.sessions.policies import ChannelPolicy, PolicyBook
-from memlane_server.sessions.store import SessionStore
-from memlane_server.summarizers import ExtractiveSummarizer
-from memlane_server.tokens import TokenCounter
-
+from ..access.identity import Caller
+from ..sessions.channel_policies import ChannelPolicy, PolicyBook
+from ..sessions.model import Session, Summary
+from ..sessions.store import SessionStore
+from ..summarizers import ExtractiveSummarizer
+from ..tokens import TokenCounter
 from .budget import BudgetPolicy
 from .client_summary import submit_summary
 from .core import Composition, GatheredHistory, settle

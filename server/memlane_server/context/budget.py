@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memlane_server.config import ContextSettings
-from memlane_server.errors import InvalidArgument
-from memlane_server.tokens import context_window_for_model
-
+from ..config import ContextSettings
+from ..errors import InvalidArgument
+from ..tokens import context_window_for_model
 from .model import Fallback, Section, SectionBudget, SectionCaps, Strategy
 from .strategy import parse_strategy
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from memlane_server.errors import Conflict, InvalidArgument, ResourceExhausted
-from memlane_server.sessions.model import Summary
-from memlane_server.sessions.store import SessionStore
-from memlane_server.summarizers import Summarizer
-from memlane_server.summarizers.scoped import SESSION_SCOPE, fold_scoped, scope_of
-
+from ..errors import Conflict, InvalidArgument, ResourceExhausted
+from ..sessions.model import Summary
+from ..sessions.store import SessionStore
+from ..summarizers import Summarizer
+from ..summarizers.scoped import SESSION_SCOPE, fold_scoped, scope_of
 from .traces import now_ms
 
 # Least budget of a scope's part folded at submission (the client's text sets it when longer).

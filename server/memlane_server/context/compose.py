@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from memlane_server.sessions.model import Message, Role, Summary
-from memlane_server.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
-
+from ..sessions.model import Message, Role, Summary
+from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 from .budget import BudgetPolicy
 from .model import Block, BlockMessage, Fallback, MemoryRef, Provenance, Strategy
 from .sources import MemoryHit

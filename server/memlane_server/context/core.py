@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from memlane_server.sessions.model import Message, Role, Session, Summary
-from memlane_server.sessions.policies import ChannelPolicy
-from memlane_server.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
-
+from ..sessions.channel_policies import ChannelPolicy
+from ..sessions.model import Message, Role, Session, Summary
+from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, resolve_window
 from .compose import (
     MEMORY_HEADING,

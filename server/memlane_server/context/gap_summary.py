@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 
-from memlane_server.access.identity import Caller
-from memlane_server.errors import Conflict
-from memlane_server.sessions.model import Session, Summary
-from memlane_server.sessions.store import SessionStore
-from memlane_server.summarizers import ExtractiveSummarizer
-from memlane_server.summarizers.scoped import Scope, fold_scoped
-
+from ..access.identity import Caller
+from ..errors import Conflict
+from ..sessions.model import Session, Summary
+from ..sessions.store import SessionStore
+from ..summarizers import ExtractiveSummarizer
+from ..summarizers.scoped import Scope, fold_scoped
 from .core import GapFold
 from .traces import now_ms
 from .viewer_summary import can_read

@@ -11,10 +11,9 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from memlane_server.errors import InvalidArgument
-from memlane_server.sessions.model import Session
-from memlane_server.sessions.store import SessionStore
-
+from ..errors import InvalidArgument
+from ..sessions.model import Session
+from ..sessions.store import SessionStore
 from .budget import BudgetPolicy
 from .core import GatheredHistory, Settled
 from .history import HistoryReader

@@ -12,11 +12,10 @@ import asyncio
 from collections import OrderedDict
 from concurrent.futures import Executor
 
-from memlane_server.access.identity import Caller
-from memlane_server.sessions.model import Message, Session
-from memlane_server.sessions.store import SessionStore
-from memlane_server.tokens import TokenCounter, encoding_for_model
-
+from ..access.identity import Caller
+from ..sessions.model import Message, Session
+from ..sessions.store import SessionStore
+from ..tokens import TokenCounter, encoding_for_model
 from .budget import BudgetPolicy
 from .core import SUMMARIZED, GatheredHistory
 from .model import Strategy

@@ -6,9 +6,8 @@ import asyncio
 import time
 from collections import OrderedDict
 
-from memlane_server.access.identity import Caller
-from memlane_server.ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
-
+from ..access.identity import Caller
+from ..ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 from ..sessions.ltm_versions import LtmVersions
 from .sources import MemoryHit
 

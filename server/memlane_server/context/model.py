@@ -6,9 +6,9 @@ import enum
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
-from memlane_server.access.identity import UNRESTRICTED, Caller
-from memlane_server.ltm.model import ScoreParts
-from memlane_server.sessions.model import Role
+from ..access.identity import UNRESTRICTED, Caller
+from ..ltm.model import ScoreParts
+from ..sessions.model import Role
 
 
 class Provenance(enum.IntEnum):

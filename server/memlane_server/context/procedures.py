@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from memlane_server.sessions.model import Role
-
+from ..sessions.model import Role
 from .compose import Costing
 from .model import Block, BlockMessage, ProcedureRef, Provenance
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from memlane_server.sessions.model import Message, Session
-from memlane_server.sessions.store import SessionStore
+from ..sessions.model import Message, Session
+from ..sessions.store import SessionStore
 
 
 @dataclass(slots=True)

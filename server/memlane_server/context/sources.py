@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from memlane_server.access.identity import Caller
-from memlane_server.ltm.model import ScoreParts
+from ..access.identity import Caller
+from ..ltm.model import ScoreParts
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,12 @@ import logging
 from concurrent.futures import Executor
 from dataclasses import replace
 
-from memlane_server.errors import Conflict, MemlaneError
-from memlane_server.sessions.model import Summary
-from memlane_server.sessions.store import SessionStore
-from memlane_server.summarizers import Summarizer
-from memlane_server.summarizers.scoped import fold_scoped
-from memlane_server.tokens import TokenCounter
-
+from ..errors import Conflict, MemlaneError
+from ..sessions.model import Summary
+from ..sessions.store import SessionStore
+from ..summarizers import Summarizer
+from ..summarizers.scoped import fold_scoped
+from ..tokens import TokenCounter
 from .model import SummaryRange
 from .traces import now_ms
 

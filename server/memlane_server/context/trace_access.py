@@ -7,10 +7,9 @@ storage; this is the access rule on top.)
 
 from __future__ import annotations
 
-from memlane_server.access.identity import Caller
-from memlane_server.errors import InvalidArgument, NotFound
-from memlane_server.sessions.store import SessionStore
-
+from ..access.identity import Caller
+from ..errors import InvalidArgument, NotFound
+from ..sessions.store import SessionStore
 from .model import TurnTrace
 from .traces import TraceStore
 

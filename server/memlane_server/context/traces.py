@@ -10,13 +10,12 @@ from typing import Any
 
 import orjson
 
-from memlane_server.access.identity import Caller, CallerRole
-from memlane_server.errors import InvalidArgument, NotFound
-from memlane_server.ltm.model import ScoreParts
-from memlane_server.paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
-from memlane_server.sessions.model import Role
-from memlane_server.sessions.traces import TraceRecords
-
+from ..access.identity import Caller, CallerRole
+from ..errors import InvalidArgument, NotFound
+from ..ltm.model import ScoreParts
+from ..paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
+from ..sessions.model import Role
+from ..sessions.traces import TraceRecords
 from .compose import block_message, render
 from .model import (
     AssembleRequest,

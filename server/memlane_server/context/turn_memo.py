@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from memlane_server.sessions.model import Session
+from ..sessions.model import Session
 
 
 @dataclass(slots=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from memlane_server.access.identity import Caller
-from memlane_server.sessions.model import ScopedSummary, Summary, VisibilityKind
-from memlane_server.summarizers.scoped import Scope
-from memlane_server.tokens import TokenCounter
+from ..access.identity import Caller
+from ..sessions.model import ScopedSummary, Summary, VisibilityKind
+from ..summarizers.scoped import Scope
+from ..tokens import TokenCounter
 
 # A part's label ("In group ops, from agent planner:") in tokens, roughly; only decides whether to count.
 _LABEL_TOKENS = 12

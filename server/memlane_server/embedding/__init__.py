@@ -8,9 +8,9 @@ Public face:
 - ``OnnxModelSpec`` / ``Pooling`` — configure any sentence-transformers-style ONNX model instead.
 """
 
-from memlane_server.embedding.onnx import OnnxEmbedder
-from memlane_server.embedding.protocol import Embedder
-from memlane_server.embedding.spec import (
+from .onnx import OnnxEmbedder
+from .protocol import Embedder
+from .spec import (
     DEFAULT_TOKENIZER_PATH,
     EmbeddingModelError,
     OnnxModelSpec,

@@ -19,8 +19,8 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from memlane_server.embedding.cache import VectorCache
-from memlane_server.embedding.spec import EmbeddingModelError, OnnxModelSpec, Pooling, verify_files
+from .cache import VectorCache
+from .spec import EmbeddingModelError, OnnxModelSpec, Pooling, verify_files
 
 # Calls with at most this many texts count as interactive (recall queries) and are cached/prioritized.
 _INTERACTIVE_MAX_TEXTS = 4

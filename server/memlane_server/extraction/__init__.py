@@ -11,12 +11,12 @@ Public face:
 ``ExtractedMemory`` satisfies ``ltm.MemoryDraft``: hand the lists to ``MemoryService.ingest`` as is.
 """
 
-from memlane_server.extraction.episodes import build_episodes
-from memlane_server.extraction.metrics import ExtractionMetrics, MeteredExtractor
-from memlane_server.extraction.model import ExtractedMemory, ExtractionResult, Extractor
-from memlane_server.extraction.openai_compat import OpenAIExtractor, OpenAIExtractorSettings
-from memlane_server.extraction.pii import find_pii, redact
-from memlane_server.extraction.rules import RulesExtractor
+from .episodes import build_episodes
+from .metrics import ExtractionMetrics, MeteredExtractor
+from .model import ExtractedMemory, ExtractionResult, Extractor
+from .openai_compat import OpenAIExtractor, OpenAIExtractorSettings
+from .pii import find_pii, redact
+from .rules import RulesExtractor
 
 __all__ = [
     "ExtractedMemory",

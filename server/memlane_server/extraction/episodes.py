@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from memlane_server.extraction.keywords import keywords
-from memlane_server.extraction.model import KIND_EPISODIC, ExtractedMemory
-from memlane_server.extraction.picky import is_small_talk
-from memlane_server.extraction.pii import redact
-from memlane_server.sessions.model import Message, Role, Session
+from ..sessions.model import Message, Role, Session
+from .keywords import keywords
+from .model import KIND_EPISODIC, ExtractedMemory
+from .picky import is_small_talk
+from .pii import redact
 
 _SPOKEN = (Role.USER, Role.ASSISTANT)
 MAX_TURN_CHARS = 1200

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from memlane_server.extraction.model import ExtractionResult, Extractor
-from memlane_server.observability.model_usage import ModelUsageMetrics
-from memlane_server.sessions.model import Message, Session
+from ..observability.model_usage import ModelUsageMetrics
+from ..sessions.model import Message, Session
+from .model import ExtractionResult, Extractor
 
 
 class ExtractionMetrics(ModelUsageMetrics):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from memlane_server.sessions.model import Message, Session
+from ..sessions.model import Message, Session
 
 # The string values of ``ltm.MemoryKind``; extraction does not import ltm (imports point one way), and
 # ``ExtractedMemory`` satisfies ``ltm.MemoryDraft`` structurally.

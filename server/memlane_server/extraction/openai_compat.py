@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import orjson
 
-from memlane_server.errors import Unavailable
-from memlane_server.extraction.keywords import keywords as fallback_keywords
-from memlane_server.extraction.model import KIND_EPISODIC, KINDS, ExtractedMemory, ExtractionResult
-from memlane_server.extraction.picky import screen
-from memlane_server.infra.openai_chat import ChatCompletions, ChatEndpoint
-from memlane_server.sessions.model import Message, Role, Session
+from ..errors import Unavailable
+from ..infra.openai_chat import ChatCompletions, ChatEndpoint
+from ..sessions.model import Message, Role, Session
+from .keywords import keywords as fallback_keywords
+from .model import KIND_EPISODIC, KINDS, ExtractedMemory, ExtractionResult
+from .picky import screen
 
 PROVIDER = "openai"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from memlane_server.extraction.model import ExtractedMemory, ExtractionResult
-from memlane_server.extraction.pii import find_pii
+from .model import ExtractedMemory, ExtractionResult
+from .pii import find_pii
 
 _CHITCHAT = re.compile(
     r"^(?:hi|hello|hey|yo|good (?:morning|afternoon|evening|night)|bye|goodbye|see you|cheers|"

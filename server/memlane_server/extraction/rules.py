@@ -13,17 +13,17 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memlane_server.extraction.keywords import keywords
-from memlane_server.extraction.model import (
+from ..sessions.model import Message, Role, Session
+from .keywords import keywords
+from .model import (
     KIND_FACT,
     KIND_INSTRUCTION,
     KIND_PREFERENCE,
     ExtractedMemory,
     ExtractionResult,
 )
-from memlane_server.extraction.picky import is_chitchat, is_question, screen
-from memlane_server.extraction.pii import find_pii
-from memlane_server.sessions.model import Message, Role, Session
+from .picky import is_chitchat, is_question, screen
+from .pii import find_pii
 
 PROVIDER = "rules"
 

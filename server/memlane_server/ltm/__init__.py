@@ -4,7 +4,7 @@ In-process API (what assembly, the session-end pipeline and the gRPC servicer ca
 ``MemoryService`` built by ``app.py``::
 
     store = await LanceMemoryStore.open(uri, embedder.ndims)      # directory or s3:// URI
-    memory = MemoryService(store, embedder, MemoryPolicy(), guard=pii_kinds)
+    memory = MemoryService(store, embedder, MemoryTuning(), guard=pii_kinds)
 
     # Recall: hybrid (BM25 + vector, RRF-fused, re-ranked by recency/usage/importance).
     hits: list[ScoredMemory] = await memory.search(
@@ -28,9 +28,9 @@ string ever reaches a LanceDB predicate, see ``filters``); retired items (supers
 wrong, past ``valid_until``) are kept for audit but never returned by ``search`` or ``profile``.
 """
 
-from memlane_server.ltm.core import ContentGuard
-from memlane_server.ltm.maintenance import MemoryMaintenance
-from memlane_server.ltm.model import (
+from .core import ContentGuard
+from .maintenance import MemoryMaintenance
+from .model import (
     Feedback,
     IngestOutcome,
     IngestResult,
@@ -50,10 +50,10 @@ from memlane_server.ltm.model import (
     SearchMode,
     Visibility,
 )
-from memlane_server.ltm.policy import MemoryPolicy, default_scope
-from memlane_server.ltm.service import MemoryService
-from memlane_server.ltm.store import LanceMemoryStore
-from memlane_server.ltm.upkeep import PruneReport
+from .service import MemoryService
+from .store import LanceMemoryStore
+from .tuning import MemoryTuning, default_scope
+from .upkeep import PruneReport
 
 __all__ = [
     "ContentGuard",
@@ -68,9 +68,9 @@ __all__ = [
     "MemoryMaintenance",
     "MemoryPage",
     "MemoryPatch",
-    "MemoryPolicy",
     "MemoryScope",
     "MemoryService",
+    "MemoryTuning",
     "NewMemory",
     "Owner",
     "Profile",

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memlane_server.ltm.model import MemoryDraft, MemoryItem, MemoryKind, MemoryScope, NewMemory
-from memlane_server.ltm.policy import default_scope
+from .model import MemoryDraft, MemoryItem, MemoryKind, MemoryScope, NewMemory
+from .tuning import default_scope
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from memlane_server.ltm.model import MemoryItem, MemoryKind
+from .model import MemoryItem, MemoryKind
 
 
 class Action(enum.Enum):

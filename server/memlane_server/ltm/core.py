@@ -7,13 +7,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from memlane_server.embedding import Embedder
-from memlane_server.errors import InvalidArgument
-from memlane_server.ltm.history import Change, HistoryLog
-from memlane_server.ltm.hot import HotIndex
-from memlane_server.ltm.policy import MemoryPolicy
-from memlane_server.ltm.store import LanceMemoryStore
-from memlane_server.ltm.usage import UsageRecorder
+from ..embedding import Embedder
+from ..errors import InvalidArgument
+from .history import Change, HistoryLog
+from .hot import HotIndex
+from .store import LanceMemoryStore
+from .tuning import MemoryTuning
+from .usage import UsageRecorder
 
 MAX_CONTENT_CHARS = 4000
 LOCK_STRIPES = 64
@@ -33,7 +33,7 @@ class MemoryCore:
         self,
         store: LanceMemoryStore,
         embedder: Embedder,
-        policy: MemoryPolicy | None = None,
+        policy: MemoryTuning | None = None,
         *,
         guard: ContentGuard | None = None,
         clock: Callable[[], int] = _now_ms,
@@ -44,7 +44,7 @@ class MemoryCore:
     ) -> None:
         self._store = store
         self._embedder = embedder
-        self._policy = policy or MemoryPolicy()
+        self._policy = policy or MemoryTuning()
         self._guard = guard
         self._clock = clock
         self._usage = UsageRecorder(store, flush_interval_s=usage_flush_interval_s)
@@ -63,7 +63,7 @@ class MemoryCore:
         return self._store
 
     @property
-    def policy(self) -> MemoryPolicy:
+    def policy(self) -> MemoryTuning:
         return self._policy
 
     @property

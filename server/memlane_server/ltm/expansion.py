@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from memlane_server.ltm.hot import HotEntry
-from memlane_server.ltm.query import content_terms
-from memlane_server.ltm.speakers import name_words, named_in
-from memlane_server.ltm.store import Hit
+from .hot import HotEntry
+from .query import content_terms
+from .speakers import name_words, named_in
+from .store import Hit
 
 # A word with its possessive or contraction ("Melanie's"): the name goes, and its "'s" with it.
 _TOKEN = re.compile(r"(\w+)(?:['\u2019]\w{1,2})?", re.UNICODE)

@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from lancedb.expr import Expr, col, lit
 
-from memlane_server.errors import InvalidArgument
-from memlane_server.ltm.model import MemoryFilter, MemoryKind, MemoryScope, Visibility
+from ..errors import InvalidArgument
+from .model import MemoryFilter, MemoryKind, MemoryScope, Visibility
 
 # Value column -> its digest column. The schema, the row writer and the migration all read this map.
 KEY_COLUMNS: dict[str, str] = {

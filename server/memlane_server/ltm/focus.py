@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from memlane_server.ltm.model import ScoredMemory
-from memlane_server.ltm.query import STOP_WORDS
-from memlane_server.ltm.speakers import WORD, name_words, named_in, speaker_of, speaker_of_item
+from .model import ScoredMemory
+from .query import STOP_WORDS
+from .speakers import WORD, name_words, named_in, speaker_of, speaker_of_item
 
 __all__ = ["focus", "speaker_of"]
 

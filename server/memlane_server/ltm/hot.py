@@ -32,10 +32,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memlane_server.ltm import filters, speakers
-from memlane_server.ltm.model import MemoryFilter, MemoryItem, Visibility
-from memlane_server.ltm.schema import META_COLUMNS, from_row
-from memlane_server.ltm.store import Hit, LanceMemoryStore
+from . import filters, speakers
+from .model import MemoryFilter, MemoryItem, Visibility
+from .schema import META_COLUMNS, from_row
+from .store import Hit, LanceMemoryStore
 
 TTL_S = 60.0
 _COLUMNS = list(dict.fromkeys([*META_COLUMNS, "vector", *filters.MASK_COLUMNS]))

@@ -10,12 +10,12 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
-from memlane_server.errors import AlreadyExists, InvalidArgument
-from memlane_server.ltm import audience, filters
-from memlane_server.ltm.conflicts import Action, Decision, decide
-from memlane_server.ltm.core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
-from memlane_server.ltm.history import Change, ChangeReason
-from memlane_server.ltm.model import (
+from ..errors import AlreadyExists, InvalidArgument
+from . import audience, filters
+from .conflicts import Action, Decision, decide
+from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
+from .history import Change, ChangeReason
+from .model import (
     IngestOutcome,
     IngestResult,
     MemoryDraft,
@@ -26,8 +26,8 @@ from memlane_server.ltm.model import (
     Owner,
     new_memory_id,
 )
-from memlane_server.ltm.policy import default_scope
-from memlane_server.ltm.ranking import prune_score
+from .ranking import prune_score
+from .tuning import default_scope
 
 log = logging.getLogger(__name__)
 

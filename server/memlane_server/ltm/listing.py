@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from lancedb.expr import Expr
 
-from memlane_server.ltm import filters
-from memlane_server.ltm.model import MemoryFilter, MemoryItem, MemoryKind, MemoryPage, MemoryScope, Visibility
-from memlane_server.ltm.store import LanceMemoryStore
-from memlane_server.paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
+from ..paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
+from . import filters
+from .model import MemoryFilter, MemoryItem, MemoryKind, MemoryPage, MemoryScope, Visibility
+from .store import LanceMemoryStore
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500

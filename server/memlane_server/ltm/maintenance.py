@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from memlane_server.infra.periodic import Periodic
-from memlane_server.ltm.service import MemoryService
+from ..infra.periodic import Periodic
+from .service import MemoryService
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memlane_server.ltm.model import MemoryItem, ScoredMemory, ScoreParts
-from memlane_server.ltm.policy import DAY_MS, MemoryPolicy
-from memlane_server.ltm.store import Hit
+from .model import MemoryItem, ScoredMemory, ScoreParts
+from .store import Hit
+from .tuning import DAY_MS, MemoryTuning
 
 
 @dataclass(slots=True)
@@ -40,7 +40,7 @@ def fuse_and_rank(
     keyword_hits: list[Hit],
     vector_hits: list[Hit],
     *,
-    policy: MemoryPolicy,
+    policy: MemoryTuning,
     now_ms: int,
     limit: int,
     min_score: float = 0.0,
@@ -91,7 +91,7 @@ def fuse_and_rank(
     return scored[:limit]
 
 
-def prune_score(item: MemoryItem, now_ms: int, policy: MemoryPolicy) -> float:
+def prune_score(item: MemoryItem, now_ms: int, policy: MemoryTuning) -> float:
     """What keeping an item is worth when a (user, agent) is over its cap: lowest goes first."""
     return (
         0.5 * min(1.0, max(0.0, item.importance))

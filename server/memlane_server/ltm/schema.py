@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from memlane_server.ltm.filters import KEY_COLUMNS, key
-from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
+from .filters import KEY_COLUMNS, key
+from .model import MemoryItem, MemoryKind, MemoryScope
 
 TABLE_NAME = "memories"
 # Columns without the vector: what list/get/profile read, so they never pay for 384 floats a row.

@@ -13,15 +13,15 @@ import numpy as np
 import numpy.typing as npt
 from lancedb.expr import Expr
 
-from memlane_server.errors import InvalidArgument, NotFound
-from memlane_server.ltm import filters, vectors
-from memlane_server.ltm.expansion import SubQuery, speaker_hits, sub_query
-from memlane_server.ltm.focus import focus
-from memlane_server.ltm.history import Change, ChangeReason
-from memlane_server.ltm.hot import HotEntry, mask_for
-from memlane_server.ltm.ingest import MemoryWriter, clamp, clean_keywords, embedding_text
-from memlane_server.ltm.listing import list_page
-from memlane_server.ltm.model import (
+from ..errors import InvalidArgument, NotFound
+from . import filters, vectors
+from .expansion import SubQuery, speaker_hits, sub_query
+from .focus import focus
+from .history import Change, ChangeReason
+from .hot import HotEntry, mask_for
+from .ingest import MemoryWriter, clamp, clean_keywords, embedding_text
+from .listing import list_page
+from .model import (
     Feedback,
     MemoryFilter,
     MemoryItem,
@@ -35,9 +35,9 @@ from memlane_server.ltm.model import (
     SearchMode,
     Visibility,
 )
-from memlane_server.ltm.ranking import fuse_and_rank
-from memlane_server.ltm.store import Hit
-from memlane_server.ltm.upkeep import MemoryUpkeep
+from .ranking import fuse_and_rank
+from .store import Hit
+from .upkeep import MemoryUpkeep
 
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100

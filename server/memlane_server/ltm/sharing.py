@@ -25,7 +25,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from memlane_server.errors import Unavailable
+from ..errors import Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memlane_server.ltm.model import MemoryKind
-from memlane_server.ltm.query import STOP_WORDS
+from .model import MemoryKind
+from .query import STOP_WORDS
 
 # "[12 May 2023] Caroline: ..." or "Caroline: ...": a name of one to four words before the first colon
 # (a longer lead-in, "We debugged the failover: ...", is a sentence, not a speaker).

@@ -21,13 +21,13 @@ from lancedb.expr import Expr, col, lit
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 from lancedb.query import ColumnOrdering
 
-from memlane_server.errors import Unavailable
-from memlane_server.infra.object_store import lance_storage_options
-from memlane_server.ltm.filters import KEY_COLUMNS
-from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
-from memlane_server.ltm.query import content_terms
-from memlane_server.ltm.schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
-from memlane_server.ltm.sharing import (
+from ..errors import Unavailable
+from ..infra.object_store import lance_storage_options
+from .filters import KEY_COLUMNS
+from .model import MemoryItem, MemoryKind, MemoryScope
+from .query import content_terms
+from .schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
+from .sharing import (
     LANCE_ERRORS,
     Contention,
     LocalTableLock,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memlane_server.ltm import filters
-from memlane_server.ltm.core import DELETE_BATCH, MemoryCore
-from memlane_server.ltm.history import Change, ChangeReason
-from memlane_server.ltm.model import (
+from . import filters
+from .core import DELETE_BATCH, MemoryCore
+from .history import Change, ChangeReason
+from .model import (
     MemoryItem,
     MemoryKind,
     MemoryScope,
 )
-from memlane_server.ltm.policy import DAY_MS
-from memlane_server.ltm.ranking import prune_score
+from .ranking import prune_score
+from .tuning import DAY_MS
 
 
 @dataclass(slots=True)

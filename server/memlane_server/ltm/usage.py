@@ -12,8 +12,8 @@ import logging
 import time
 from collections import Counter, defaultdict
 
-from memlane_server.ltm import filters
-from memlane_server.ltm.store import LanceMemoryStore
+from . import filters
+from .store import LanceMemoryStore
 
 log = logging.getLogger(__name__)
 

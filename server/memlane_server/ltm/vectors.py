@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from memlane_server.embedding import Embedder
-from memlane_server.errors import InvalidArgument
+from ..embedding import Embedder
+from ..errors import InvalidArgument
 
 MAX_EMBED_TEXTS = 256  # texts per Embed call
 MAX_EMBED_TEXT_BYTES = 64 * 1024  # the model reads its first few hundred tokens anyway

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 
 from ..errors import NotFound
+from ..sessions.channel_policies import PolicyBook
 from ..sessions.model import Message, Role, SessionStatus
-from ..sessions.policies import PolicyBook
 from ..sessions.store import SessionStore
 from .session_end import SessionEndPipeline
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import MemlaneError, NotFound
+from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import EndJob, SessionEndQueue
 from ..sessions.end_state import EndState
 from ..sessions.events import EventLog, EventType, SessionEvent
-from ..sessions.policies import PolicyBook
 from ..sessions.store import SessionStore, now_ms
 from .session_end import LeaseLost, SessionEndPipeline
 

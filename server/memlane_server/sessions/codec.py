@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from .channel_policies import ChannelPolicy
 from .model import (
     ArchivePointer,
     Message,
@@ -25,7 +26,6 @@ from .model import (
     Topology,
     VisibilityKind,
 )
-from .policies import ChannelPolicy
 
 FINGERPRINT_LEN = 16  # hex chars stored in front of each message payload
 

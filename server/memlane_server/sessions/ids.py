@@ -4,6 +4,7 @@ lives in ``memlane_server.ids`` (one grammar for every RPC), re-exported here fo
 from __future__ import annotations
 
 from memlane import new_id
-from memlane_server.ids import check_id, is_valid_id
+
+from ..ids import check_id, is_valid_id
 
 __all__ = ["check_id", "is_valid_id", "new_id"]

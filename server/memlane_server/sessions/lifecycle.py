@@ -29,6 +29,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ..errors import Conflict, FailedPrecondition, MemlaneError, NotFound
+from .channel_policies import PolicyBook
 from .codec import LEGACY_FIELD, decode_policy
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, pending
@@ -36,7 +37,6 @@ from .ids import check_id
 from .keys import KeySpace
 from .keyspace import ExpirySubscriptions
 from .model import PromotionState, Session, SessionStatus
-from .policies import PolicyBook
 from .store import SessionStore, now_ms
 
 log = logging.getLogger("memlane.lifecycle")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .policies import ChannelPolicy
+    from .channel_policies import ChannelPolicy
 
 
 class Role(enum.IntEnum):

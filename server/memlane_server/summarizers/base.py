@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from memlane_server.sessions.model import Message
+from ..sessions.model import Message
 
 
 @dataclass(frozen=True, slots=True)

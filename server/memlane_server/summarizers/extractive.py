@@ -30,9 +30,8 @@ import re
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from memlane_server.sessions.model import Message, Role
-from memlane_server.tokens import TokenCounter
-
+from ..sessions.model import Message, Role
+from ..tokens import TokenCounter
 from .base import SummaryResult
 from .salience import STRONG_WEIGHT, shape, weight
 

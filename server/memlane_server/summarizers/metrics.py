@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from memlane_server.observability.model_usage import ModelUsageMetrics
-from memlane_server.sessions.model import Message
-
+from ..observability.model_usage import ModelUsageMetrics
+from ..sessions.model import Message
 from .base import Summarizer, SummaryResult
 
 

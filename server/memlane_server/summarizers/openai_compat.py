@@ -7,11 +7,10 @@ from typing import Any
 
 import httpx
 
-from memlane_server.errors import Unavailable
-from memlane_server.infra.openai_chat import ChatCompletions, ChatEndpoint
-from memlane_server.sessions.model import Message, Role
-from memlane_server.tokens import TokenCounter
-
+from ..errors import Unavailable
+from ..infra.openai_chat import ChatCompletions, ChatEndpoint
+from ..sessions.model import Message, Role
+from ..tokens import TokenCounter
 from .base import SummaryResult
 
 PROVIDER = "openai"

@@ -19,8 +19,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from memlane_server.sessions.model import Message, ScopedSummary, Summary, VisibilityKind
-
+from ..sessions.model import Message, ScopedSummary, Summary, VisibilityKind
 from .base import Summarizer
 
 

@@ -13,7 +13,7 @@ from ..access.authenticate import is_local_peer
 from ..access.policy import PolicyFile
 from ..errors import PermissionDenied, Unauthenticated
 from ..infra.hosts import is_loopback_host
-from ..observability.admin_http import HttpRequest
+from ..observability.http_endpoint import HttpRequest
 
 COOKIE = "memlane_viewer_token"
 

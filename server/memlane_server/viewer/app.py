@@ -16,7 +16,7 @@ from memlane.v1 import context_pb2, memory_pb2, session_pb2
 
 from ..errors import MemlaneError as DomainError
 from ..errors import PermissionDenied, Unauthenticated
-from ..observability.admin_http import HttpRequest, HttpResponse
+from ..observability.http_endpoint import HttpRequest, HttpResponse
 from . import pages
 from .access import COOKIE, Grant, ViewerAccess
 

@@ -6,7 +6,7 @@ import logging
 
 from ..access.policy import PolicyFile
 from ..config import AccessSettings
-from ..observability.admin_http import AdminHttpServer
+from ..observability.http_endpoint import HttpEndpoint
 from .access import ViewerAccess
 from .app import PREFIX, Viewer
 
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def viewer_for(
-    admin: AdminHttpServer, addresses: list[str], settings: AccessSettings, policy: PolicyFile
+    admin: HttpEndpoint, addresses: list[str], settings: AccessSettings, policy: PolicyFile
 ) -> Viewer | None:
     """Mounts the viewer under ``/viewer/``. It reads through the sidecar's own gRPC API: over its Unix
     socket if it has one, else over loopback TCP (a TLS-only TCP listener needs a Unix socket for it)."""

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..config import ContextSettings
 from ..context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
 from ..pipelines import Resumer
-from ..sessions.policies import PolicyBook
+from ..sessions.channel_policies import PolicyBook
 from ..summarizers import Summarizer
 from ..tokens import TokenCounter
 from .stores import Stores

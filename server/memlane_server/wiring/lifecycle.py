@@ -27,10 +27,10 @@ from ..pipelines import (
 )
 from ..pipelines.incremental import IncrementalLearner, LearnConfig
 from ..procedures import ExtractingPromoter
+from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import SessionEndQueue
 from ..sessions.events import EventLog
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.policies import PolicyBook
 from ..summarizers import ExtractiveSummarizer, Summarizer
 from ..tokens import TokenCounter
 from .stores import Stores

@@ -10,7 +10,7 @@ from ..config import EmbeddingSettings, LtmSettings
 from ..embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_spec
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
-from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryPolicy, MemoryService
+from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryService, MemoryTuning
 from ..observability.domain import DomainMetrics
 from ..sessions.keys import KeySpace
 from ..sessions.lease import LeaseLock
@@ -68,12 +68,12 @@ def memory_service(
     """The service over the table. ``versions``: every LTM write bumps the user's version in Redis, so
     cached profiles and this (or another) sidecar's LanceDB view are checked against it on the next
     assembly."""
-    policy = MemoryPolicy(
+    policy = MemoryTuning(
         max_items_per_agent=s.ltm_max_items_per_agent,
         max_episodes_per_agent=s.ltm_max_episodes_per_agent,
         duplicate_similarity=s.ltm_duplicate_similarity,
         profile_max_items=s.ltm_profile_max_items,
-        expansion_weight=MemoryPolicy().expansion_weight if s.ltm_recall_expansion else 0.0,
+        expansion_weight=MemoryTuning().expansion_weight if s.ltm_recall_expansion else 0.0,
     )
     return MemoryService(
         store,

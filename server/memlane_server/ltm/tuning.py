@@ -1,19 +1,19 @@
 """Tuning knobs of long-term memory, with the defaults the golden set was measured with.
 
-``app.py`` builds one ``MemoryPolicy`` from ``Settings``; the domain never reads the environment.
+``app.py`` builds one ``MemoryTuning`` from ``Settings``; the domain never reads the environment.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memlane_server.ltm.model import MemoryKind, MemoryScope
+from .model import MemoryKind, MemoryScope
 
 DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryPolicy:
+class MemoryTuning:
     # Caps: per (user, agent). Episodes are many and cheap, so they get their own, larger cap.
     max_items_per_agent: int = 200
     max_episodes_per_agent: int = 5000

@@ -79,7 +79,7 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     )
 
 
-class AdminHttpServer:
+class HttpEndpoint:
     def __init__(self, registry: CollectorRegistry, healthy: HealthCheck) -> None:
         self._registry = registry
         self._healthy = healthy
