@@ -120,23 +120,13 @@ def conversation_field(b: Block, entry: Callable[[BlockMessage], bytes]) -> byte
     encoded entry (``entry``, e.g. from a cache) without decoding or re-encoding any turn. None when its
     ids are not exactly its turns' (then ``block_to_pb`` builds it)."""
     ids = b.message_ids
-    if len(ids) != len(b.messages):
+    if len(ids) != len(b.messages) or b.memories or b.procedures:
         return None
-    parts = [
-        cpb.ContextBlock(
-            provenance=cpb.Provenance.ValueType(b.provenance),
-            token_count=b.token_count,
-            rendered_text=b.rendered_text,
-            cap_tokens=b.cap_tokens,
-            truncated=b.truncated,
-        ).SerializeToString()
-    ]
+    parts = [_block_header(b).SerializeToString()]
     for m, mid in zip(b.messages, ids, strict=True):
         if m.message_id != mid:
             return None
         parts.append(entry(m))
-    if b.memories or b.procedures:
-        return None
     body = b"".join(parts)
     return _BLOCKS_TAG + _varint(len(body)) + body
 
@@ -144,28 +134,31 @@ def conversation_field(b: Block, entry: Callable[[BlockMessage], bytes]) -> byte
 _BLOCKS_TAG = b"\x0a"  # AssembleContextResponse.blocks: field 1, length-delimited
 
 
-def block_to_pb(b: Block) -> cpb.ContextBlock:
-    out = cpb.ContextBlock(
+def _block_header(b: Block) -> cpb.ContextBlock:
+    """The block's own fields, without its messages, memories or procedures."""
+    return cpb.ContextBlock(
         provenance=cpb.Provenance.ValueType(b.provenance),
         token_count=b.token_count,
-        message_ids=b.message_ids,
-        memories=[
-            cpb.MemoryRef(
-                memory_id=m.memory_id,
-                score=m.score,
-                parts=score_parts_to_pb(m.parts) if m.parts else None,
-            )
-            for m in b.memories
-        ],
         rendered_text=b.rendered_text,
         cap_tokens=b.cap_tokens,
         truncated=b.truncated,
-        procedures=[
-            cpb.ProcedureRef(
-                agent_id=p.agent_id, group=p.group, procedure_id=p.procedure_id, version=p.version
-            )
-            for p in b.procedures
-        ],
+    )
+
+
+def block_to_pb(b: Block) -> cpb.ContextBlock:
+    out = _block_header(b)
+    out.message_ids.extend(b.message_ids)
+    out.memories.extend(
+        cpb.MemoryRef(
+            memory_id=m.memory_id,
+            score=m.score,
+            parts=score_parts_to_pb(m.parts) if m.parts else None,
+        )
+        for m in b.memories
+    )
+    out.procedures.extend(
+        cpb.ProcedureRef(agent_id=p.agent_id, group=p.group, procedure_id=p.procedure_id, version=p.version)
+        for p in b.procedures
     )
     out.messages.extend([_message_pb(m) for m in b.messages])
     return out
