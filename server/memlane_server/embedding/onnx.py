@@ -76,6 +76,10 @@ class OnnxEmbedder:
         # measurable cost in speed for a model this small.
         opts.enable_cpu_mem_arena = False
         opts.enable_mem_pattern = False
+        # Threads that finish a run sleep instead of spinning for the next one: the cores are shared with
+        # the event loop (and a worker process), and a spinning thread takes a core from them between
+        # queries for nothing.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(str(spec.model_path), opts, providers=["CPUExecutionProvider"])
             tokenizer = Tokenizer.from_file(str(spec.tokenizer_path))
