@@ -60,9 +60,7 @@ class SpeakerIndex:
     def named_in(self, query: str) -> set[str]:
         """The speakers whose every name word is a word of the query (case folded)."""
         words = {w.lower() for w in WORD.findall(query)}
-        return {
-            s for w in words for s, parts in self._by_word.get(w, ()) if all(p in words for p in parts)
-        }
+        return {s for w in words for s, parts in self._by_word.get(w, ()) if all(p in words for p in parts)}
 
 
 def named_in(query: str, speakers: Iterable[str]) -> set[str]:
