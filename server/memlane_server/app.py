@@ -137,6 +137,7 @@ class Sidecar:
             executor=self._executor,
             resumer=self.end.resumer,
             policies=self.end.policies,
+            queue=self.end.summaries,
         )
         self._closes["context"] = self.context.aclose
         telemetry.register_caches(self.registry, self.context, self._memory, self._embedder)
