@@ -26,6 +26,12 @@ import type { AppendResult } from "./gen/memlane/v1/session_service_pb.js";
 const KNOWN_SESSIONS = 10_000; // ids remembered as created, so add() costs one round trip after the first
 
 export interface MemlaneOptions extends ClientOptions {
+  /** This agent's id in the sessions it creates and the memories it writes (request fields, as the
+   * Python `Memlane` sends it; the caller's identity is the token's, or `callerAgentId` when auth is
+   * off). */
+  agentId?: string;
+  /** Sent as `x-memlane-agent` (the caller's identity when the sidecar runs without auth). */
+  callerAgentId?: string;
   /** Channel of the sessions this agent creates. */
   channel?: string;
 }
@@ -47,7 +53,9 @@ export class Memlane {
   /** `agentId` names this agent in the sessions it creates and the memories it writes. */
   constructor(target: string | Client = DEFAULT_TARGET, options: MemlaneOptions = {}) {
     this.#owns = !(target instanceof Client);
-    this.client = target instanceof Client ? target : new Client(target, options);
+    const { agentId: _fields, callerAgentId, ...clientOptions } = options;
+    this.client =
+      target instanceof Client ? target : new Client(target, { ...clientOptions, agentId: callerAgentId });
     this.agentId = options.agentId ?? "";
     this.channel = options.channel ?? "";
   }
