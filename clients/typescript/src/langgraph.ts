@@ -73,7 +73,9 @@ function configOf(threadId: string, ns: string, checkpointId: string): RunnableC
   return { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: checkpointId } };
 }
 
-export class MemlaneSaver extends BaseCheckpointSaver<string> {
+// Numeric channel versions, as LangGraph.js's own savers (and what `compile({ checkpointer })` expects);
+// they travel as their decimal text.
+export class MemlaneSaver extends BaseCheckpointSaver {
   readonly client: Client;
   readonly userId: string;
   readonly agentId: string;
@@ -92,12 +94,6 @@ export class MemlaneSaver extends BaseCheckpointSaver<string> {
   /** Closes the client this saver made (not one it was given). */
   close(): void {
     if (this.#owns) this.client.close();
-  }
-
-  override getNextVersion(current: string | undefined): string {
-    // Strings that sort in version order, as LangGraph's Postgres saver (and the Python one) make them.
-    const n = current === undefined ? 0 : Number.parseInt(String(current).split(".")[0] ?? "0", 10);
-    return `${String(n + 1).padStart(32, "0")}.${Math.random().toFixed(16).slice(2)}`;
   }
 
   async #typed(value: unknown): Promise<MessageInitShape<typeof TypedValueSchema>> {
@@ -166,7 +162,8 @@ export class MemlaneSaver extends BaseCheckpointSaver<string> {
     checkpoint.channel_values[TASKS] = sends;
     checkpoint.channel_versions ??= {};
     const versions = Object.values(checkpoint.channel_versions);
-    checkpoint.channel_versions[TASKS] = versions.length > 0 ? maxChannelVersion(...versions) : this.getNextVersion(undefined);
+    checkpoint.channel_versions[TASKS] =
+      versions.length > 0 ? maxChannelVersion(...versions) : this.getNextVersion(undefined);
   }
 
   async getTuple(config: RunnableConfig): Promise<CheckpointTuple | undefined> {

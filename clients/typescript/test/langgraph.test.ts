@@ -2,13 +2,13 @@
  * every capability of the default spec (put, putWrites, getTuple, list, deleteThread) plus the opt-in
  * getDeltaChannelHistory walk, against the real sidecar. Each checkpointer instance is a fresh user, and
  * that user is erased when the suite destroys it, so instances never see each other's threads. */
-import type { CheckpointerTestInitializer } from "@langchain/langgraph-checkpoint-validation";
+import type { CheckpointSaverTestInitializer } from "@langchain/langgraph-checkpoint-validation";
 import { deltaChannelHistoryTests, validate } from "@langchain/langgraph-checkpoint-validation";
 
 import { MemlaneSaver } from "../src/langgraph.js";
 import { target, unique } from "./helpers.js";
 
-const initializer: CheckpointerTestInitializer<MemlaneSaver> = {
+const initializer: CheckpointSaverTestInitializer<MemlaneSaver> = {
   checkpointerName: "MemlaneSaver",
   createCheckpointer: () => new MemlaneSaver(target(), { userId: unique("lg") }),
   async destroyCheckpointer(saver) {
