@@ -31,6 +31,7 @@ import {
 } from "@langchain/langgraph-checkpoint";
 
 import { Client, type ClientOptions, DEFAULT_TARGET } from "./client.js";
+import * as mirror from "./langgraph-mirror.js";
 import { NotFoundError } from "./errors.js";
 import type {
   CheckpointRecord,
@@ -47,6 +48,8 @@ export interface MemlaneSaverOptions extends ClientOptions {
   userId?: string;
   /** Channel of the sessions it creates (and of the threads `list` without a thread goes through). */
   channel?: string;
+  /** Mirror the `messages` channel into the session's messages (default true). */
+  mirrorMessages?: boolean;
   serde?: SerializerProtocol;
 }
 
@@ -80,7 +83,9 @@ export class MemlaneSaver extends BaseCheckpointSaver {
   readonly userId: string;
   readonly agentId: string;
   readonly channel: string;
+  readonly mirrorMessages: boolean;
   readonly #owns: boolean;
+  readonly #mirrored = new Map<string, Set<string>>(); // thread -> message ids mirrored into the session
 
   constructor(target: string | Client = DEFAULT_TARGET, options: MemlaneSaverOptions = {}) {
     super(options.serde);
@@ -89,6 +94,7 @@ export class MemlaneSaver extends BaseCheckpointSaver {
     this.userId = options.userId ?? "langgraph";
     this.agentId = options.agentId ?? "";
     this.channel = options.channel ?? "langgraph";
+    this.mirrorMessages = options.mirrorMessages ?? true;
   }
 
   /** Closes the client this saver made (not one it was given). */
@@ -249,7 +255,27 @@ export class MemlaneSaver extends BaseCheckpointSaver {
       newValues,
     };
     await this.#withSession(config, threadId, () => this.client.putCheckpoint(request));
+    if (this.mirrorMessages && !ns && mirror.CHANNEL in newVersions) {
+      await this.#mirror(threadId, (values as Record<string, unknown>)[mirror.CHANNEL]);
+    }
     return configOf(threadId, ns, checkpoint.id);
+  }
+
+  async #mirror(sessionId: string, messages: unknown): Promise<void> {
+    let known = this.#mirrored.get(sessionId);
+    if (known === undefined) {
+      known = new Set();
+      let pageToken = "";
+      do {
+        const page = await this.client.listMessages({ sessionId, pageSize: 1000, pageToken });
+        for (const id of mirror.mirroredIds(page)) known.add(id);
+        pageToken = page.nextPageToken;
+      } while (pageToken);
+    }
+    const p = mirror.plan(known, messages);
+    if (p.append.length > 0) await this.client.appendMessages({ sessionId, messages: p.append });
+    if (p.remove.length > 0) await this.client.removeMessages({ sessionId, messageIds: p.remove });
+    this.#mirrored.set(sessionId, p.ids);
   }
 
   async putWrites(config: RunnableConfig, writes: PendingWrite[], taskId: string, taskPath = ""): Promise<void> {
@@ -265,7 +291,9 @@ export class MemlaneSaver extends BaseCheckpointSaver {
     await this.#withSession(config, threadId, () => this.client.putCheckpointWrites(request));
   }
 
+  /** Drops the thread's framework state (checkpoints and writes); the session's messages stay. */
   async deleteThread(threadId: string): Promise<void> {
+    this.#mirrored.delete(String(threadId));
     try {
       await this.client.deleteCheckpoints({ sessionId: String(threadId) });
     } catch (err) {
