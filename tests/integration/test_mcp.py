@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 import memlane
+import memlane.mcp
 from memlane import MemoryKind
 from memlane_server.background import SidecarThread
 from tests.access_policy import TOKENS, write_policy
@@ -231,6 +232,17 @@ async def test_any_user_mode_makes_the_user_an_argument(server: SidecarThread) -
         await ok(s, "remember", user_id=alice, content="Drinks green tea every morning.")
         assert len((await ok(s, "search_memories", user_id=alice, query="tea"))["memories"]) == 1
         assert (await ok(s, "search_memories", user_id=bob, query="tea"))["memories"] == []
+
+
+def test_the_public_face_is_small() -> None:
+    assert sorted(memlane.mcp.__all__) == [
+        "McpOptions",
+        "OptionsError",
+        "add_arguments",
+        "main",
+        "run",
+        "serve",
+    ]
 
 
 def test_flags_that_leave_the_user_open_or_the_endpoint_exposed_are_refused(server: SidecarThread) -> None:
