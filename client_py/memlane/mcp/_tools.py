@@ -20,7 +20,7 @@ from .._client import AsyncClient
 from .._errors import MemlaneError, NotFoundError
 from .._ids import new_id
 from ..v1.context_pb2 import AssembleContextResponse
-from ..v1.memory_pb2 import Caller, Memory, MemoryFilter, MemoryKind
+from ..v1.memory_pb2 import Caller, IngestOutcome, Memory, MemoryFilter, MemoryKind
 from ._options import McpOptions
 
 KindName = Literal["fact", "preference", "instruction", "episodic"]
@@ -282,8 +282,9 @@ class Tools:
         return f"stored {len(results)} message(s) in {args.session_id}", data
 
     async def _owned_session(self, session_id: str, user: str) -> None:
-        """Refuses a session that is not this user's with the same answer as a missing one, so a model
-        cannot learn which session ids other users hold."""
+        """Refuses a session that is not this user's with the same answer as a missing one: nothing of
+        another user's conversation (its user, its status, its size) comes back. That an id is taken is
+        visible anyway, as CreateSession's ALREADY_EXISTS is to any caller."""
         try:
             session = (await self._client.get_session(session_id=session_id)).session
         except NotFoundError:
@@ -332,8 +333,7 @@ class Tools:
             slot=args.slot,
             channel=self._opts.channel,
         )
-        outcome = reply.outcome
-        name = {1: "created", 2: "merged", 3: "superseded", 4: "skipped"}.get(outcome, "created")
+        name = IngestOutcome.Name(reply.outcome).removeprefix("INGEST_OUTCOME_").lower()  # created, merged...
         data = {
             "memory_id": reply.memory.memory_id,
             "outcome": name,
