@@ -13,6 +13,7 @@ import {
   NO_RETRY,
   NotFoundError,
   Provenance,
+  iterPages,
   ResourceExhaustedError,
   RetryableError,
   Role,
@@ -140,5 +141,22 @@ describe("streamed context", () => {
     expect(blocks.flatMap((b) => b.messages.map((m) => m.content))).toContain("I live in Porto.");
     expect(responses.at(-1)?.stats?.totalTokens).toBeGreaterThan(0);
     expect(responses.slice(0, -1).every((r) => r.stats === undefined)).toBe(true);
+  });
+});
+
+describe("pagination", () => {
+  it("iterPages walks every page", async () => {
+    const sid = unique("s");
+    await client.createSession({ sessionId: sid, userId: unique("u") });
+    const texts = ["one", "two", "three", "four", "five"];
+    await client.appendMessages({ sessionId: sid, messages: texts.map((content) => ({ role: Role.USER, content })) });
+    const seen: string[] = [];
+    for await (const msg of iterPages(
+      (pageToken) => client.listMessages({ sessionId: sid, pageSize: 2, pageToken }),
+      (page) => page.messages,
+    )) {
+      seen.push(msg.content);
+    }
+    expect(seen).toEqual(texts);
   });
 });

@@ -1,10 +1,12 @@
 /** The high-level class against the real sidecar: sessions created on first use, the context as OpenAI
  * chat messages (given back exactly as added, from this client or the Python one), remember / search,
  * forget a user. */
+import { execFileSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { CHAT_FORMAT, Memlane, MemoryKind, NotFoundError } from "../src/index.js";
 import { target, unique } from "./helpers.js";
+import { python } from "./sidecar.js";
 
 const TOOL_CALL = {
   role: "assistant",
@@ -65,5 +67,27 @@ describe("Memlane", () => {
 
   it("refuses a role it does not know, before any call", async () => {
     await expect(m.add(unique("u"), unique("chat"), [{ role: "wizard", content: "x" }])).rejects.toThrow(/role/);
+  });
+});
+
+describe("the same storage format as the Python client", () => {
+  it("the Python Memlane reads back what this one added, and the other way round", async () => {
+    const user = unique("u");
+    const sid = unique("chat");
+    await m.add(user, sid, [{ role: "user", content: "Ünïcode 🚀 from TypeScript" }, TOOL_CALL]);
+    const code = [
+      "import json, sys, memlane",
+      "with memlane.Memlane(sys.argv[1], agent_id='py-bot') as m:",
+      "    m.add(sys.argv[2], sys.argv[3], [{'role': 'assistant', 'content': 'from Python'}])",
+      "    print(json.dumps(m.context(sys.argv[3], system_prompt='')))",
+    ].join("\n");
+    const out = execFileSync(python(), ["-c", code, target(), user, sid], { encoding: "utf8", env: process.env });
+    const fromPython = JSON.parse(out) as unknown[];
+    expect(fromPython).toEqual(await m.context(sid, "", { systemPrompt: "" }));
+    expect(fromPython.slice(-3)).toEqual([
+      { role: "user", content: "Ünïcode 🚀 from TypeScript" },
+      TOOL_CALL,
+      { role: "assistant", content: "from Python" },
+    ]);
   });
 });

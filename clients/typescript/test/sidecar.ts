@@ -23,7 +23,7 @@ declare module "vitest" {
 
 const REPO = resolve(import.meta.dirname, "../../..");
 
-function python(): string {
+export function python(): string {
   if (process.env.MEMLANE_PYTHON) return process.env.MEMLANE_PYTHON;
   const venv = join(REPO, ".venv", "bin", "python");
   return existsSync(venv) ? venv : "python3";
