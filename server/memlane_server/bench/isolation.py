@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import memlane
 from memlane import Message, PromotionState, Role
+from memlane.v1 import memory_pb2
 
 from .report import Report
 from .runner import Latency, percentiles
@@ -47,13 +48,16 @@ def _sessions(c: memlane.Client) -> list[str]:
     return out
 
 
-def isolation(report: Report, target: str) -> None:
+def isolation(report: Report, target: str, *, searcher: str = "searcher") -> None:
+    """``searcher``: a user with memories, whose searches (a query embedding each) are timed too."""
     health_s: list[float] = []
     append_s: list[float] = []
+    search_s: list[float] = []
     with memlane.Client(target, timeout=60) as c, grpc.insecure_channel(target) as channel:
         probe = health_pb2_grpc.HealthStub(channel)
         ending = _sessions(c)
         live = c.create_session(user_id="isolation-live", agent_id="bench-agent").session.session_id
+        caller = memory_pb2.Caller(user_id=searcher, agent_id="bench-agent")
         for sid in ending:
             c.close_session(session_id=sid)
         t0 = time.perf_counter()
@@ -67,6 +71,9 @@ def isolation(report: Report, target: str) -> None:
                 session_id=live, messages=[Message(role=Role.ROLE_USER, content="still there?")]
             )
             append_s.append(time.perf_counter() - s)
+            s = time.perf_counter()
+            c.search_memories(caller=caller, query=f"which locker, question {len(search_s)}?", limit=10)
+            search_s.append(time.perf_counter() - s)
             if len(append_s) % 20 == 0:
                 states = [c.get_session(session_id=sid).session.promotion_state for sid in ending]
                 ended = sum(st == PromotionState.PROMOTION_STATE_ARCHIVED for st in states)
@@ -89,4 +96,8 @@ def isolation(report: Report, target: str) -> None:
     p50, p99 = percentiles(append_s)
     report.latency(
         Latency("isolation: AppendMessages meanwhile", p50, p99, len(append_s)), p99_ms=100, note=note
+    )
+    p50, p99 = percentiles(search_s)
+    report.latency(
+        Latency("isolation: SearchMemories meanwhile (a query embedding each)", p50, p99, len(search_s))
     )
