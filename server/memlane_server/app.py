@@ -23,7 +23,7 @@ from typing import Literal, get_args
 import grpc
 from grpc_health.v1 import health, health_pb2
 
-from . import telemetry
+from . import preflight, telemetry
 from .access.policy import PolicyFile
 from .api.admission import AdmissionInterceptor
 from .config import Settings
@@ -79,6 +79,7 @@ CloseStep = Literal[
     "embedder",
     "redis pool",
     "embedded redis",
+    "data dir lock",
 ]
 _DRAIN_ORDER: tuple[DrainStep, ...] = get_args(DrainStep)
 _CLOSE_ORDER: tuple[CloseStep, ...] = get_args(CloseStep)
@@ -126,6 +127,7 @@ class Sidecar:
 
     async def start(self) -> None:
         s = self.settings
+        await self._preflight(listens=True)
         tokens, extractor, summarizer = await self._foundation()
         self.context = build_context(
             s.context,
@@ -145,6 +147,15 @@ class Sidecar:
         await self._start_admin()
         await self._start_jobs()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
+
+    async def _preflight(self, *, listens: bool) -> None:
+        """Configuration, the data dir, ports and Redis first (preflight.py): a start that cannot work
+        fails in about two seconds with one line, before the model loads or a Redis starts."""
+        path = await preflight.check(self.settings, listens=listens)
+        if not self.settings.redis.redis_url:  # this sidecar will run the embedded Redis on these files
+            lock = preflight.DataDirLock(path)
+            lock.acquire()
+            self._closes["data dir lock"] = _async(lock.release)
 
     async def _foundation(self) -> tuple[TokenCounter, Extractor | None, Summarizer | None]:
         """What both halves need: Redis, the stores, long-term memory, the providers and the session-end

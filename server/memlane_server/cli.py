@@ -139,6 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("serve", "worker"):
         # Imported here so `memlane --help` works on a client-only install without the server extras.
         from .lazy_modules import defer_unused_packages
+        from .preflight import StartError, check
+
+        try:  # before the server's imports (seconds): a start that cannot work says so at once
+            asyncio.run(check(settings, listens=args.command == "serve"))
+        except StartError as exc:
+            print(f"memlane: {exc}", file=sys.stderr)
+            return 2
 
         defer_unused_packages()  # seconds off start-up (see the module)
         try:
@@ -159,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
         try:
             asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
-        except ConfigError as exc:
+        except (ConfigError, StartError) as exc:  # what was started is stopped by then
             print(f"memlane: {exc}", file=sys.stderr)
             return 2
         if args.command == "worker":

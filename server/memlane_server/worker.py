@@ -24,6 +24,7 @@ class Worker(Sidecar):
     async def start(self) -> None:
         if not self.settings.redis.redis_url:
             raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
+        await self._preflight(listens=False)
         await self._foundation()
         await self._start_admin(with_viewer=False)
         await self._start_background()

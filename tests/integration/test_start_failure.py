@@ -4,11 +4,16 @@ is built, so ``stop`` after a failed ``start`` needs no probing for what exists.
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import memlane
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from tests.conftest import ServerFactory, wait_for
@@ -23,28 +28,115 @@ def _answers(path: Path) -> bool:
         return True
 
 
-def test_a_start_that_fails_at_bind_closes_the_embedded_redis(
-    start_server: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_start_that_fails_half_way_closes_the_embedded_redis(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    taken = start_server().target  # this port is served: the second sidecar cannot bind it
+    """A failure no check can see coming (the model file is unusable) comes after the embedded Redis
+    started: that Redis goes down with the failed start."""
+    bad_model = tmp_path / "model.onnx"
+    bad_model.write_bytes(b"not a model")
     settings = build_settings(
         flags={
-            "listen": taken,
+            "listen": "127.0.0.1:0",
             "admin_listen": "",
-            "redis_url": "",  # an embedded Redis under data_dir, started before the bind fails
+            "redis_url": "",  # an embedded Redis under data_dir, started before the model loads
             "key_prefix": "startfail",
-            "data_dir": str(tmp_path),
-            "ltm_enabled": False,
+            "data_dir": str(tmp_path / "data"),
+            "embedding_model_path": str(bad_model),
             "shutdown_grace_seconds": 1.0,
         },
         env={},
     )
-    sock = tmp_path / "redis" / "redis.sock"
+    sock = tmp_path / "data" / "redis" / "redis.sock"
     caplog.set_level(logging.INFO, logger="memlane")
-    with pytest.raises(RuntimeError, match="Failed to bind"):  # grpc: the port is in use
+    with pytest.raises(Exception, match="model"):
         SidecarThread(settings).start()
     assert any("started embedded redis" in r.getMessage() for r in caplog.records)  # positive control
     # The sidecar's thread runs stop() after the failure: the embedded Redis goes down with it.
     wait_for(lambda: not _answers(sock), timeout=20)
     failed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shutdown:")]
     assert failed == []
+
+
+def _serve(*flags: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memlane_server.cli", "serve", "--admin-listen", "", *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")},
+    )
+
+
+def _one_line_refusal(out: subprocess.CompletedProcess[str], says: str) -> None:
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("memlane: ") and says in lines[-1], lines
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [
+        ("unreachable redis", "redis_url redis://127.0.0.1:1"),
+        ("malformed redis url", "redis_url 'nonsense://x'"),
+        ("grpc port in use", ": in use"),
+        ("admin port in use", "admin_listen"),
+        ("read-only data dir", "is not writable"),
+        ("malformed channel policy file", "channel_policies_file"),
+    ],
+)
+def test_a_start_that_cannot_work_says_why_in_one_line_before_loading_anything(
+    redis_url: str, tmp_path: Path, case: str, says: str
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = f"127.0.0.1:{busy.getsockname()[1]}"
+        data = tmp_path / "data"
+        flags = ["--redis-url", redis_url, "--data-dir", str(data), "--listen", "127.0.0.1:0"]
+        if case == "unreachable redis":
+            flags[1] = "redis://127.0.0.1:1"
+        elif case == "malformed redis url":
+            flags[1] = "nonsense://x"
+        elif case == "grpc port in use":
+            flags[-1] = taken
+        elif case == "admin port in use":
+            flags += ["--admin-listen", taken]
+        elif case == "read-only data dir":
+            data.mkdir()
+            data.chmod(0o500)
+            if os.access(data, os.W_OK):  # root writes anywhere: a path under a file is unwritable too
+                data.chmod(0o700)
+                (tmp_path / "file").write_text("")
+                flags[3] = str(tmp_path / "file" / "data")
+        else:
+            policy = tmp_path / "channels.yaml"
+            policy.write_text("channels: [not, a, mapping]\n")
+            flags += ["--channel-policies-file", str(policy)]
+        started = time.monotonic()
+        out = _serve(*flags)
+    _one_line_refusal(out, says)
+    assert time.monotonic() - started < 30  # seconds, not the model's load and a traceback
+    assert "started embedded redis" not in out.stderr
+
+
+def test_a_second_sidecar_on_a_served_data_dir_is_refused(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    first = start_server(redis_url="", data_dir=str(data), key_prefix="lock")
+    sock = data / "redis" / "redis.sock"
+    assert _answers(sock)
+    out = _serve("--data-dir", str(data), "--listen", "127.0.0.1:0")
+    _one_line_refusal(out, f"data_dir {data} is already served by another memlane (pid {os.getpid()})")
+    # The first one's embedded Redis is untouched (the refused start neither ran a second Redis on its
+    # files nor deleted its socket), and the first sidecar still serves.
+    assert _answers(sock)
+    with memlane.Client(first.target) as c:
+        assert c.create_session(user_id="u-lock").session.session_id
+    first.stop()
+    # Positive control: once the first is gone, the directory is free again.
+    again = start_server(redis_url="", data_dir=str(data), key_prefix="lock")
+    again.stop()

@@ -206,6 +206,9 @@ class PolicyBook:
         data = data or {}
         if not isinstance(data, dict) or set(data) - {"default", "channels"}:
             raise PolicyError(f"channel policy file {p}: expected a mapping with 'default' and 'channels'")
+        for part in ("default", "channels"):
+            if not isinstance(data.get(part) or {}, dict):
+                raise PolicyError(f"{p}: {part}: expected a mapping")
         default = _build(base, "", data.get("default") or {}, f"{p}: default")
         channels: dict[str, ChannelPolicy] = {}
         for name, raw in (data.get("channels") or {}).items():
