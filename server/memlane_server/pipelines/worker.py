@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import MemlaneError, NotFound
+from ..errors import Conflict, MemlaneError, NotFound, ResourceExhausted, Unavailable
 from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import (
     LEARN_REASONS,
@@ -49,6 +49,8 @@ def consumer_name() -> str:
 
 # A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summarization.py).
 Summarize = Callable[[str, int, int], Awaitable[object]]
+# Domain errors that say "try again" rather than "never": such a job is retried, not dropped.
+_RETRIED = (Conflict, ResourceExhausted)
 _SUMMARY_CONCURRENCY = 2  # summaries run at once in a worker, beside its session-end and learn jobs
 
 
@@ -213,6 +215,18 @@ class SessionEndWorker:
                 "lost the session lease mid-run; the job will be retried",
                 extra={"session_id": job.session_id},
             )
+            return
+        except Unavailable as exc:
+            # A store that did not answer (an object store paused, a full disk): the job stays pending and
+            # is taken again after the claim timeout, without counting toward parking (an outage of a few
+            # minutes must not need an operator). Dropping it left the session ended but never archived.
+            log.warning(
+                "session-end job met an unavailable store; it will be retried",
+                extra={"session_id": job.session_id, "error": str(exc)},
+            )
+            return
+        except _RETRIED as exc:  # a concurrent change won, or the store shed load: a failure, retried
+            await self._failed(job, exc)
             return
         except MemlaneError as exc:
             # A domain refusal will not change on retry (e.g. the session was deleted): drop the job.
