@@ -7,25 +7,50 @@ writes, so it must share the pipeline; on Redis Cluster both commands go to the 
 slot). If fewer replicas confirm within the timeout the write is reported UNAVAILABLE: it happened on the
 master and may or may not survive a failover, and a retry with the same message ids is idempotent.
 Replication is in order, so a later confirmed write also confirms every earlier one on that master.
+
+On Redis Cluster every failure of a durable write also refreshes the client's slot map (at most once per
+``_REFRESH_EVERY_S``): after a failover the map may still name the old master, which came back as a
+replica, so the EVALSHA is redirected to the new master while the WAIT, sent to the node the map named,
+counts a replica's confirmations: without a refresh every retry met the same stale map (durable appends
+answered UNAVAILABLE for a minute once).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import Unavailable
+
+log = logging.getLogger("memlane")
+
+
+_REFRESH_EVERY_S = 0.5
+# Replies that say the slot map is wrong or changing (the script's own refusals, NOTFOUND and the like,
+# say nothing about the topology).
+_TOPOLOGY_REPLIES = ("MOVED", "ASK", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "LOADING")
+
+
+def _topology(exc: BaseException) -> bool:
+    if isinstance(exc, NoScriptError):
+        return False
+    if isinstance(exc, ResponseError):
+        return str(exc).startswith(_TOPOLOGY_REPLIES)
+    return True  # ours (too few replicas, the slot moved), a lost connection, a timeout, a cluster error
 
 
 @dataclass(frozen=True, slots=True)
 class Durability:
     replicas: int = 0  # 0: answer as soon as the master has the write (Redis's default)
     timeout_ms: int = 1000
+    _refreshed_at: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)
 
     async def evalsha(
         self, redis: aioredis.Redis, script: str, sha: str, keys: Sequence[str], args: Sequence[Any]
@@ -41,7 +66,34 @@ class Durability:
         raise AssertionError("unreachable")
 
     async def _once(self, redis: aioredis.Redis, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        cluster = redis if isinstance(redis, RedisCluster) else None
+        if not isinstance(redis, RedisCluster):
+            return await self._confirmed(redis, None, sha, keys, args)
+        try:
+            return await self._confirmed(redis, redis, sha, keys, args)
+        except Exception as exc:
+            if _topology(exc):
+                await self._refresh(redis)
+            raise
+
+    async def _refresh(self, cluster: RedisCluster) -> None:
+        """Re-reads the slot map (nodes and roles) from the cluster, unless done a moment ago."""
+        now = time.monotonic()
+        if now - self._refreshed_at[0] < _REFRESH_EVERY_S:
+            return
+        self._refreshed_at[0] = now
+        try:
+            await cluster.nodes_manager.initialize()
+        except Exception:  # the cluster is still electing: the next failure asks again
+            log.warning("could not refresh the Redis Cluster slot map", exc_info=True)
+
+    async def _confirmed(
+        self,
+        redis: aioredis.Redis,
+        cluster: RedisCluster | None,
+        sha: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+    ) -> Any:
         node: Any = None
         target: dict[str, Any] = {}
         if cluster is not None:
