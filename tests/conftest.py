@@ -141,6 +141,9 @@ def start_server(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
             "key_prefix": f"t{uuid.uuid4().hex[:10]}",
             "data_dir": str(tmp_path_factory.mktemp("data")),
             "shutdown_grace_seconds": 1.0,
+            # Background jobs in the test's process, through the same job stream as worker processes
+            # (tests/integration/test_worker_processes.py runs real ones).
+            "worker_processes": 0,
         }
         values.update(overrides)
         prefixes.add(values["key_prefix"])

@@ -1,6 +1,11 @@
 """The composition root: settings in, a running sidecar out. The builders of each part live in
 ``wiring/``; this module calls them in order, starts the background jobs once the sidecar serves, and
-stops everything in a fixed order."""
+stops everything in a fixed order.
+
+Serving apart from work: the serving process answers requests; the background jobs (session end,
+learning during the session, LTM upkeep) run in ``worker_processes`` child processes (``worker_pool.py``,
+each a ``worker.Worker``), fed through the job stream in Redis. With ``worker_processes`` 0 they run in
+this process instead, through the same stream."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .extraction import Extractor
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.redis_pool import RedisClient, connect
 from .infra.redis_timing import time_commands
-from .ltm import MemoryService
+from .ltm import MemoryMaintenance, MemoryService
 from .observability.domain import Sampler
 from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
@@ -46,14 +51,17 @@ from .wiring.lifecycle import SessionEnd, build_session_end
 from .wiring.ltm import load_embedder
 from .wiring.providers import build_extractor, build_summarizer
 from .wiring.stores import Stores, build_stores
+from .worker_pool import WorkerPool
 
 log = logging.getLogger("memlane")
 
 Close = Callable[[], Awaitable[object]]
 
-# What ``stop`` drains together, within the grace period: calls in flight, a learning run, session-end
-# jobs (handed back to the queue).
-DrainStep = Literal["calls", "learner", "session-end worker"]
+# What ``stop`` drains, within the grace period, in two phases: first the calls in flight and the learn
+# scheduler (the workers keep working meanwhile: a PromoteSession in flight waits for its job), then the
+# worker processes and this process's own job consumer, which hand their jobs back to the queue.
+DrainStep = Literal["calls", "learn scheduler", "workers", "session-end worker"]
+_CALLS_PHASE: tuple[DrainStep, ...] = ("calls", "learn scheduler")
 # What ``stop`` closes after the drain, in this order; a part that never started is absent. Literal
 # types, so a part registered under a name missing here fails the type check instead of staying open.
 CloseStep = Literal[
@@ -101,6 +109,9 @@ class Sidecar:
         self.context: ContextAssembler | None = None
         self.registry, self.metrics = telemetry.new_metrics(settings)
         self._sampler: Sampler | None = None
+        self._maintenance: MemoryMaintenance | None = None
+        self._redis_url = ""  # the Redis every process of this sidecar uses (an embedded one's too)
+        self._stop_deadline = 0.0  # monotonic time by which the drain must be over (set by stop)
         self._policy: PolicyFile | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
@@ -113,17 +124,7 @@ class Sidecar:
 
     async def start(self) -> None:
         s = self.settings
-        await self._connect()
-        tokens = await asyncio.to_thread(TokenCounter, s.sessions.default_encoding)
-        self.stores = build_stores(
-            self.redis, tokens, s, executor=self._executor, auto_approve=self._auto_approves
-        )
-        self.keys, self.sessions = self.stores.keys, self.stores.sessions
-        if s.ltm.ltm_enabled:
-            await self._open_ltm()
-        extractor = self._extractor() if self.ltm is not None else None
-        summarizer = self._summarizer(tokens)
-        self._build_session_end(tokens, extractor, summarizer)
+        tokens, extractor, summarizer = await self._foundation()
         self.context = build_context(
             s.context,
             self.stores,
@@ -142,6 +143,23 @@ class Sidecar:
         await self._start_jobs()
         log.info("memlane serving", extra={"grpc": self.addresses, "admin_port": self.admin_port})
 
+    async def _foundation(self) -> tuple[TokenCounter, Extractor | None, Summarizer | None]:
+        """What both halves need: Redis, the stores, long-term memory, the providers and the session-end
+        parts (built, not started)."""
+        s = self.settings
+        await self._connect()
+        tokens = await asyncio.to_thread(TokenCounter, s.sessions.default_encoding)
+        self.stores = build_stores(
+            self.redis, tokens, s, executor=self._executor, auto_approve=self._auto_approves
+        )
+        self.keys, self.sessions = self.stores.keys, self.stores.sessions
+        if s.ltm.ltm_enabled:
+            await self._open_ltm()
+        extractor = self._extractor() if self.ltm is not None else None
+        summarizer = self._summarizer(tokens)
+        self._build_session_end(tokens, extractor, summarizer)
+        return tokens, extractor, summarizer
+
     async def _connect(self) -> None:
         """The Redis pool: to ``redis_url``, or to an embedded Redis started under the data dir."""
         redis_url = self.settings.redis.redis_url
@@ -151,6 +169,7 @@ class Sidecar:
             await embedded.astart()
             redis_url = embedded.url
             log.info("started embedded redis", extra={"url": redis_url})
+        self._redis_url = redis_url
         self.redis = connect(redis_url)
         self._closes["redis pool"] = self.redis.aclose
         time_commands(self.redis, self.metrics.redis_command)
@@ -175,9 +194,8 @@ class Sidecar:
             s.ltm, store, self._embedder, versions=versions, history=self.stores.memory_history
         )
         self._closes["ltm"] = self.ltm.close
-        maintenance = wiring_ltm.maintenance(s.ltm, self.ltm)
+        self._maintenance = maintenance = wiring_ltm.maintenance(s.ltm, self.ltm)  # started with the jobs
         self._closes["ltm maintenance"] = maintenance.close
-        maintenance.start()
         if self._memory is None:
             self._memory = LtmMemorySource(
                 self.ltm, cross_channel_episodes=s.ltm.ltm_cross_channel_episodes, versions=versions
@@ -219,9 +237,9 @@ class Sidecar:
         )
         self.lifecycle = self.end.lifecycle
         self._closes["lifecycle"] = self.lifecycle.stop
-        if self.end.learner is not None:  # an interrupted learning run leaves its turns to the next run
-            self._drains["learner"] = self.end.learner.stop
-        # Meanwhile session-end jobs go back to the queue (leases released) for another sidecar.
+        if self.end.scheduler is not None:  # notices not queued yet are left to the session end
+            self._drains["learn scheduler"] = self.end.scheduler.stop
+        # Meanwhile jobs in flight go back to the queue (leases released) for another worker.
         self._drains["session-end worker"] = self.end.worker.stop
 
     async def _serve(self, extractor: Extractor | None, context: ContextAssembler) -> None:
@@ -243,14 +261,14 @@ class Sidecar:
         for name in [*services[:2], ""]:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
-    async def _start_admin(self) -> None:
+    async def _start_admin(self, *, with_viewer: bool = True) -> None:
         """/metrics, /healthz and the memory viewer over HTTP, when an admin address is set."""
         s = self.settings
         if not s.server.admin_listen:
             return
         admin = HttpEndpoint(self.registry, self._healthy)
         self._closes["admin http"] = admin.stop
-        if s.observability.viewer_enabled:
+        if with_viewer and s.observability.viewer_enabled:
             assert self._policy is not None  # started by _serve
             viewer = viewer_for(admin, self.addresses, s.access, self._policy)
             if viewer is not None:
@@ -259,12 +277,17 @@ class Sidecar:
 
     async def _start_jobs(self) -> None:
         """Lifecycle jobs start once the sidecar serves: a job may resume sessions that clients then
-        read."""
+        read. The background jobs run in worker processes, or here with ``worker_processes`` 0."""
         await self.lifecycle.start()
-        if self.settings.pipeline.pipeline_enabled:
-            await self.end.worker.start()
-        if self.end.learner is not None:
-            self.end.learner.start()
+        if self.end.scheduler is not None:
+            self.end.scheduler.start()
+        p = self.settings.pipeline
+        if p.pipeline_enabled and p.worker_processes > 0:
+            pool = WorkerPool(self.settings, redis_url=self._redis_url, processes=p.worker_processes)
+            self._drains["workers"] = lambda: pool.stop(self._stop_deadline)
+            await pool.start()
+        elif p.pipeline_enabled:
+            await self._start_background()
         self._sampler = telemetry.start_sampler(
             self.metrics,
             self.settings.observability,
@@ -272,6 +295,13 @@ class Sidecar:
             queue=self.end.queue,
             ltm=self.ltm,
         )
+
+    async def _start_background(self) -> None:
+        """This process takes background jobs: the job stream's consumer, retirement, archive retention
+        and the LTM table's upkeep."""
+        await self.end.worker.start()
+        if self._maintenance is not None:
+            self._maintenance.start()
 
     def _auto_approves(self, owner: Owner) -> bool:
         """An owner's proposals are active at once: the agent's entry in the access policy, else the
@@ -294,16 +324,18 @@ class Sidecar:
         await server.stop(max(0.0, grace - (time.monotonic() - start)))
 
     async def stop(self) -> None:
-        """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls while
-        handing session-end jobs back, then close pools and the embedded Redis. Every step is bounded
-        and a failing one does not stop the rest: a shutdown that hangs or gives up half way would
-        leave the embedded Redis running or the pod past its termination grace period."""
+        """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls, then hand
+        the jobs in flight back (workers stopped), then close pools and the embedded Redis. Every step is
+        bounded and a failing one does not stop the rest: a shutdown that hangs or gives up half way
+        would leave the embedded Redis running or the pod past its termination grace period."""
         await self._health.enter_graceful_shutdown()
         if self._sampler is not None:
             await _bounded("metrics sampler", self._sampler.stop())
         grace = self.settings.server.shutdown_grace_seconds
-        drains = [self._drains[name]() for name in _DRAIN_ORDER if name in self._drains]
-        await _bounded("drain", asyncio.gather(*drains), grace + _STEP_SECONDS)
+        self._stop_deadline = time.monotonic() + grace
+        for phase in (_CALLS_PHASE, tuple(n for n in _DRAIN_ORDER if n not in _CALLS_PHASE)):
+            drains = [self._drains[name]() for name in phase if name in self._drains]
+            await _bounded("drain", asyncio.gather(*drains), grace + _STEP_SECONDS)
         for name in _CLOSE_ORDER:
             if (close := self._closes.get(name)) is not None:
                 await _bounded(name, close())
@@ -335,16 +367,20 @@ def _async(close: Callable[[], object]) -> Close:
     return run
 
 
-async def serve(settings: Settings) -> None:
-    """Runs until SIGINT or SIGTERM, then shuts down gracefully."""
-    sidecar = Sidecar(settings)
+async def run_until_signalled(runtime: Sidecar) -> None:
+    """Runs a started sidecar or worker until SIGINT or SIGTERM, then shuts it down gracefully (also after
+    a failed start: whatever it started is stopped)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await sidecar.start()
     try:
+        await runtime.start()
         await stop.wait()
     finally:
         log.info("shutting down")
-        await sidecar.stop()
+        await runtime.stop()
+
+
+async def serve(settings: Settings) -> None:
+    await run_until_signalled(Sidecar(settings))

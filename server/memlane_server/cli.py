@@ -48,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
         " key; precedence: defaults < --config file < environment < flags.",
     )
     add_flags(serve)
+    worker = sub.add_parser(
+        "worker",
+        help="run background jobs only (session end, learning, LTM upkeep) for sidecars on the same Redis",
+        usage="memlane worker [--config FILE|-] [--SETTING VALUE ...]",
+        description="Run memlane's background jobs alone, against the Redis, LanceDB table and archive"
+        " of the sidecars whose jobs it takes (the same settings as serve; redis_url is required)."
+        " `memlane serve` starts worker_processes of these itself.",
+    )
+    add_flags(worker)
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
@@ -125,14 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"memlane: {exc}", file=sys.stderr)
         return 2
-    if args.command == "serve":
+    if args.command in ("serve", "worker"):
         # Imported here so `memlane --help` works on a client-only install without the server extras.
         from .lazy_modules import defer_unused_packages
 
         defer_unused_packages()  # seconds off start-up (see the module)
         try:
-            from .app import serve
+            from .app import Sidecar, run_until_signalled
             from .observability.logs import configure
+            from .worker import Worker
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
@@ -144,7 +154,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvloop.install()
         except ImportError:
             pass
-        asyncio.run(serve(settings))
+        runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
+        try:
+            asyncio.run(run_until_signalled(runtime))
+        except ConfigError as exc:
+            print(f"memlane: {exc}", file=sys.stderr)
+            return 2
+        if args.command == "worker":
+            # A CPU-bound step still running in a pool thread (its job already handed back) must not hold
+            # the exit past the grace period: the interpreter would join that thread.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
     return 0
 
 

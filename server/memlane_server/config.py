@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import functools
 import os
+import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
@@ -199,7 +200,10 @@ class LifecycleSettings:
 class PipelineSettings:
     """The session-end pipeline, learning during the session, and the Parquet archive."""
 
-    pipeline_enabled: bool = True  # take session-end jobs in this sidecar
+    pipeline_enabled: bool = True  # run background jobs (session end, learning, LTM upkeep) here
+    # Worker processes `memlane serve` starts beside its serving process for the background jobs; 0 runs
+    # them in the serving process itself (tests, notebooks; a request then shares its core with them).
+    worker_processes: int = 1
     pipeline_concurrency: int = 2  # sessions one sidecar runs through the pipeline at once
     pipeline_claim_timeout_seconds: float = 30.0  # a dead sidecar's job / session lease is taken over after
     pipeline_max_failures: int = 5  # a session-end job failing this often is parked for an operator
@@ -332,9 +336,11 @@ def _field_types() -> dict[str, Any]:
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
+    """A YAML (JSON is YAML) or TOML settings file; ``-`` reads YAML from standard input (how
+    ``memlane serve`` hands its settings to its worker processes)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = sys.stdin.read() if str(path) == "-" else p.read_text()
     except OSError as exc:
         raise ConfigError(f"config file {p}: {exc.strerror}") from exc
     try:

@@ -85,7 +85,10 @@ HELP: dict[str, str] = {
     "keyspace_events_configure": "Run CONFIG SET notify-keyspace-events (merging Ex) on Redis at start.",
     "lifecycle_sweep_interval_seconds": "How often deadlines are swept (backs up lost expiry events).",
     "events_max_len": "Lifecycle events kept in the stream WatchSessionEvents reads.",
-    "pipeline_enabled": "Take session-end jobs (summarize, promote, archive) in this sidecar.",
+    "pipeline_enabled": "Run background jobs here: session end (summarize, promote, archive), learning "
+    "during the session and LTM upkeep; false for a thin sidecar whose jobs run in `memlane worker` pods.",
+    "worker_processes": "Worker processes `memlane serve` starts for the background jobs, so that no "
+    "request waits behind their CPU work; 0 runs the jobs in the serving process.",
     "pipeline_concurrency": "Sessions this sidecar runs through the session-end pipeline at once.",
     "pipeline_claim_timeout_seconds": "After this, a dead sidecar's job and session lease are taken over.",
     "pipeline_chunk_messages": "Messages promoted per chunk (progress is saved after each).",

@@ -13,8 +13,9 @@ from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
 from ..errors import InvalidArgument, PermissionDenied
-from ..pipelines import Resumer, SessionEndPipeline
-from ..pipelines.incremental import IncrementalLearner
+from ..pipelines import Resumer
+from ..pipelines.incremental import LearnScheduler
+from ..pipelines.on_request import EndOnRequest
 from ..sessions.edits import MessageEditor
 from ..sessions.events import EventType, SessionEvent
 from ..sessions.lifecycle import Lifecycle
@@ -68,18 +69,18 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         store: SessionStore,
         *,
         lifecycle: Lifecycle,
-        pipeline: SessionEndPipeline,
+        end_on_request: EndOnRequest,
         resumer: Resumer,
         remover: MessageRemover,
         editor: MessageEditor,
-        learner: IncrementalLearner | None = None,
+        learner: LearnScheduler | None = None,
     ) -> None:
         self._store = store
         self._learner = learner
         self._remover = remover
         self._editor = editor
         self._lifecycle = lifecycle
-        self._pipeline = pipeline
+        self._end_on_request = end_on_request
         self._resumer = resumer
 
     async def _check_manage(
@@ -188,7 +189,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
                 writer=current_caller(),
             ),
         )
-        if self._learner is not None:  # in memory only: the learning itself runs in the background
+        if self._learner is not None:  # in memory only: a worker learns
             self._learner.notice(request.session_id, out.duplicates.count(False))
         return spb.AppendMessagesResponse(
             results=[
@@ -266,7 +267,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         remaining = context.time_remaining()
         # Wait for another sidecar's run for most of the call's deadline, leaving time to answer.
         wait_s = max(0.0, (remaining if remaining is not None else 30.0) * 0.8)
-        report = await self._pipeline.force(request.session_id, close=request.close, wait_s=wait_s)
+        report = await self._end_on_request.run(request.session_id, close=request.close, wait_s=wait_s)
         return spb.PromoteSessionResponse(
             session=session_to_pb(report.session),
             promoted_memory_ids=report.promoted_ids,

@@ -1,22 +1,27 @@
 """Learning during the session: an open session's turns become long-term memories while it goes on.
 
 Without this, a fact stated in a long-running session reaches long-term memory only when the session
-ends, so another session or agent of the same user cannot recall it meanwhile. The learner promotes an
-open session's new turns in the background:
+ends, so another session or agent of the same user cannot recall it meanwhile. Two halves, in two
+processes:
 
-- **when**: after ``every_turns`` new turns (the exchange still waiting for its answer is held back), or
-  once the session has been quiet for ``idle_s`` (everything left). A channel policy may turn it off
-  (``learn: false``, or ``promote: false``, which also stops promotion at session end).
-- **off the request path**: an append only records, in memory, that the session has new turns
-  (``notice``); a background task does the reading, extraction, embedding and writing.
-- **the same rules and ids as session end**: it runs the session-end pipeline's own promotion step
-  (``SessionEndPipeline.promote_range``) under the session's lease, so the same ``Promoter`` splits turns
-  per audience (a private turn lands in its writer's scope, a group turn in the group, a session-wide
-  turn in the user's), ids are the same deterministic ones, and progress is the pipeline's own
-  ``promoted_through``: the session-end run starts after what was learnt and adds nothing twice.
+- **the serving process notices** (``LearnScheduler``): an append only records, in memory, that the
+  session has new turns (``notice``, no I/O). When a session is due (``every_turns`` new turns, or quiet
+  for ``idle_s``), one learn job goes onto the background job stream (the session-end queue, so the same
+  consumer groups, leases and hand-backs apply). No reading, extraction or embedding happens here.
+- **a worker learns** (``Learner``, called by ``SessionEndWorker`` for learn jobs): it promotes the open
+  session's turns not promoted yet, holding back the exchange still waiting for its answer unless the
+  session went quiet. A channel policy may turn it off (``learn: false``, or ``promote: false``, which
+  also stops promotion at session end).
 
-What is noticed lives in this process only: a sidecar that stops loses its notices, and the session-end
-promotion then covers those turns as before.
+It runs the session-end pipeline's own promotion step (``SessionEndPipeline.promote_range``) under the
+session's lease, so the same ``Promoter`` splits turns per audience (a private turn lands in its writer's
+scope, a group turn in the group, a session-wide turn in the user's), ids are the same deterministic
+ones, and progress is the pipeline's own ``promoted_through``: the session-end run starts after what was
+learnt and adds nothing twice.
+
+What is noticed lives in the serving process only: one that stops loses its notices, and the
+session-end promotion then covers those turns as before. A learn job that finds the session held (its
+end is running) is dropped for the same reason.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from dataclasses import dataclass
 
 from ..errors import NotFound
 from ..sessions.channel_policies import PolicyBook
+from ..sessions.end_queue import REASON_LEARN, REASON_LEARN_QUIET, SessionEndQueue
 from ..sessions.model import Message, Role, SessionStatus
-from ..sessions.store import SessionStore
+from ..sessions.store import SessionStore, now_ms
 from .session_end import SessionEndPipeline
 
 log = logging.getLogger("memlane.learn")
@@ -62,24 +68,16 @@ def held_back(messages: list[Message]) -> int:
     return 1 if messages and messages[-1].role is Role.USER else 0
 
 
-class IncrementalLearner:
-    def __init__(
-        self,
-        store: SessionStore,
-        pipeline: SessionEndPipeline,
-        *,
-        policies: PolicyBook,
-        config: LearnConfig,
-    ) -> None:
-        self._store = store
-        self._pipeline = pipeline
-        self._policies = policies
+class LearnScheduler:
+    """The serving process's half: notices appends in memory and queues a learn job when a session is
+    due. Only Redis writes of one XADD per due session leave this process."""
+
+    def __init__(self, queue: SessionEndQueue, config: LearnConfig) -> None:
+        self._queue = queue
         self.config = config
         self._pending: dict[str, _Pending] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-
-    # ------------------------------------------------------------------ the append path: memory only
 
     def notice(self, session_id: str, new_turns: int) -> None:
         """Called after an append stored ``new_turns`` new messages; no I/O."""
@@ -93,11 +91,9 @@ class IncrementalLearner:
         if self.config.every_turns and p.new_turns >= self.config.every_turns:
             self._wake.set()
 
-    # ------------------------------------------------------------------ running
-
     def start(self) -> None:
         if self.config.enabled and self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="memlane-learner")
+            self._task = asyncio.create_task(self._loop(), name="memlane-learn-scheduler")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -107,7 +103,7 @@ class IncrementalLearner:
             self._task = None
 
     def _due(self, now: float) -> list[tuple[str, bool]]:
-        """(session, whole) for every session to learn from now; ``whole``: quiet long enough to take the
+        """(session, quiet) for every session to learn from now; ``quiet``: idle long enough to take the
         open exchange too."""
         out: list[tuple[str, bool]] = []
         for sid, p in self._pending.items():
@@ -123,26 +119,33 @@ class IncrementalLearner:
                 async with asyncio.timeout(self.config.tick_s):
                     await self._wake.wait()
             self._wake.clear()
-            for sid, whole in self._due(time.monotonic()):
-                await self._learn_one(sid, whole)
+            for sid, quiet in self._due(time.monotonic()):
+                await self._queue_one(sid, quiet)
 
-    async def _learn_one(self, session_id: str, whole: bool) -> None:
-        seen = self._pending.pop(session_id)
+    async def _queue_one(self, session_id: str, quiet: bool) -> None:
+        p = self._pending[session_id]
+        if quiet:
+            del self._pending[session_id]
+        else:
+            # The count starts again at one: the run may hold the open exchange back (its answer has not
+            # come), and that turn counts toward the next run, as it did when it was noticed. The quiet
+            # timer keeps running, so a held-back turn is learnt once the session goes quiet anyway.
+            p.new_turns = 1
         try:
-            left = await self.learn(session_id, whole=whole)
+            await self._queue.enqueue(session_id, REASON_LEARN_QUIET if quiet else REASON_LEARN, now_ms())
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("learning from an open session failed; session end still promotes its turns")
-            return
-        if left is None:  # the session-end pipeline holds the session: look again next tick
-            left = seen.new_turns
-        if left:
-            # Held back (an open exchange) or not run: keep it, merged with what arrived meanwhile.
-            p = self._pending.setdefault(session_id, _Pending(0, seen.last_at))
-            p.new_turns += left
+            log.warning("could not queue a learn job; session end still promotes its turns", exc_info=True)
 
-    # ------------------------------------------------------------------ one session
+
+class Learner:
+    """A worker's half: runs one learn job."""
+
+    def __init__(self, store: SessionStore, pipeline: SessionEndPipeline, *, policies: PolicyBook) -> None:
+        self._store = store
+        self._pipeline = pipeline
+        self._policies = policies
 
     async def learn(self, session_id: str, *, whole: bool) -> int | None:
         """Promotes the open session's turns not promoted yet (without the open exchange unless

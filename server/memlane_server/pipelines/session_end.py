@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from ..errors import Conflict, FailedPrecondition, NotFound
+from ..errors import Conflict, NotFound
 from ..sessions.checkpoints import CheckpointStore
-from ..sessions.end_queue import REASON_EXPIRED
+from ..sessions.end_queue import REASON_EXPIRED, REASON_FORCED
 from ..sessions.end_state import EndProgress, EndState
 from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
@@ -47,6 +47,7 @@ log = logging.getLogger("memlane.pipeline")
 
 T = TypeVar("T")
 _ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
+_FORCED_LEASE_WAIT_S = 10.0
 
 
 class LeaseLost(Exception):
@@ -97,22 +98,10 @@ class SessionEndPipeline:
     async def handle_job(
         self, session_id: str, reason: str, keep_job: Callable[[], Awaitable[None]]
     ) -> EndReport | None:
-        """A queued job. None when another sidecar holds the session (the job stays queued)."""
-        return await self.locked(session_id, lambda: self._run(session_id, reason), keep_job, wait_s=0.0)
-
-    async def force(self, session_id: str, *, close: bool, wait_s: float) -> EndReport:
-        """PromoteSession: run now, here, waiting up to ``wait_s`` for another sidecar to let go."""
-        s = await self._store.get(session_id)
-        if s.status not in _ENDED:
-            if not close:
-                raise FailedPrecondition(
-                    f"session {session_id!r} is {s.status.name.lower()}; close it first or set close"
-                )
-            await self._lifecycle.close(session_id)
-        out = await self.locked(session_id, lambda: self._run(session_id, "forced"), None, wait_s=wait_s)
-        if out is None:
-            raise TimeoutError(f"another sidecar is still running the pipeline of session {session_id!r}")
-        return out
+        """A queued job. None when another run holds the session (the job stays queued). A forced job (a
+        caller waits for it: PromoteSession) waits a while for the lease, as a learn run lets go soon."""
+        wait_s = _FORCED_LEASE_WAIT_S if reason == REASON_FORCED else 0.0
+        return await self.locked(session_id, lambda: self._run(session_id, reason), keep_job, wait_s=wait_s)
 
     async def locked(
         self,
@@ -164,7 +153,7 @@ class SessionEndPipeline:
     async def promoted_ids(self, session_id: str) -> list[str]:
         return await self._end.promoted_ids(session_id)
 
-    async def _report(self, session_id: str, ran: bool) -> EndReport:
+    async def report(self, session_id: str, ran: bool) -> EndReport:
         return EndReport(
             await self._store.get(session_id),
             await self.promoted_ids(session_id),
@@ -190,7 +179,7 @@ class SessionEndPipeline:
         state = await self._end.progress(session_id)
         last = s.last_seq
         if s.promotion_state is PromotionState.ARCHIVED and state.archived_through >= last:
-            return await self._report(session_id, ran=False)
+            return await self.report(session_id, ran=False)
         policy = self._lifecycle.policies.for_session(s)
         ended_at = (s.closed_at_ms if s.status is SessionStatus.CLOSED else s.expired_at_ms) or now_ms()
         promoted = (
@@ -216,7 +205,7 @@ class SessionEndPipeline:
         await self._end.schedule_retire(session_id, retire_at)
         if policy.hot_retention <= 0:
             await self._retire_locked(session_id)
-        return await self._report(session_id, ran=True)
+        return await self.report(session_id, ran=True)
 
     async def _promote_phase(self, s: Session, state: EndProgress, promote: bool) -> None:
         """Discard, summarize and promote, then PROMOTED (its event written with the state)."""

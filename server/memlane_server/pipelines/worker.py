@@ -1,8 +1,10 @@
-"""The background jobs of the session-end pipeline, one registry started and stopped by ``app.py``:
+"""The background jobs of a worker (a worker process, or the serving process when ``worker_processes`` is
+0), one registry started and stopped by its composition root:
 
-- ``consume``: takes session-end jobs from the shared queue (and a dead sidecar's stale ones), runs them
-  with bounded concurrency, acknowledges them when done; a job that fails ``max_failures`` times is
-  parked (dead-lettered) with a PARKED event and a metric, for an operator to inspect and retry;
+- ``consume``: takes jobs from the shared queue (and a dead worker's stale ones), runs them with bounded
+  concurrency, acknowledges them when done: session-end jobs through the pipeline, learn jobs through
+  the ``Learner``; a session-end job that fails ``max_failures`` times is parked (dead-lettered) with a
+  PARKED event and a metric, for an operator to inspect and retry;
 - ``retire``: retires archived sessions whose hot retention ran out;
 - ``retention``: deletes archive parts older than their channel's archive retention (one sidecar per
   interval, under a lock).
@@ -24,10 +26,11 @@ from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import MemlaneError, NotFound
 from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import EndJob, SessionEndQueue
+from ..sessions.end_queue import LEARN_REASONS, REASON_LEARN_QUIET, EndJob, SessionEndQueue
 from ..sessions.end_state import EndState
 from ..sessions.events import EventLog, EventType, SessionEvent
 from ..sessions.store import SessionStore, now_ms
+from .incremental import Learner
 from .session_end import LeaseLost, SessionEndPipeline
 
 log = logging.getLogger("memlane.pipeline")
@@ -73,7 +76,9 @@ class SessionEndWorker:
         sessions: SessionStore,
         events: EventLog,
         metrics: QueueMetrics,
+        learner: Learner | None = None,
     ) -> None:
+        self._learner = learner
         self._end = state
         self._sessions = sessions
         self._events = events
@@ -153,6 +158,9 @@ class SessionEndWorker:
         if not job.session_id:
             await self._queue.ack([job.job_id])
             return
+        if job.reason in LEARN_REASONS:
+            await self._learn(job)
+            return
 
         async def keep_job() -> None:
             await self._queue.keep_alive(self.consumer, [job.job_id])
@@ -180,6 +188,22 @@ class SessionEndWorker:
         await self._queue.ack([job.job_id])
         await self._queue.clear_marker(job.session_id)
         self.completed += 1
+
+    async def _learn(self, job: EndJob) -> None:
+        """A learn job is acknowledged whatever happens: a run that fails or finds the session held (its
+        end is running) leaves the turns to the next learn job or to the session end, which promotes
+        everything not promoted yet."""
+        try:
+            if self._learner is not None:
+                await self._learner.learn(job.session_id, whole=job.reason == REASON_LEARN_QUIET)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "learning from an open session failed; session end still promotes its turns",
+                extra={"session_id": job.session_id},
+            )
+        await self._queue.ack([job.job_id])
 
     async def _still_to_end(self, session_id: str) -> bool:
         """After a run that did not happen (``handle_job`` gave None): whether the job must stay queued.

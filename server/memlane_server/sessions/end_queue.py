@@ -1,6 +1,9 @@
-"""The session-end work queue: a Redis stream with one consumer group shared by every sidecar.
+"""The background job queue: a Redis stream with one consumer group shared by every worker (the worker
+processes of every sidecar, and ``memlane worker`` deployments).
 
-A job says "this session may have ended; finish it". Jobs are cheap to duplicate (every pipeline step is
+A session-end job says "this session may have ended; finish it"; a learn job (``REASON_LEARN``) says
+"this open session has new turns to learn from". Both are about one session and run under its lease.
+Jobs are cheap to duplicate (every pipeline step is
 idempotent and a per-session lease keeps two sidecars off one session), so producers never coordinate
 beyond a short de-duplication marker. A job stays pending until acknowledged; if its sidecar dies, another
 takes it over with XAUTOCLAIM once it has been idle for the claim timeout. The owner keeps a long job
@@ -23,6 +26,11 @@ GROUP = "session-end"
 REASON_EXPIRED = "expired"
 REASON_CLOSED = "closed"
 REASON_FORCED = "forced"
+# Learning during the session (pipelines/incremental.py): after N new turns, holding back the open
+# exchange; or once the session went quiet, everything.
+REASON_LEARN = "learn"
+REASON_LEARN_QUIET = "learn-quiet"
+LEARN_REASONS = (REASON_LEARN, REASON_LEARN_QUIET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,23 @@ class SessionEndQueue:
     async def pending(self) -> int:
         info = await self._redis.xpending(self.key, GROUP)
         return int(info["pending"])
+
+    async def pending_by_worker(self) -> dict[str, int]:
+        """Jobs taken and not yet acknowledged, per worker (consumer) holding any."""
+        info = await self._redis.xpending(self.key, GROUP)
+        out: dict[str, int] = {}
+        for c in info.get("consumers") or []:
+            name = c["name"].decode() if isinstance(c["name"], bytes) else str(c["name"])
+            out[name] = int(c["pending"])
+        return out
+
+    async def job_state(self, job_id: str) -> tuple[bool, int]:
+        """(still queued, failed runs so far) of one job: an acknowledged job leaves the stream."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(self.key, min=job_id, max=job_id, count=1)
+            pipe.hget(self._keys.session_end_failures(), job_id)
+            rows, failures = await pipe.execute()
+        return bool(rows), int(failures or 0)
 
     async def oldest_age_ms(self, now_ms: int) -> int:
         """Age of the oldest unfinished job (0 when none): acknowledged jobs are deleted from the stream,

@@ -116,11 +116,11 @@ def _add_session_services(server: grpc.aio.Server, p: Served) -> None:
         SessionServicer(
             st.sessions,
             lifecycle=end.lifecycle,
-            pipeline=end.pipeline,
+            end_on_request=end.on_request,
             resumer=end.resumer,
             remover=MessageRemover(p.redis, st.keys, st.sessions),
             editor=MessageEditor(p.redis, st.keys, st.sessions),
-            learner=end.learner,
+            learner=end.scheduler,
         ),
         server,
     )

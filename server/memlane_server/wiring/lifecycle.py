@@ -1,5 +1,7 @@
-"""Session lifecycle and the session-end pipeline: expiry and sweeps, the end queue and its worker, the
-archive, resumption and learning during the session."""
+"""Session lifecycle and the session-end pipeline: expiry and sweeps, the job queue and its worker, the
+archive, resumption and learning during the session. The same parts are built in the serving process and
+in a worker process; each starts its own half (``Lifecycle`` and ``LearnScheduler`` serve,
+``SessionEndWorker`` works)."""
 
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ from ..pipelines import (
     Promoter,
     QueueMetrics,
     Resumer,
-    SessionEndPipeline,
     SessionEndWorker,
     WorkerConfig,
 )
-from ..pipelines.incremental import IncrementalLearner, LearnConfig
+from ..pipelines.incremental import LearnConfig, Learner, LearnScheduler
+from ..pipelines.on_request import EndOnRequest
 from ..procedures import ExtractingPromoter
 from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import SessionEndQueue
@@ -45,8 +47,9 @@ class SessionEnd:
     archive: telemetry.MeteredArchive
     pipeline: telemetry.MeteredPipeline
     resumer: Resumer
-    learner: IncrementalLearner | None
-    worker: SessionEndWorker
+    on_request: EndOnRequest  # PromoteSession: a forced job, waited for
+    scheduler: LearnScheduler | None  # the serving half of learning during the session
+    worker: SessionEndWorker  # runs session-end and learn jobs (a worker's half)
 
 
 def build_session_end(
@@ -62,8 +65,8 @@ def build_session_end(
     metrics: DomainMetrics,
     registry: CollectorRegistry,
 ) -> SessionEnd:
-    """Every part is built, none started (``Lifecycle.start``, ``SessionEndWorker.start`` and
-    ``IncrementalLearner.start`` run once the sidecar serves)."""
+    """Every part is built, none started (``Lifecycle.start`` and ``LearnScheduler.start`` run once the
+    sidecar serves, ``SessionEndWorker.start`` where background work runs)."""
     p = settings.pipeline
     claim_ms = int(p.pipeline_claim_timeout_seconds * 1000)
     policies, events, queue, lifecycle = _lifecycle(settings, redis, stores, claim_ms)
@@ -87,12 +90,11 @@ def build_session_end(
         metrics=metrics,
     )
     resumer = Resumer(stores.sessions, lifecycle, pipeline)
-    # Learning during the session runs where session-end jobs run, and only with something to promote.
-    learner = (
-        _learner(settings, stores, pipeline, policies)
-        if promoter is not None and p.pipeline_enabled
-        else None
-    )
+    # Learning during the session, only with something to promote: noticed where appends are served,
+    # run where session-end jobs run.
+    learns = promoter is not None
+    scheduler = LearnScheduler(queue, _learn_config(settings)) if learns else None
+    learner = Learner(stores.sessions, pipeline, policies=policies) if learns else None
     worker = SessionEndWorker(
         stores.end_state,
         queue,
@@ -102,8 +104,12 @@ def build_session_end(
         sessions=stores.sessions,
         events=events,
         metrics=QueueMetrics(registry),
+        learner=learner,
     )
-    return SessionEnd(policies, events, queue, lifecycle, archive, pipeline, resumer, learner, worker)
+    on_request = EndOnRequest(stores.sessions, lifecycle, queue, stores.end_state, pipeline)
+    return SessionEnd(
+        policies, events, queue, lifecycle, archive, pipeline, resumer, on_request, scheduler, worker
+    )
 
 
 def _promoter(
@@ -141,19 +147,10 @@ def _lifecycle(
     return policies, events, queue, lifecycle
 
 
-def _learner(
-    settings: Settings, stores: Stores, pipeline: SessionEndPipeline, policies: PolicyBook
-) -> IncrementalLearner:
-    """Learning during the session: it runs where session-end jobs run, and only with something to
-    promote (the caller decides)."""
+def _learn_config(settings: Settings) -> LearnConfig:
     p = settings.pipeline
-    return IncrementalLearner(
-        stores.sessions,
-        pipeline,
-        policies=policies,
-        config=LearnConfig(
-            p.learn_every_turns, p.learn_idle_seconds, settings.lifecycle.lifecycle_sweep_interval_seconds
-        ),
+    return LearnConfig(
+        p.learn_every_turns, p.learn_idle_seconds, settings.lifecycle.lifecycle_sweep_interval_seconds
     )
 
 

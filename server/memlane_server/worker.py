@@ -1,0 +1,33 @@
+"""The composition root of a worker process (``memlane worker``): the background half of a sidecar alone.
+
+It builds the same parts as the serving process (``app.Sidecar``: Redis, stores, long-term memory, the
+providers, the session-end parts) and starts only the background jobs: the job stream's consumer
+(session end and learning during the session), retirement, archive retention and the LTM table's
+upkeep. No gRPC port; ``/metrics`` and ``/healthz`` on ``admin_listen`` when set.
+
+``memlane serve`` starts ``worker_processes`` of these beside its serving process (``worker_pool.py``);
+a cluster runs them as a Deployment beside thin sidecars (``pipeline_enabled: false``), all against the
+same Redis, LanceDB table and archive.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .app import Sidecar
+from .config import ConfigError
+
+log = logging.getLogger("memlane")
+
+
+class Worker(Sidecar):
+    async def start(self) -> None:
+        if not self.settings.redis.redis_url:
+            raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
+        await self._foundation()
+        await self._start_admin(with_viewer=False)
+        await self._start_background()
+        log.info(
+            "memlane worker running",
+            extra={"consumer": self.end.worker.consumer, "admin_port": self.admin_port},
+        )

@@ -1,0 +1,123 @@
+"""The worker processes of ``memlane serve``: started after the serving process serves, kept running,
+stopped within the shutdown grace period.
+
+Each child is ``memlane worker`` (``worker.py``) with this process's settings, handed over on its standard
+input (no secret on a command line or on disk), and the Redis this process uses (an embedded one's
+socket too). Children run at a lower CPU priority: on a small pod the serving process gets the cores
+first, so a request's latency does not depend on how much background work is queued; idle cores still
+go to the workers. A child that dies is started again (its jobs are taken over from the queue after the
+claim timeout, as for any dead worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+
+import orjson
+
+from .config import ENV_PREFIX, Settings, setting_fields
+
+log = logging.getLogger("memlane")
+
+# Niceness added to the workers': enough that the serving process wins a contended core nearly always.
+WORKER_NICENESS = 10
+_RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
+# A child gets this much longer than the grace period to hand its jobs back before it is killed.
+_STOP_MARGIN_S = 2.0
+
+
+def worker_settings(settings: Settings, redis_url: str) -> bytes:
+    """The child's settings file (JSON is YAML): every setting, with the Redis this process uses and no
+    listener of its own."""
+    values = {name: settings.value(name) for name in setting_fields()}
+    values.update(redis_url=redis_url, listen="", admin_listen="", worker_processes=0, pipeline_enabled=True)
+    return orjson.dumps(values)
+
+
+class WorkerPool:
+    def __init__(self, settings: Settings, *, redis_url: str, processes: int) -> None:
+        self._config = worker_settings(settings, redis_url)
+        self._grace = settings.server.shutdown_grace_seconds
+        self._count = processes
+        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        # The children read their settings from stdin only: a MEMLANE_* variable of this process must not
+        # override what this process resolved from its flags (flags beat the environment).
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs.values() if p.returncode is None]
+
+    async def start(self) -> None:
+        for i in range(self._count):
+            self._procs[i] = await self._spawn(i)
+            self._tasks.append(asyncio.create_task(self._supervise(i), name=f"memlane-worker-{i}"))
+
+    async def _spawn(self, i: int) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "memlane_server.cli",
+            "worker",
+            "--config",
+            "-",
+            stdin=asyncio.subprocess.PIPE,
+            env=self._env,
+        )
+        with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
+            nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS)
+            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+        assert proc.stdin is not None
+        proc.stdin.write(self._config)
+        await proc.stdin.drain()
+        proc.stdin.close()
+        log.info("started a worker process", extra={"worker": i, "pid": proc.pid})
+        return proc
+
+    async def _supervise(self, i: int) -> None:
+        failures = 0
+        while True:
+            rc = await self._procs[i].wait()
+            if self._stopping:
+                return
+            delay = _RESTART_BACKOFF_S[min(failures, len(_RESTART_BACKOFF_S) - 1)]
+            failures += 1
+            log.error(
+                "a worker process exited; starting it again",
+                extra={"worker": i, "returncode": rc, "restart_in_s": delay},
+            )
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            self._procs[i] = await self._spawn(i)
+
+    async def stop(self, deadline: float = 0.0) -> None:
+        """SIGTERM to every child (each stops taking jobs and hands its jobs in flight back, releasing
+        their leases), then SIGKILL for any still running at ``deadline`` (monotonic; 0: the grace
+        period from now), and a few seconds after it at the latest."""
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        live = [p for p in self._procs.values() if p.returncode is None]
+        for p in live:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+        waits = [asyncio.ensure_future(p.wait()) for p in live]
+        if waits:
+            left = (deadline - time.monotonic()) if deadline else self._grace
+            _, late = await asyncio.wait(waits, timeout=max(left, 0.0) + _STOP_MARGIN_S)
+            for p in live:
+                if p.returncode is None:
+                    log.error("a worker process did not stop in time; killing it", extra={"pid": p.pid})
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()
+            if late:
+                await asyncio.wait(late, timeout=5.0)

@@ -1,0 +1,260 @@
+"""Serving apart from work, with real processes: ``memlane serve`` runs its background jobs in worker
+processes it starts (``worker_processes``), ``memlane worker`` runs them alone for thin sidecars, a worker
+killed mid-job is replaced and its session still ends once, and serving answers at once while a worker
+grinds through a hostile session."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memlane
+from memlane import Message, PromotionState, Role
+from tests.conftest import delete_prefix, hget, redis_client, wait_for
+from tests.integration.test_session_end_pipeline import SidecarProcess
+
+ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
+PROMOTING = PromotionState.PROMOTION_STATE_PROMOTING
+QUIET = {"keyspace_events_configure": "false", "learn_every_turns": 0, "learn_idle_seconds": 0}
+
+
+@pytest.fixture()
+def prefix(redis_url: str) -> Iterator[str]:
+    p = f"tw{uuid.uuid4().hex[:10]}"
+    yield p
+    delete_prefix(redis_url, p)
+
+
+@pytest.fixture()
+def processes() -> Iterator[list[Any]]:
+    running: list[Any] = []
+    yield running
+    for p in running:
+        p.stop()
+
+
+def _consumer_pids(r: Any, prefix: str) -> set[int]:
+    """The process id in each consumer name of the job stream's group (``host-pid-hex``): who took jobs."""
+    names = [c["name"] for c in r.xinfo_consumers(f"{prefix}:queue:session-end", "session-end")]
+    return {int((n.decode() if isinstance(n, bytes) else n).rsplit("-", 2)[1]) for n in names}
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.add(int(entry.name))
+    return out
+
+
+def _session(c: memlane.Client, user: str, turns: int = 20) -> str:
+    sid = c.create_session(user_id=user, agent_id="a1").session.session_id
+    c.append_messages(
+        session_id=sid,
+        messages=[
+            Message(role=Role.ROLE_USER, content=f"I moved to Lisbon and my badge number is B-{i}.")
+            if i % 2 == 0
+            else Message(role=Role.ROLE_ASSISTANT, content="Noted.")
+            for i in range(turns)
+        ],
+    )
+    return sid
+
+
+def _state(r: Any, prefix: str, sid: str) -> int:
+    return int(hget(r, f"{prefix}:{{{sid}}}:doc", "promotion_state") or 0)
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_session_end_runs_in_a_worker_process(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path, workers: int
+) -> None:
+    """With worker processes the serving process takes no job; with 0 it runs them itself (control)."""
+    a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", worker_processes=workers, **QUIET)
+    processes.append(a)
+    r = redis_client(redis_url)
+    with memlane.Client(a.target, timeout=60) as c:
+        sid = _session(c, "u-split")
+        out = c.promote_session(session_id=sid, close=True)
+        assert out.session.promotion_state == ARCHIVED
+        assert out.promoted_memory_ids  # the facts went to long-term memory, and the call saw them
+        assert c.search_memories(
+            caller=memlane.Caller(user_id="u-split", agent_id="a1"), query="where did I move?"
+        ).results
+    pids = _consumer_pids(r, prefix)
+    if workers:
+        assert a.proc.pid not in pids
+        assert pids <= _children(a.proc.pid)
+    else:
+        assert pids == {a.proc.pid}
+    r.close()
+
+
+def test_a_killed_worker_is_replaced_and_its_session_ends_once(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    a = SidecarProcess(
+        tmp_path,
+        "a",
+        redis_url,
+        prefix,
+        tmp_path / "a",
+        pipeline_chunk_messages=5,
+        pipeline_claim_timeout_seconds=3,
+        **QUIET,
+    )
+    processes.append(a)
+    r = redis_client(redis_url)
+    with memlane.Client(a.target, timeout=60) as c:
+        sid = _session(c, "u-kill", turns=400)
+        c.close_session(session_id=sid)
+        key = f"{prefix}:{{{sid}}}:pipeline"
+        wait_for(lambda: int(hget(r, key, "promoted_through") or 0) >= 5, timeout=120)
+        (worker,) = _children(a.proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: _state(r, prefix, sid) == ARCHIVED, timeout=180)
+        assert "a worker process exited; starting it again" in a.log.read_text()
+        replacement = wait_for(lambda: _children(a.proc.pid) - {worker}, timeout=30)
+        assert replacement
+        parts = json.loads(hget(r, key, "archives") or b"[]")
+        assert len(parts) == 1  # ended once: one archive part, not one per run
+    r.close()
+
+
+class WorkerProcess:
+    """``memlane worker`` in its own process, against a thin sidecar's Redis and data dir."""
+
+    def __init__(self, tmp: Path, redis_url: str, prefix: str, data_dir: Path) -> None:
+        self.log = tmp / "worker.log"
+        args = [
+            sys.executable,
+            "-m",
+            "memlane_server.cli",
+            "worker",
+            "--redis-url",
+            redis_url,
+            "--key-prefix",
+            prefix,
+            "--data-dir",
+            str(data_dir),
+            "--admin-listen",
+            "",
+            "--log-format",
+            "text",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def test_memlane_worker_runs_a_thin_sidecars_jobs(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "shared"
+    thin = SidecarProcess(tmp_path, "thin", redis_url, prefix, data, pipeline_enabled="false", **QUIET)
+    processes.append(thin)
+    r = redis_client(redis_url)
+    with memlane.Client(thin.target, timeout=60) as c:
+        sid = _session(c, "u-thin")
+        c.close_session(session_id=sid)
+        time.sleep(2.0)
+        assert _state(r, prefix, sid) != ARCHIVED  # control: nobody here takes the job
+        assert not _children(thin.proc.pid)
+        worker = WorkerProcess(tmp_path, redis_url, prefix, data)
+        processes.append(worker)
+        wait_for(lambda: _state(r, prefix, sid) == ARCHIVED, timeout=120)
+        assert _consumer_pids(r, prefix) == {worker.proc.pid}
+        assert c.search_memories(
+            caller=memlane.Caller(user_id="u-thin", agent_id="a1"), query="badge number"
+        ).results
+    worker.stop()
+    assert worker.proc.returncode == 0
+    r.close()
+
+
+def test_memlane_worker_refuses_to_start_without_a_redis_url(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "memlane_server.cli", "worker", "--data-dir", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")},
+    )
+    assert out.returncode == 2
+    assert "memlane worker needs redis_url" in out.stderr
+
+
+def _health_ms(port: int) -> float:
+    started = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert b" 200 " in s.recv(200)
+    return (time.perf_counter() - started) * 1000
+
+
+def test_serving_answers_at_once_while_a_worker_grinds_through_a_hostile_session(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A 120 KB turn and ten ordinary sessions are promoted by the worker; meanwhile every health probe
+    and every append of another session is answered at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        admin = s.getsockname()[1]
+    a = SidecarProcess(
+        tmp_path, "a", redis_url, prefix, tmp_path / "a", admin_listen=f"127.0.0.1:{admin}", **QUIET
+    )
+    processes.append(a)
+    r = redis_client(redis_url)
+    with memlane.Client(a.target, timeout=60) as c:
+        hostile = c.create_session(user_id="u-hostile", agent_id="a1").session.session_id
+        c.append_messages(
+            session_id=hostile,
+            messages=[
+                Message(role=Role.ROLE_USER, content="a." * 60000),
+                Message(role=Role.ROLE_ASSISTANT, content="Noted."),
+            ],
+        )
+        ordinary = [_session(c, f"u-ord{i}") for i in range(10)]
+        live = c.create_session(user_id="u-live", agent_id="a1").session.session_id
+        for sid in [hostile, *ordinary]:
+            c.close_session(session_id=sid)
+        probes: list[float] = []
+        appends: list[float] = []
+        deadline = time.monotonic() + 8.0
+        while time.monotonic() < deadline:
+            probes.append(_health_ms(admin))
+            started = time.perf_counter()
+            c.append_messages(session_id=live, messages=[Message(role=Role.ROLE_USER, content="hi")])
+            appends.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.05)
+        # The worker was busy meanwhile (positive control: the jobs were there to stall serving).
+        assert any(_state(r, prefix, sid) in (PROMOTING, ARCHIVED) for sid in [hostile, *ordinary])
+        assert max(probes) < 1000, sorted(probes)[-5:]
+        assert max(appends) < 1000, sorted(appends)[-5:]
+    r.close()
