@@ -281,6 +281,22 @@ class Sidecar:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def worker_pids(self) -> list[int]:
+        """The worker processes this sidecar started (its children)."""
+        if not self.alive():
+            return []
+        assert self.proc is not None
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    out.append(int(entry.name))
+        return out
+
     def kill9(self) -> None:
         if self.alive():
             assert self.proc is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -367,19 +368,36 @@ def _async(close: Callable[[], object]) -> Close:
     return run
 
 
-async def run_until_signalled(runtime: Sidecar) -> None:
-    """Runs a started sidecar or worker until SIGINT or SIGTERM, then shuts it down gracefully (also after
-    a failed start: whatever it started is stopped)."""
+async def run_until_signalled(runtime: Sidecar, *, parent_pid: int = 0) -> None:
+    """Runs a started sidecar or worker until SIGINT or SIGTERM, or until the process ``parent_pid`` is
+    gone (a worker of ``memlane serve`` outlives no serving process, even one killed with SIGKILL), then
+    shuts it down gracefully (also after a failed start: whatever it started is stopped)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    orphaned = asyncio.create_task(_parent_gone(parent_pid, stop)) if parent_pid else None
     try:
         await runtime.start()
         await stop.wait()
     finally:
         log.info("shutting down")
+        if orphaned is not None:
+            orphaned.cancel()
         await runtime.stop()
+
+
+async def _parent_gone(parent_pid: int, stop: asyncio.Event) -> None:
+    # Polled, as nothing signals it portably: a process is re-parented once its parent dies.
+    while True:
+        await asyncio.sleep(_PARENT_CHECK_S)
+        if os.getppid() != parent_pid:
+            break
+    log.warning("the serving process is gone; stopping this worker")
+    stop.set()
+
+
+_PARENT_CHECK_S = 1.0
 
 
 async def serve(settings: Settings) -> None:

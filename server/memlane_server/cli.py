@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         " `memlane serve` starts worker_processes of these itself.",
     )
     add_flags(worker)
+    worker.add_argument(
+        "--parent-pid", type=int, default=0, help="stop when this process is gone (set by memlane serve)"
+    )
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
@@ -156,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
         try:
-            asyncio.run(run_until_signalled(runtime))
+            asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
         except ConfigError as exc:
             print(f"memlane: {exc}", file=sys.stderr)
             return 2

@@ -99,6 +99,10 @@ def probes(
     async def end_queue() -> None:
         metrics.end_queue_depth.set(await queue.length())
         metrics.end_queue_pending.set(await queue.pending())
+        by_worker = await queue.pending_by_worker()
+        metrics.end_queue_pending_by_worker.clear()  # a worker that holds nothing (or is gone) drops out
+        for worker, n in by_worker.items():
+            metrics.end_queue_pending_by_worker.labels(worker).set(n)
         metrics.end_queue_oldest_age.set(await queue.oldest_age_ms(int(time.time() * 1000)) / 1000)
 
     async def parked_jobs() -> None:

@@ -69,6 +69,8 @@ class WorkerPool:
             "worker",
             "--config",
             "-",
+            "--parent-pid",
+            str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             env=self._env,
         )

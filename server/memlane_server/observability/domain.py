@@ -61,6 +61,13 @@ class DomainMetrics:
             "Session-end jobs taken by a sidecar and not yet acknowledged (sampled).",
             registry=registry,
         )
+        self.end_queue_pending_by_worker = Gauge(
+            "memlane_session_end_queue_pending_by_worker",
+            "Jobs (session end, learning) a worker has taken and not yet acknowledged, per worker holding"
+            " any (sampled).",
+            ["worker"],
+            registry=registry,
+        )
         self.end_queue_oldest_age = Gauge(
             "memlane_session_end_queue_oldest_age_seconds",
             "Age of the oldest queued session-end job; 0 when the queue is empty (sampled).",
