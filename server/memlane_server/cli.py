@@ -145,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from .app import Sidecar, run_until_signalled
             from .observability.logs import configure
+            from .observability.tracing import tracing_requested
             from .worker import Worker
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
@@ -157,12 +158,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvloop.install()
         except ImportError:
             pass
+        tracer_provider = None
+        if tracing_requested(os.environ):  # OTEL_*: off unless they ask (observability/tracing.py)
+            from .observability.tracing_setup import configure_tracing
+
+            try:
+                tracer_provider = configure_tracing(os.environ)
+            except ConfigError as exc:
+                print(f"memlane: {exc}", file=sys.stderr)
+                return 2
         runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
         try:
             asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
         except ConfigError as exc:
             print(f"memlane: {exc}", file=sys.stderr)
             return 2
+        finally:
+            if tracer_provider is not None:
+                tracer_provider.shutdown()  # the last batch of spans goes out before the exit
         if args.command == "worker":
             # A CPU-bound step still running in a pool thread (its job already handed back) must not hold
             # the exit past the grace period: the interpreter would join that thread.
