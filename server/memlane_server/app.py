@@ -111,6 +111,7 @@ class Sidecar:
         self.registry, self.metrics = telemetry.new_metrics(settings)
         self._sampler: Sampler | None = None
         self._maintenance: MemoryMaintenance | None = None
+        self._admin: HttpEndpoint | None = None
         self._redis_url = ""  # the Redis every process of this sidecar uses (an embedded one's too)
         self._stop_deadline = 0.0  # monotonic time by which the drain must be over (set by stop)
         self._policy: PolicyFile | None = None
@@ -136,6 +137,7 @@ class Sidecar:
             executor=self._executor,
             resumer=self.end.resumer,
             policies=self.end.policies,
+            queue=self.end.summaries,
         )
         self._closes["context"] = self.context.aclose
         telemetry.register_caches(self.registry, self.context, self._memory, self._embedder)
@@ -267,7 +269,7 @@ class Sidecar:
         s = self.settings
         if not s.server.admin_listen:
             return
-        admin = HttpEndpoint(self.registry, self._healthy)
+        self._admin = admin = HttpEndpoint(self.registry, self._healthy)
         self._closes["admin http"] = admin.stop
         if with_viewer and s.observability.viewer_enabled:
             assert self._policy is not None  # started by _serve
@@ -287,6 +289,8 @@ class Sidecar:
             pool = WorkerPool(self.settings, redis_url=self._redis_url, processes=p.worker_processes)
             self._drains["workers"] = lambda: pool.stop(self._stop_deadline)
             await pool.start()
+            if self._admin is not None:
+                self._admin.serve_metrics_of(pool.metrics)
         elif p.pipeline_enabled:
             await self._start_background()
         self._sampler = telemetry.start_sampler(

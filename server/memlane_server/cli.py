@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from memlane.mcp import add_arguments as add_mcp_arguments
+
 from .build_info import version_line
 from .config import ConfigError, add_flags, build_settings, flags_from
 from .inspect_cli import COMMANDS as INSPECT_COMMANDS
@@ -85,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     golden.add_argument("--k", type=int, help="recall cutoff (default: the file's k, else 5)")
     golden.add_argument("--threshold", type=float, help="fail under this recall@k (default: the file's)")
     golden.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve memlane's memory as MCP tools, through a running sidecar (needs memlane[mcp])",
+        description="An MCP server over stdio or streamable HTTP; tokens from $MEMLANE_TOKEN and"
+        " $MEMLANE_USER_TOKEN. See docs/integrations.md.",
+    )
+    add_mcp_arguments(mcp)
     add_operator_parsers(sub)
     add_inspect_parsers(sub)
     add_state_parsers(sub)
@@ -108,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("memories", "jobs", "forget-user", "export-user"):
         return run_operator_command(args)
+    if args.command == "mcp":
+        from memlane.mcp import run as run_mcp
+
+        return run_mcp(args)
     if args.command in INSPECT_COMMANDS:
         return run_inspect_command(args)
     if args.command in STATE_COMMANDS:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -30,19 +31,50 @@ WORKER_NICENESS = 10
 _RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
 # A child gets this much longer than the grace period to hand its jobs back before it is killed.
 _STOP_MARGIN_S = 2.0
+_METRICS_TIMEOUT_S = 2.0  # a scrape waits this long for a busy worker's metrics, then goes without
 
 
-def worker_settings(settings: Settings, redis_url: str) -> bytes:
-    """The child's settings file (JSON is YAML): every setting, with the Redis this process uses and no
-    listener of its own."""
+def worker_settings(settings: Settings, redis_url: str, admin_listen: str) -> bytes:
+    """The child's settings file (JSON is YAML): every setting, with the Redis this process uses, no gRPC
+    listener, and ``admin_listen`` for its metrics (read by this process: ``metrics``)."""
     values = {name: settings.value(name) for name in setting_fields()}
-    values.update(redis_url=redis_url, listen="", admin_listen="", worker_processes=0, pipeline_enabled=True)
+    values.update(
+        redis_url=redis_url,
+        listen="",
+        admin_listen=admin_listen,
+        worker_processes=0,
+        pipeline_enabled=True,
+    )
     return orjson.dumps(values)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _get(port: int, path: str) -> bytes:
+    """One HTTP GET on loopback (a worker's /metrics); the body, or b"" when it does not answer."""
+    try:
+        async with asyncio.timeout(_METRICS_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+    except (OSError, TimeoutError):
+        return b""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return body if head.startswith(b"HTTP/1.1 200") else b""
 
 
 class WorkerPool:
     def __init__(self, settings: Settings, *, redis_url: str, processes: int) -> None:
-        self._config = worker_settings(settings, redis_url)
+        self._settings, self._redis_url = settings, redis_url
+        # Workers serve their metrics on loopback only when this process serves its own.
+        self._with_metrics = bool(settings.server.admin_listen)
+        self._metrics_ports: dict[int, int] = {}
         self._grace = settings.server.shutdown_grace_seconds
         self._count = processes
         self._procs: dict[int, asyncio.subprocess.Process] = {}
@@ -61,7 +93,17 @@ class WorkerPool:
             self._procs[i] = await self._spawn(i)
             self._tasks.append(asyncio.create_task(self._supervise(i), name=f"memlane-worker-{i}"))
 
+    async def metrics(self) -> list[tuple[str, bytes]]:
+        """Each live worker's metrics (text exposition), named by its index."""
+        live = [(i, port) for i, port in self._metrics_ports.items() if self._procs[i].returncode is None]
+        texts = await asyncio.gather(*(_get(port, "/metrics") for _, port in live))
+        return [(str(i), text) for (i, _), text in zip(live, texts, strict=True) if text]
+
     async def _spawn(self, i: int) -> asyncio.subprocess.Process:
+        admin = ""
+        if self._with_metrics:  # a fresh port each start: a dead child's may still be held a moment
+            self._metrics_ports[i] = port = _free_loopback_port()
+            admin = f"127.0.0.1:{port}"
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -78,7 +120,7 @@ class WorkerPool:
             nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS)
             os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
         assert proc.stdin is not None
-        proc.stdin.write(self._config)
+        proc.stdin.write(worker_settings(self._settings, self._redis_url, admin))
         await proc.stdin.drain()
         proc.stdin.close()
         log.info("started a worker process", extra={"worker": i, "pid": proc.pid})

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import memlane
 from memlane import Message, PromotionState, Role
@@ -258,3 +259,44 @@ def test_serving_answers_at_once_while_a_worker_grinds_through_a_hostile_session
         assert max(probes) < 1000, sorted(probes)[-5:]
         assert max(appends) < 1000, sorted(appends)[-5:]
     r.close()
+
+
+def _get(port: int, path: str) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0]
+    return body.decode()
+
+
+def test_the_serving_process_serves_its_workers_metrics(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    """One scrape target: the session end ran in a worker, and its pipeline metrics are on serve's
+    /metrics, labelled with the worker, with no family repeated."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        admin = s.getsockname()[1]
+    a = SidecarProcess(
+        tmp_path, "a", redis_url, prefix, tmp_path / "a", admin_listen=f"127.0.0.1:{admin}", **QUIET
+    )
+    processes.append(a)
+    with memlane.Client(a.target, timeout=60) as c:
+        before = _get(admin, "/metrics")
+        assert 'memlane_pipeline_step_duration_seconds_count{step="promote"' not in before  # control
+        c.promote_session(session_id=_session(c, "u-metrics"), close=True)
+    text = _get(admin, "/metrics")
+    families = [f.name for f in text_string_to_metric_families(text)]
+    assert len(families) == len(set(families))
+    promote = [
+        s
+        for f in text_string_to_metric_families(text)
+        if f.name == "memlane_pipeline_step_duration_seconds"
+        for s in f.samples
+        if s.name.endswith("_count") and s.labels.get("step") == "promote"
+    ]
+    assert promote and {s.labels.get("worker") for s in promote} == {"0"}
+    assert sum(s.value for s in promote) >= 1

@@ -91,16 +91,15 @@ class Process:
             return int(port_file.read_text())
 
     def start(self) -> None:
+        # Not a pipe nobody reads: a chatty child (its worker processes share stderr) would block on it.
         self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
 
     def rss_mb(self) -> float:
+        """Resident memory of the process and its children (a sidecar's worker processes) together."""
         assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        return sum(_rss_mb(pid) for pid in [self.proc.pid, *_children(self.proc.pid)])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -110,6 +109,29 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:  # gone meanwhile
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
 
 
 def start_echo() -> tuple[Process, str]:

@@ -72,20 +72,27 @@ def model_ceiling(sessions: int) -> float:
     return sessions / (time.perf_counter() - t0)
 
 
-def session_end(report: Report, target: str, sessions: int) -> None:
-    report.rate(
-        f"session end ceiling: the embedding model alone ({TURNS} episodes a session)",
-        model_ceiling(sessions),
-    )
+def session_end(report: Report, target: str, sessions: int, *, label: str = "") -> None:
+    """``label`` names a sidecar other than the default one (its rows are apart); the model's ceiling
+    is measured with the default's rows."""
+    suffix = f", {label}" if label else ""
+    if not label:
+        report.rate(
+            f"session end ceiling: the embedding model alone ({TURNS} episodes a session)",
+            model_ceiling(sessions),
+        )
     elapsed, each = asyncio.run(_end_all(target, sessions))
     p50, p99 = percentiles(each)
     report.latency(
         Latency(
-            f"session end ({TURNS} turns, promote + archive), each of {sessions} at once", p50, p99, sessions
+            f"session end ({TURNS} turns, promote + archive), each of {sessions} at once{suffix}",
+            p50,
+            p99,
+            sessions,
         )
     )
     report.rate(
-        f"session end with promotion, {sessions} sessions ending at once",
+        f"session end with promotion, {sessions} sessions ending at once{suffix}",
         sessions / elapsed,
         at_least=TARGET_PER_S,
     )

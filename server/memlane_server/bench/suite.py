@@ -20,6 +20,7 @@ from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
 from ..sessions.scratch import drop_keys
+from .isolation import isolation
 from .ltm_data import populate
 from .overload import overload
 from .report import Report, load
@@ -114,7 +115,9 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
         started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     )
     # One step per phase; a bar on a terminal only (disable=None), figures still go to stderr as they come.
-    phases = tqdm(total=2 + 2 * len(sizes) + 3, desc="bench", unit="phase", disable=None)
+    phases = tqdm(
+        total=2 + 2 * len(sizes) + 4 + (0 if quick else 1), desc="bench", unit="phase", disable=None
+    )
     with _echo() as echo, tempfile.TemporaryDirectory(prefix="memlane-bench-") as tmp, phases:
         phases.set_postfix_str("start-up")
         startup(report, f"{tmp}/startup", 3 if quick else 5)
@@ -147,9 +150,19 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
                     phases.set_postfix_str("load")
                     overload(report, echo, ltm.target, "assembler", seconds)
                     phases.update()
+                    phases.set_postfix_str("isolation")
+                    isolation(report, ltm.target)
+                    phases.update()
                     report.memory(
-                        f"RSS after load: sidecar with LTM ({size:,} items)", ltm.proc.rss_mb(), at_most=400
+                        f"RSS after load: sidecar with LTM ({size:,} items), all its processes",
+                        ltm.proc.rss_mb(),
+                        at_most=500,
                     )
+        if not quick:  # the same session-end row with two worker processes (1 is the default above)
+            phases.set_postfix_str("session end, 2 workers")
+            with Sidecar(f"{tmp}/two-workers", redis_url, "--worker-processes", "2") as two:
+                session_end(report, two.target, 24, label="2 worker processes")
+            phases.update()
     report.print(compare=reference)
     if json_out:
         Path(json_out).write_text(report.to_json())

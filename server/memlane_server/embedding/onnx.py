@@ -76,6 +76,10 @@ class OnnxEmbedder:
         # measurable cost in speed for a model this small.
         opts.enable_cpu_mem_arena = False
         opts.enable_mem_pattern = False
+        # Threads that finish a run sleep instead of spinning for the next one: the cores are shared with
+        # the event loop (and a worker process), and a spinning thread takes a core from them between
+        # queries for nothing.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(str(spec.model_path), opts, providers=["CPUExecutionProvider"])
             tokenizer = Tokenizer.from_file(str(spec.tokenizer_path))
@@ -149,18 +153,19 @@ class OnnxEmbedder:
         return job.future
 
     def _next_batch(self) -> list[_Job]:
-        """All queued interactive jobs up to one batch; else one bulk chunk."""
-        if self._interactive:
-            jobs = [self._interactive.popleft()]
-            size = len(jobs[0].texts)
-            while self._interactive and size + len(self._interactive[0].texts) <= self._batch_size:
-                job = self._interactive.popleft()
-                size += len(job.texts)
-                jobs.append(job)
-            return jobs
-        if self._bulk:
-            return [self._bulk.popleft()]
-        return []
+        """Queued interactive jobs up to one batch; else bulk jobs up to one batch. Bulk jobs of
+        different callers (a worker ending two sessions at once, each with a short last chunk) share a
+        batch, so the model runs full batches."""
+        queue = self._interactive or self._bulk
+        if not queue:
+            return []
+        jobs = [queue.popleft()]
+        size = len(jobs[0].texts)
+        while queue and size + len(queue[0].texts) <= self._batch_size:
+            job = queue.popleft()
+            size += len(job.texts)
+            jobs.append(job)
+        return jobs
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from .hot import HotEntry
 from .query import content_terms
-from .speakers import name_words, named_in
+from .speakers import SpeakerIndex, name_words
 from .store import Hit
 
 # A word with its possessive or contraction ("Melanie's"): the name goes, and its "'s" with it.
@@ -45,9 +45,10 @@ def without_names(query: str, names: frozenset[str]) -> str:
     return " ".join(kept)
 
 
-def sub_query(query: str, speakers: Iterable[str]) -> SubQuery | None:
+def sub_query(query: str, speakers: SpeakerIndex | Iterable[str]) -> SubQuery | None:
     """The topic asked about the named speakers, or None (see the module docstring)."""
-    named = named_in(query, {s for s in speakers if s})
+    index = speakers if isinstance(speakers, SpeakerIndex) else SpeakerIndex(speakers)
+    named = index.named_in(query)
     if not named:
         return None
     topic = without_names(query, name_words(named))

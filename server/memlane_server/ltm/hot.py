@@ -51,22 +51,21 @@ class HotEntry:
     # Who said each row (null unless a spoken turn), read on first need: only a query that names a
     # speaker uses it (ltm/expansion.py).
     _speakers: pa.Array | None = None
-    _speaker_names: frozenset[str] = frozenset()
+    _speaker_index: speakers.SpeakerIndex | None = None
 
     def __len__(self) -> int:
         return int(self.meta.num_rows)
 
-    async def speaker_names(self) -> frozenset[str]:
-        """Everyone who speaks in the rows. Read once per entry, in a thread: Arrow's regex releases
-        the GIL, and 10,000 rows take a few ms that the event loop should not wait for."""
-        if self._speakers is None:
-            column = await asyncio.to_thread(speakers.speaker_column, self.meta)
-            self._speaker_names = frozenset(column.unique().drop_null().to_pylist())
-            self._speakers = column
-        return self._speaker_names
+    async def speaker_index(self) -> speakers.SpeakerIndex:
+        """Everyone who speaks in the rows, indexed by name. Read once per entry, in a thread: Arrow's
+        regex releases the GIL, and 10,000 rows take a few ms that the event loop should not wait for."""
+        if self._speakers is None or self._speaker_index is None:
+            column, index = await asyncio.to_thread(_speakers_of, self.meta)
+            self._speakers, self._speaker_index = column, index
+        return self._speaker_index
 
     def spoken_by(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
-        """Which rows are spoken turns of one of ``names`` (after ``speaker_names``; else none)."""
+        """Which rows are spoken turns of one of ``names`` (after ``speaker_index``; else none)."""
         if self._speakers is None:
             return np.zeros(len(self), dtype=np.bool_)
         found = pc.is_in(self._speakers, value_set=pa.array(list(names), pa.string()))
@@ -218,3 +217,8 @@ def _entry(table: pa.Table, expires: float) -> HotEntry:
 
 def mask_for(entry: HotEntry, flt: MemoryFilter, now_ms: int) -> npt.NDArray[np.bool_]:
     return filters.narrowed_mask(entry.columns, flt, now_ms)
+
+
+def _speakers_of(meta: pa.Table) -> tuple[pa.Array, speakers.SpeakerIndex]:
+    column = speakers.speaker_column(meta)
+    return column, speakers.SpeakerIndex(column.unique().drop_null().to_pylist())

@@ -90,7 +90,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         too big for its budget, is served without."""
         if hot is None or self._policy.expansion_weight <= 0.0:
             return None
-        return sub_query(text, await hot.speaker_names())
+        return sub_query(text, await hot.speaker_index())
 
     async def _vector_hits(
         self,

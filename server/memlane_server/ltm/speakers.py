@@ -43,17 +43,29 @@ def speaker_column(meta: pa.Table) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
+class SpeakerIndex:
+    """Speakers by the first word of their name, so which ones a query names costs the query's words,
+    not the number of speakers (a reader's entry may hold thousands of distinct names, and recall asks
+    on every query)."""
+
+    def __init__(self, speakers: Iterable[str]) -> None:
+        self._by_word: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        for s in speakers:
+            parts = tuple(p.lower() for p in WORD.findall(s)) if s else ()
+            # Role words ("User", "Assistant") name no one: in a query "the user" is the memory's
+            # owner, not a person in the talk.
+            if parts and not all(p in STOP_WORDS for p in parts):
+                self._by_word.setdefault(parts[0], []).append((s, parts))
+
+    def named_in(self, query: str) -> set[str]:
+        """The speakers whose every name word is a word of the query (case folded)."""
+        words = {w.lower() for w in WORD.findall(query)}
+        return {s for w in words for s, parts in self._by_word.get(w, ()) if all(p in words for p in parts)}
+
+
 def named_in(query: str, speakers: Iterable[str]) -> set[str]:
-    """The speakers whose every name word is a word of the query (case folded). Role words ("User",
-    "Assistant") name no one: in a query "the user" is the memory's owner, not a person in the talk."""
-    words = {w.lower() for w in WORD.findall(query)}
-    return {
-        s
-        for s in speakers
-        if (parts := [p.lower() for p in WORD.findall(s)])
-        and all(p in words for p in parts)
-        and not all(p in STOP_WORDS for p in parts)
-    }
+    """``SpeakerIndex.named_in`` for a few speakers at hand."""
+    return SpeakerIndex(speakers).named_in(query)
 
 
 def name_words(speakers: Iterable[str]) -> frozenset[str]:

@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from .merged_metrics import merge
+
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], Awaitable[bool]]
@@ -79,12 +81,21 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     )
 
 
+# Other processes' metrics to serve with this one's: (name, text exposition) each (worker processes).
+MetricsSource = Callable[[], Awaitable[list[tuple[str, bytes]]]]
+
+
 class HttpEndpoint:
     def __init__(self, registry: CollectorRegistry, healthy: HealthCheck) -> None:
         self._registry = registry
         self._healthy = healthy
         self._apps: dict[str, App] = {}
         self._server: asyncio.Server | None = None
+        self._more_metrics: MetricsSource | None = None
+
+    def serve_metrics_of(self, source: MetricsSource) -> None:
+        """``/metrics`` also serves what ``source`` gives, each sample labelled with its process."""
+        self._more_metrics = source
 
     def mount(self, prefix: str, app: App) -> None:
         """Routes every request whose path starts with ``prefix`` (e.g. ``/viewer/``) to ``app``."""
@@ -108,6 +119,8 @@ class HttpEndpoint:
             return HttpResponse("405 Method Not Allowed", "text/plain", b"GET only\n")
         if request.path == "/metrics":
             body = await asyncio.to_thread(generate_latest, self._registry)
+            if self._more_metrics is not None:
+                body = await asyncio.to_thread(merge, body, await self._more_metrics())
             return HttpResponse("200 OK", CONTENT_TYPE_LATEST, body)
         if request.path in ("/healthz", "/readyz"):
             ok = await self._healthy()

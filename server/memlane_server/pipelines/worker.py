@@ -20,13 +20,19 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import MemlaneError, NotFound
 from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import LEARN_REASONS, REASON_LEARN_QUIET, EndJob, SessionEndQueue
+from ..sessions.end_queue import (
+    LEARN_REASONS,
+    REASON_LEARN_QUIET,
+    REASON_SUMMARIZE,
+    EndJob,
+    SessionEndQueue,
+)
 from ..sessions.end_state import EndState
 from ..sessions.events import EventLog, EventType, SessionEvent
 from ..sessions.store import SessionStore, now_ms
@@ -39,6 +45,20 @@ log = logging.getLogger("memlane.pipeline")
 def consumer_name() -> str:
     """Unique per process: a restarted sidecar must not inherit (and so never time out) its old jobs."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+# A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summarization.py).
+Summarize = Callable[[str, int, int], Awaitable[object]]
+_SUMMARY_CONCURRENCY = 2  # summaries run at once in a worker, beside its session-end and learn jobs
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One stream this worker consumes, with its own bound on jobs in flight."""
+
+    queue: SessionEndQueue
+    concurrency: int
+    inflight: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +97,12 @@ class SessionEndWorker:
         events: EventLog,
         metrics: QueueMetrics,
         learner: Learner | None = None,
+        summarize: Summarize | None = None,
+        summaries: SessionEndQueue | None = None,
     ) -> None:
+        """``summaries``: the summarize jobs' stream, read by a lane of its own (``summarize`` runs them)."""
         self._learner = learner
+        self._summarize = summarize
         self._end = state
         self._sessions = sessions
         self._events = events
@@ -89,14 +113,21 @@ class SessionEndWorker:
         self._config = config
         self.consumer = consumer_name()
         self._tasks: list[asyncio.Task[None]] = []
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._jobs: dict[asyncio.Task[None], EndJob] = {}  # the job each in-flight task runs
+        self._lanes = [_Lane(queue, config.concurrency)]
+        if summaries is not None and summarize is not None:
+            self._lanes.append(_Lane(summaries, _SUMMARY_CONCURRENCY))
+        # The job each in-flight task runs, and its lane's queue (where it is acknowledged or handed back).
+        self._jobs: dict[asyncio.Task[None], tuple[SessionEndQueue, EndJob]] = {}
         self.completed = 0
 
     async def start(self) -> None:
-        await self._queue.ensure_group()
+        for lane in self._lanes:
+            await lane.queue.ensure_group()
         self._tasks = [
-            asyncio.create_task(self._consume(), name="memlane-session-end"),
+            *(
+                asyncio.create_task(self._consume(lane), name=f"memlane-jobs:{lane.queue.key}")
+                for lane in self._lanes
+            ),
             asyncio.create_task(
                 self._periodic(self._retire_once, self._config.retire_interval_s), name="memlane-retire"
             ),
@@ -111,42 +142,45 @@ class SessionEndWorker:
         jobs back to the queue, so another sidecar takes them at once rather than after the claim
         timeout; every step is safe to repeat."""
         running = dict(self._jobs)
-        for t in [*self._tasks, *self._inflight]:
+        inflight = [t for lane in self._lanes for t in lane.inflight]
+        for t in [*self._tasks, *inflight]:
             t.cancel()
-        for t in [*self._tasks, *self._inflight]:
+        for t in [*self._tasks, *inflight]:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._tasks = []
-        for task, job in running.items():
+        for task, (queue, job) in running.items():
             if task.cancelled() and job.session_id:
                 try:
-                    await self._queue.hand_back(job)
+                    await queue.hand_back(job)
                     log.info("handed a session-end job back", extra={"session_id": job.session_id})
                 except Exception:  # Redis gone: the claim timeout still hands it over
                     log.warning("could not hand a job back", extra={"session_id": job.session_id})
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._inflight.discard(task)
+        for lane in self._lanes:
+            lane.inflight.discard(task)
         self._jobs.pop(task, None)
 
-    async def _consume(self) -> None:
+    async def _consume(self, lane: _Lane) -> None:
         last_claim = 0.0
+        queue = lane.queue
         while True:
             try:
-                free = self._config.concurrency - len(self._inflight)
+                free = lane.concurrency - len(lane.inflight)
                 if free <= 0:
-                    await asyncio.wait(self._inflight, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(lane.inflight, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 jobs: list[EndJob] = []
                 if time.monotonic() - last_claim > self._config.claim_timeout_ms / 2000:
                     last_claim = time.monotonic()
-                    jobs = await self._queue.claim_stale(self.consumer, self._config.claim_timeout_ms, free)
+                    jobs = await queue.claim_stale(self.consumer, self._config.claim_timeout_ms, free)
                 if not jobs:
-                    jobs = await self._queue.read(self.consumer, free, block_ms=1000)
+                    jobs = await queue.read(self.consumer, free, block_ms=1000)
                 for job in jobs:
-                    task = asyncio.create_task(self._process(job))
-                    self._inflight.add(task)
-                    self._jobs[task] = job
+                    task = asyncio.create_task(self._process(queue, job))
+                    lane.inflight.add(task)
+                    self._jobs[task] = (queue, job)
                     task.add_done_callback(self._done)
             except asyncio.CancelledError:
                 raise
@@ -154,12 +188,17 @@ class SessionEndWorker:
                 log.exception("session-end queue read failed; retrying")
                 await asyncio.sleep(1.0)
 
-    async def _process(self, job: EndJob) -> None:
+    async def _process(self, queue: SessionEndQueue, job: EndJob) -> None:
         if not job.session_id:
-            await self._queue.ack([job.job_id])
+            await queue.ack([job.job_id])
             return
         if job.reason in LEARN_REASONS:
             await self._learn(job)
+            await queue.ack([job.job_id])
+            return
+        if job.reason == REASON_SUMMARIZE:
+            await self._summary(job)
+            await queue.ack([job.job_id])
             return
 
         async def keep_job() -> None:
@@ -203,7 +242,17 @@ class SessionEndWorker:
                 "learning from an open session failed; session end still promotes its turns",
                 extra={"session_id": job.session_id},
             )
-        await self._queue.ack([job.job_id])
+
+    async def _summary(self, job: EndJob) -> None:
+        """A summarize job is acknowledged whatever happens: the next assembly over the threshold asks
+        again, and a summary another writer moved meanwhile wins (compare-and-set)."""
+        try:
+            if self._summarize is not None:
+                await self._summarize(job.session_id, job.through_seq, job.budget)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("a background summary failed", extra={"session_id": job.session_id})
 
     async def _still_to_end(self, session_id: str) -> bool:
         """After a run that did not happen (``handle_job`` gave None): whether the job must stay queued.

@@ -31,6 +31,10 @@ REASON_FORCED = "forced"
 REASON_LEARN = "learn"
 REASON_LEARN_QUIET = "learn-quiet"
 LEARN_REASONS = (REASON_LEARN, REASON_LEARN_QUIET)
+# A background summary of an open session (context/summarization.py): the turns through ``through_seq``
+# folded into its summary within ``budget`` tokens. Queued on a stream of its own
+# (``KeySpace.summary_queue``): a summary is small and wanted soon, and must not wait behind promotions.
+REASON_SUMMARIZE = "summarize"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,15 @@ class EndJob:
     session_id: str
     reason: str
     enqueued_at_ms: int
+    through_seq: int = 0  # a summarize job's range and budget (0 for other jobs)
+    budget: int = 0
+
+    def fields(self, at_ms: int) -> dict[str, str | int]:
+        """The stream entry of this job, queued at ``at_ms``."""
+        out: dict[str, str | int] = {"s": self.session_id, "r": self.reason, "at": at_ms}
+        if self.through_seq:
+            out.update(t=self.through_seq, b=self.budget)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +71,12 @@ MAX_ERROR_CHARS = 500
 
 
 class SessionEndQueue:
-    def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace, *, key: str = "") -> None:
+        """``key``: another stream of the same kind (``KeySpace.summary_queue``); the default is the
+        session-end queue."""
         self._redis = redis
         self._keys = keys
-        self.key = keys.session_end_queue()
+        self.key = key or keys.session_end_queue()
         self._park = redis.register_script(scripts.PARK)
 
     async def ensure_group(self) -> None:
@@ -71,8 +86,11 @@ class SessionEndQueue:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def enqueue(self, session_id: str, reason: str, now_ms: int) -> str:
-        out = await self._redis.xadd(self.key, {"s": session_id, "r": reason, "at": now_ms})
+    async def enqueue(
+        self, session_id: str, reason: str, now_ms: int, *, through_seq: int = 0, budget: int = 0
+    ) -> str:
+        job = EndJob("", session_id, reason, now_ms, through_seq, budget)
+        out = await self._redis.xadd(self.key, job.fields(now_ms))  # type: ignore[arg-type]
         return out.decode() if isinstance(out, bytes) else str(out)
 
     async def enqueue_once(self, session_id: str, reason: str, now_ms: int, window_ms: int) -> bool:
@@ -93,7 +111,16 @@ class SessionEndQueue:
             if not f:  # trimmed or deleted entry still listed in the pending list
                 out.append(EndJob(job_id.decode(), "", "", 0))
                 continue
-            out.append(EndJob(job_id.decode(), f[b"s"].decode(), f[b"r"].decode(), int(f.get(b"at", b"0"))))
+            out.append(
+                EndJob(
+                    job_id.decode(),
+                    f[b"s"].decode(),
+                    f[b"r"].decode(),
+                    int(f.get(b"at", b"0")),
+                    int(f.get(b"t", b"0")),
+                    int(f.get(b"b", b"0")),
+                )
+            )
         return out
 
     async def read(self, consumer: str, count: int, block_ms: int) -> list[EndJob]:
@@ -193,7 +220,7 @@ class SessionEndQueue:
         once: the same job queued anew, the old entry acknowledged, atomically (one key, one slot), so
         another sidecar reads it now instead of claiming it after the claim timeout."""
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(self.key, {"s": job.session_id, "r": job.reason, "at": job.enqueued_at_ms})
+            pipe.xadd(self.key, job.fields(job.enqueued_at_ms))  # type: ignore[arg-type]
             pipe.xack(self.key, GROUP, job.job_id)
             pipe.xdel(self.key, job.job_id)
             await pipe.execute()

@@ -196,8 +196,12 @@ class KeySpace:
         return f"{self.prefix}:{{{self.session_end_queue()}}}:outbox"
 
     def session_end_queue(self) -> str:
-        """STREAM with one consumer group: session-end jobs any sidecar may take."""
+        """STREAM with one consumer group: session-end and learn jobs any worker may take."""
         return f"{self.prefix}:queue:session-end"
+
+    def summary_queue(self) -> str:
+        """STREAM with one consumer group: background summaries of open sessions, a lane of their own."""
+        return f"{self.prefix}:queue:summaries"
 
     def session_end_parked(self) -> str:
         """STREAM: session-end jobs that failed too often, kept for an operator to inspect and retry.

@@ -8,6 +8,7 @@ from ..config import ContextSettings
 from ..context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
 from ..pipelines import Resumer
 from ..sessions.channel_policies import PolicyBook
+from ..sessions.end_queue import SessionEndQueue
 from ..summarizers import Summarizer
 from ..tokens import TokenCounter
 from .stores import Stores
@@ -24,10 +25,10 @@ def build_context(
     executor: ThreadPoolExecutor,
     resumer: Resumer,
     policies: PolicyBook,
+    queue: SessionEndQueue,
 ) -> ContextAssembler:
-    scheduler = (
-        SummaryScheduler(stores.sessions, summarizer, tokens, executor) if summarizer is not None else None
-    )
+    # The summaries themselves are written by a worker (wiring/lifecycle.py: SummaryWriter).
+    scheduler = SummaryScheduler(queue) if summarizer is not None else None
     return ContextAssembler(
         stores.sessions,
         TraceStore(stores.traces),

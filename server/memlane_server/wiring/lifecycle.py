@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import telemetry
 from ..config import PipelineSettings, Settings
+from ..context.summarization import SummaryWriter
 from ..extraction import Extractor
 from ..infra.redis_pool import RedisClient
 from ..ltm import MemoryService
@@ -43,6 +44,7 @@ class SessionEnd:
     policies: PolicyBook
     events: EventLog
     queue: SessionEndQueue
+    summaries: SessionEndQueue  # background summaries' own lane
     lifecycle: Lifecycle
     archive: telemetry.MeteredArchive
     pipeline: telemetry.MeteredPipeline
@@ -70,6 +72,7 @@ def build_session_end(
     p = settings.pipeline
     claim_ms = int(p.pipeline_claim_timeout_seconds * 1000)
     policies, events, queue, lifecycle = _lifecycle(settings, redis, stores, claim_ms)
+    summaries = SessionEndQueue(redis, stores.keys, key=stores.keys.summary_queue())
     # With the client provider the agent summarizes live turns; at session end nobody is there to
     # ask, so the tail is summarized extractively.
     end_summarizer = telemetry.MeteredStepSummarizer(
@@ -105,10 +108,22 @@ def build_session_end(
         events=events,
         metrics=QueueMetrics(registry),
         learner=learner,
+        summarize=SummaryWriter(stores.sessions, summarizer, tokens, executor).run if summarizer else None,
+        summaries=summaries,
     )
     on_request = EndOnRequest(stores.sessions, lifecycle, queue, stores.end_state, pipeline)
     return SessionEnd(
-        policies, events, queue, lifecycle, archive, pipeline, resumer, on_request, scheduler, worker
+        policies,
+        events,
+        queue,
+        summaries,
+        lifecycle,
+        archive,
+        pipeline,
+        resumer,
+        on_request,
+        scheduler,
+        worker,
     )
 
 
