@@ -608,6 +608,13 @@ def test_keda_scales_the_workers_on_the_job_stream(workers_docs: list[dict[str, 
     meta = scaled["spec"]["triggers"][0]["metadata"]
     assert meta["pendingEntriesCount"] == "1" and "streamLength" not in meta
     assert meta["stream"] == KeySpace().session_end_queue() and meta["address"] == "redis.other:7000"
+    # Redis Cluster (redis+cluster://): KEDA's cluster trigger, its addresses, no database index.
+    cluster = render({**values, "redis": {"url": "redis+cluster://:pw@redis-0.data.svc:7000"}})
+    (scaled,) = by_kind(cluster, "ScaledObject")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis-cluster-streams"
+    assert trigger["metadata"]["addresses"] == "redis-0.data.svc:7000"
+    assert "databaseIndex" not in trigger["metadata"] and "address" not in trigger["metadata"]
     workers_off = render({**values, "workers": {**values["workers"], "keda": {"enabled": False}}})
     assert not by_kind(workers_off, "ScaledObject")
     (worker,) = [d for d in by_kind(workers_off, "Deployment") if d["metadata"]["name"].endswith("-worker")]
