@@ -9,10 +9,11 @@ import ctypes
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-import memlane
 from memlane.mcp import add_arguments as add_mcp_arguments
 
+from .build_info import version_line
 from .config import ConfigError, add_flags, build_settings, flags_from
 from .inspect_cli import COMMANDS as INSPECT_COMMANDS
 from .inspect_cli import add_parsers as add_inspect_parsers
@@ -24,9 +25,22 @@ from .state_cli import add_parsers as add_state_parsers
 from .state_cli import run as run_state_command
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package version and the commit, looked up only when asked (git may run)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **_: Any) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memlane", description="memlane memory sidecar")
-    parser.add_argument("--version", action="version", version=f"memlane {memlane.__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",
@@ -151,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from .app import Sidecar, run_until_signalled
             from .observability.logs import configure
+            from .observability.tracing import tracing_requested
             from .worker import Worker
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
@@ -163,12 +178,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             uvloop.install()
         except ImportError:
             pass
+        tracer_provider = None
+        if tracing_requested(os.environ):  # OTEL_*: off unless they ask (observability/tracing.py)
+            from .observability.tracing_setup import configure_tracing
+
+            try:
+                tracer_provider = configure_tracing(os.environ)
+            except ConfigError as exc:
+                print(f"memlane: {exc}", file=sys.stderr)
+                return 2
         runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
         try:
             asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
         except (ConfigError, StartError) as exc:  # what was started is stopped by then
             print(f"memlane: {exc}", file=sys.stderr)
             return 2
+        finally:
+            if tracer_provider is not None:
+                tracer_provider.shutdown()  # the last batch of spans goes out before the exit
         if args.command == "worker":
             # A CPU-bound step still running in a pool thread (its job already handed back) must not hold
             # the exit past the grace period: the interpreter would join that thread.

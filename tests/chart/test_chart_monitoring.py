@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.test_chart import CHART, RELEASE, by_kind, render
+from tests.chart.test_chart import CHART, RELEASE, ROOT, by_kind, render
 from tests.conftest import ServerFactory
 from tests.integration.test_metrics import promtool
 
@@ -54,7 +54,9 @@ def _dashboard_exprs() -> list[str]:
 
     exprs = walk(_dashboard()["panels"])
     # Grafana's variables, as Grafana substitutes them before Prometheus sees the query.
-    return [e.replace("$__rate_interval", "5m").replace("$namespace", ".*") for e in exprs]
+    return [
+        e.replace("$__rate_interval", "5m").replace("$namespace", ".*").replace("$pod", ".*") for e in exprs
+    ]
 
 
 def _check_rules(tool: str, groups: list[dict[str, Any]], folder: Path) -> subprocess.CompletedProcess[str]:
@@ -160,3 +162,59 @@ def test_helm_test_pod_checks_grpc_health_of_the_service() -> None:
     assert not set(svc["spec"]["selector"].items()) <= set(pod["metadata"]["labels"].items())
     assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
     assert not [d for d in by_kind(render({}), "Pod")]  # sidecar mode: no Service to check
+
+
+def test_every_alert_links_its_runbook_section() -> None:
+    """runbook_url = prometheusRule.runbookBaseUrl + #<alert, lowercased>, and docs/operations.md has a
+    heading GitHub turns into exactly that anchor, with the alert's What / Impact / Look / Fix."""
+    base = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["runbookBaseUrl"]
+    assert base.endswith("/docs/operations.md")
+    docs = (ROOT / "docs" / "operations.md").read_text()
+    sections = dict(re.findall(r"(?ms)^### (\S+)\n(.*?)(?=^#{2,3} |\Z)", docs))
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-"): h for h in sections}
+    alerts = [r for g in _rule_groups() for r in g["rules"] if "alert" in r]
+    assert len(alerts) >= 9
+    for rule in alerts:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{base}#{rule['alert'].lower()}", url
+        heading = anchors.get(url.split("#", 1)[1])
+        assert heading == rule["alert"], f"docs/operations.md has no runbook section for {rule['alert']}"
+        for part in ("**What:**", "**Impact:**", "**Look:**", "**Fix:**"):
+            assert part in sections[heading], (heading, part)
+    # Positive control: a base set in values moves every link.
+    rule_values: dict[str, Any] = {"enabled": True, "runbookBaseUrl": "https://d.example/ops"}
+    values = {**MONITORING, "prometheusRule": rule_values}
+    (rule,) = by_kind(render(values), "PrometheusRule")
+    urls = {
+        r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r
+    }
+    assert urls and all(u.startswith("https://d.example/ops#memlane") for u in urls)
+
+
+def test_the_dashboard_filters_by_pod_and_shows_the_backlog_per_worker() -> None:
+    dashboard = _dashboard()
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "label_values(memlane_build_info" in variables["pod"]["definition"]
+    assert variables["pod"]["multi"] and variables["pod"]["includeAll"]
+
+    def panels(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [q for p in items for q in [p, *panels(p.get("panels", []))]]
+
+    by_title = {p.get("title"): p for p in panels(dashboard["panels"])}
+    per_worker = [t["expr"] for t in by_title["Jobs held per worker"]["targets"]]
+    assert any("memlane_session_end_queue_pending_by_worker" in e and "by (worker)" in e for e in per_worker)
+    assert any("memlane_session_end_queue_depth" in e for e in per_worker)
+    # Every per-pod series can be narrowed to a pod (the queue-wide gauges need not be).
+    queue_wide = ("memlane_session_end_queue_pending_by_worker", "memlane_session_end_queue_depth")
+    for p in panels(dashboard["panels"]):
+        for t in p.get("targets", []):
+            assert 'pod=~"$pod"' in t["expr"] or p["title"] == "Jobs held per worker", p["title"]
+            if p["title"] == "Jobs held per worker":
+                assert any(n in t["expr"] for n in queue_wide)
+    # No two panels overlap on the grid.
+    cells: set[tuple[int, int]] = set()
+    for p in dashboard["panels"]:
+        g = p["gridPos"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, p["title"]
+        cells |= mine

@@ -8,23 +8,49 @@ import logging
 import os
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import memlane
+from memlane_server.build_info import checkout_commit, recorded_commit
 from memlane_server.cli import main
 from memlane_server.config import CHOICES, setting_fields
 from memlane_server.observability.logs import configure
 from memlane_server.settings_help import HELP
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_shows_the_package_version_and_the_checkout_commit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    assert capsys.readouterr().out.strip() == f"memlane {memlane.__version__}"
+    root = Path(__file__).resolve().parents[2]
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    # The tests run from a checkout (PYTHONPATH or an editable install), so git knows the commit.
+    assert capsys.readouterr().out.strip() == f"memlane {memlane.__version__} (commit {head[:12]})"
+    assert memlane.__version__ == tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_a_build_records_its_commit(tmp_path: Path) -> None:
+    """The image's build.json wins over git; a missing, broken or foreign file counts as no commit."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "build.json").write_text(json.dumps({"commit": sha}))
+    assert recorded_commit(tmp_path / "build.json") == sha
+    (tmp_path / "build.json").write_text(json.dumps({"commit": f"{sha}-dirty"}))
+    assert recorded_commit(tmp_path / "build.json") == f"{sha}-dirty"
+    for text in ("", "{", '{"commit": ""}', '{"commit": "$(rm -rf /)"}', '["a"]'):
+        (tmp_path / "build.json").write_text(text)
+        assert recorded_commit(tmp_path / "build.json") == ""
+    assert recorded_commit(tmp_path / "absent.json") == ""
+    # A package directory outside a memlane checkout asks no git, even inside another repository.
+    (tmp_path / ".git").mkdir()
+    assert checkout_commit(tmp_path / "lib" / "memlane_server") == ""
 
 
 def test_every_setting_has_a_sentence() -> None:

@@ -57,6 +57,41 @@ app.kubernetes.io/part-of: memlane
 {{- end -}}
 {{- end -}}
 
+{{/*
+The worker pods' labels. Their app.kubernetes.io/name differs from the serving pods' so that nothing made
+for those (the standalone Deployment's selector, the Service, the PodDisruptionBudget, the NetworkPolicy)
+selects a worker pod, which has no gRPC port.
+*/}}
+{{- define "memlane.workerName" -}}{{ include "memlane.fullname" . | trunc 56 | trimSuffix "-" }}-worker{{- end -}}
+
+{{- define "memlane.workerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "memlane.name" . | trunc 56 | trimSuffix "-" }}-worker
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: worker
+{{- end -}}
+
+{{- define "memlane.workerLabels" -}}
+helm.sh/chart: {{ include "memlane.chart" . }}
+{{ include "memlane.workerSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: memlane
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The job stream KEDA watches: sessions/keys.py's session_end_queue under config.keyPrefix. */}}
+{{- define "memlane.jobStream" -}}
+{{- printf "%s:queue:session-end" (.Values.config.keyPrefix | default "ml") -}}
+{{- end -}}
+
+{{/* Seconds a memlane container needs after SIGTERM: the drain (config.shutdownGraceSeconds) + closing. */}}
+{{- define "memlane.drainSeconds" -}}
+{{- $grace := .Values.config.shutdownGraceSeconds | default 5 -}}
+{{- add (ceil (float64 $grace)) 10 -}}
+{{- end -}}
+
 {{/* Object names. */}}
 {{- define "memlane.configName" -}}{{ include "memlane.fullname" . | trunc 56 | trimSuffix "-" }}-config{{- end -}}
 {{- define "memlane.envSecretName" -}}{{ include "memlane.fullname" . | trunc 59 | trimSuffix "-" }}-env{{- end -}}
@@ -141,15 +176,59 @@ MEMLANE_CHANNEL_POLICIES_FILE: {{ printf "%s/%s" (trimSuffix "/" .Values.channel
 {{- if and .Values.redis.url .Values.redis.existingSecret -}}
 {{- fail "set redis.url or redis.existingSecret, not both" -}}
 {{- end -}}
+{{- $sharedRedis := or .Values.redis.url .Values.redis.existingSecret -}}
+{{- $drain := int (include "memlane.drainSeconds" .) -}}
+{{- if .Values.workers.enabled -}}
+{{- if not $sharedRedis -}}
+{{- fail "workers.enabled needs a shared Redis (redis.url or redis.existingSecret): workers take the sidecars' jobs from it" -}}
+{{- end -}}
+{{- if and (ne (toString .Values.config.ltmEnabled) "false") (not .Values.config.ltmUri) -}}
+{{- fail "workers.enabled needs config.ltmUri on shared storage (s3://...): workers write the long-term memory the sidecars read" -}}
+{{- end -}}
+{{- if not .Values.config.archiveUri -}}
+{{- fail "workers.enabled needs config.archiveUri on shared storage (s3://...): workers write the archives the sidecars resume from" -}}
+{{- end -}}
+{{- if lt (int .Values.workers.terminationGracePeriodSeconds) $drain -}}
+{{- fail (printf "workers.terminationGracePeriodSeconds (%v) must cover the drain: config.shutdownGraceSeconds + 10 = %d" .Values.workers.terminationGracePeriodSeconds $drain) -}}
+{{- end -}}
+{{- if .Values.workers.keda.enabled -}}
+{{- if not (or .Values.workers.keda.address .Values.redis.url) -}}
+{{- fail "workers.keda.address (host:port of the Redis) is needed with redis.existingSecret" -}}
+{{- end -}}
+{{- if gt (int .Values.workers.keda.minReplicaCount) (int .Values.workers.keda.maxReplicaCount) -}}
+{{- fail "workers.keda.minReplicaCount must not exceed workers.keda.maxReplicaCount" -}}
+{{- end -}}
+{{- end -}}
+{{- else if .Values.workers.keda.enabled -}}
+{{- fail "workers.keda.enabled needs workers.enabled" -}}
+{{- end -}}
 {{- if eq .Values.mode "standalone" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not (or .Values.redis.url .Values.redis.existingSecret)) -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not $sharedRedis) -}}
 {{- fail "replicaCount > 1 needs a shared Redis (redis.url or redis.existingSecret): an embedded Redis is per pod" -}}
+{{- end -}}
+{{- if .Values.autoscaling.enabled -}}
+{{- if not $sharedRedis -}}
+{{- fail "autoscaling.enabled needs a shared Redis (redis.url or redis.existingSecret): an embedded Redis is per pod" -}}
+{{- end -}}
+{{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) -}}
+{{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" -}}
+{{- end -}}
+{{- if not (or .Values.autoscaling.targetCPUUtilizationPercentage .Values.autoscaling.targetMemoryUtilizationPercentage) -}}
+{{- fail "autoscaling.enabled needs targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" -}}
+{{- end -}}
+{{- end -}}
+{{- $stop := $drain -}}
+{{- if .Values.preStop.enabled -}}
+{{- $stop = add $stop (int .Values.preStop.sleepSeconds) -}}
+{{- end -}}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $stop) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must cover preStop.sleepSeconds + config.shutdownGraceSeconds + 10 = %d" .Values.terminationGracePeriodSeconds (int $stop)) -}}
 {{- end -}}
 {{- if .Values.podMonitor.enabled -}}
 {{- fail "podMonitor is for mode=sidecar; mode=standalone uses serviceMonitor" -}}
 {{- end -}}
 {{- else -}}
-{{- range $name := list "serviceMonitor" "podDisruptionBudget" "networkPolicy" -}}
+{{- range $name := list "serviceMonitor" "podDisruptionBudget" "networkPolicy" "autoscaling" -}}
 {{- if (index $.Values $name).enabled -}}
 {{- fail (printf "%s is for mode=standalone: in mode=sidecar your agent's chart owns the pod (use podMonitor for metrics)" $name) -}}
 {{- end -}}

@@ -63,27 +63,27 @@ The memlane release (the same one, as a subchart) renders the ConfigMap and Secr
       containerPort: {{ .Values.ports.admin }}
       protocol: TCP
   envFrom:
-    - configMapRef:
-        name: {{ include "memlane.configName" . }}
-    {{- if include "memlane.hasEnvSecret" . }}
-    - secretRef:
-        name: {{ include "memlane.envSecretName" . }}
-    {{- end }}
-    {{- with .Values.extraEnvFrom }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
-  {{- if or .Values.redis.existingSecret .Values.extraEnv }}
+    {{- include "memlane.envFrom" . | nindent 4 }}
+  {{- if or .Values.redis.existingSecret .Values.extraEnv .Values.workers.enabled }}
   env:
-    {{- if .Values.redis.existingSecret }}
-    - name: MEMLANE_REDIS_URL
-      valueFrom:
-        secretKeyRef:
-          name: {{ .Values.redis.existingSecret }}
-          key: {{ .Values.redis.existingSecretKey }}
+    {{- include "memlane.redisUrlEnv" . | nindent 4 }}
+    {{- if .Values.workers.enabled }}
+    # A thin sidecar: the workers Deployment runs the background jobs.
+    - name: MEMLANE_PIPELINE_ENABLED
+      value: "false"
+    - name: MEMLANE_WORKER_PROCESSES
+      value: "0"
     {{- end }}
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- end }}
+  {{- if .Values.preStop.enabled }}
+  lifecycle:
+    # Callers stop sending before SIGTERM starts the drain (values.yaml: preStop).
+    preStop:
+      exec:
+        command: ["sleep", {{ .Values.preStop.sleepSeconds | int | toString | quote }}]
   {{- end }}
   {{- range $name := list "startupProbe" "livenessProbe" "readinessProbe" }}
   {{- $p := index $.Values $name }}
@@ -122,6 +122,30 @@ The memlane release (the same one, as a subchart) renders the ConfigMap and Secr
     {{- with .Values.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+{{- end -}}
+
+{{/* MEMLANE_REDIS_URL from redis.existingSecret, as an env item (nothing without one). */}}
+{{- define "memlane.redisUrlEnv" -}}
+{{- if .Values.redis.existingSecret -}}
+- name: MEMLANE_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.existingSecretKey }}
+{{- end -}}
+{{- end -}}
+
+{{/* The envFrom items of every memlane container: the ConfigMap, the env Secret, extraEnvFrom. */}}
+{{- define "memlane.envFrom" -}}
+- configMapRef:
+    name: {{ include "memlane.configName" . }}
+{{- if include "memlane.hasEnvSecret" . }}
+- secretRef:
+    name: {{ include "memlane.envSecretName" . }}
+{{- end }}
+{{- with .Values.extraEnvFrom }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* The volumes the container mounts, as items of the pod's volumes (extraVolumes included). */}}

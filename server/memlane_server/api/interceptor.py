@@ -23,6 +23,7 @@ from .. import errors
 from ..access.authenticate import Authenticator, check_method
 from ..access.identity import Caller, CallerToken, enter_caller, exit_caller
 from ..observability.metrics import RpcMetrics
+from ..observability.tracing import RpcSpan, RpcTracing
 from .binding import UserBinding
 from .request_ids import check_request_ids
 from .status import trailer
@@ -84,14 +85,18 @@ class _Boundary:
     entry (the caller then current for the handler), the outcome counted and any error turned into
     its status on exit."""
 
-    __slots__ = ("_context", "_name", "_owner", "_request", "_start", "_token")
+    __slots__ = ("_context", "_method", "_name", "_owner", "_request", "_span", "_start", "_token")
 
-    def __init__(self, owner: BoundaryInterceptor, request: Any, context: Any, name: str) -> None:
-        self._owner, self._request, self._context, self._name = owner, request, context, name
+    def __init__(self, owner: BoundaryInterceptor, request: Any, context: Any, method: str) -> None:
+        self._owner, self._request, self._context = owner, request, context
+        self._method, self._name = method, method.rsplit("/", 1)[-1]
         self._token: CallerToken | None = None
+        self._span: RpcSpan | None = None
 
     async def __aenter__(self) -> None:
         self._start = time.perf_counter()
+        # Before any check, so refused calls show in the caller's trace too (tracing off: None at once).
+        self._span = self._owner._tracing.start(self._method, self._context.invocation_metadata())
         try:
             self._owner._check(self._request)
             caller = self._owner._caller(self._context, self._name)
@@ -108,16 +113,22 @@ class _Boundary:
             self._token = None
         elapsed = time.perf_counter() - self._start
         if exc is None:
-            self._owner._metrics.observe(self._name, "OK", elapsed)
+            self._done("OK", elapsed)
         elif isinstance(exc, grpc.aio.AbortError):
-            self._owner._metrics.observe(self._name, _sent_code(self._context), elapsed)
+            self._done(_sent_code(self._context), elapsed)
         elif not isinstance(exc, Exception):
-            self._owner._metrics.observe(self._name, "CANCELLED", elapsed)  # the client went away
+            self._done("CANCELLED", elapsed)  # the client went away
         else:
             status, message, details = self._owner._status_for(exc, self._name)
-            self._owner._metrics.observe(self._name, status.name, elapsed)
+            self._done(status.name, elapsed)
             # raises AbortError in place of ``exc``
             await self._context.abort(status, message, trailing_metadata=details)
+
+    def _done(self, code: str, elapsed: float) -> None:
+        self._owner._metrics.observe(self._name, code, elapsed)
+        if self._span is not None:
+            self._span.end(code)
+            self._span = None
 
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
@@ -132,6 +143,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         self._auth = authenticator
         self._binding = binding
         self._unavailable = unavailable
+        self._tracing = RpcTracing()  # the global provider: the SDK's when OTEL_* turned tracing on
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
@@ -151,14 +163,13 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        name = method.rsplit("/", 1)[-1]
         deser = _safe(handler.request_deserializer, method)
         ser = _passing_bytes(handler.response_serializer)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                async with _Boundary(self, request, context, name):
+                async with _Boundary(self, request, context, method):
                     remaining = context.time_remaining()
                     if remaining is None:
                         return await inner(request, context)
@@ -172,7 +183,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                async with _Boundary(self, request, context, name):
+                async with _Boundary(self, request, context, method):
                     async for item in inner_stream(request, context):
                         yield item
 

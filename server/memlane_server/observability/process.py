@@ -20,6 +20,8 @@ from prometheus_client import (
 
 from memlane import __version__
 
+from ..build_info import commit
+
 
 def new_registry(*, settings_summary: dict[str, str] | None = None) -> CollectorRegistry:
     """A registry with the process collectors and the build info registered on it (never the global one:
@@ -33,6 +35,7 @@ def new_registry(*, settings_summary: dict[str, str] | None = None) -> Collector
     info.info(
         {
             "version": __version__,
+            "commit": commit(),  # "" when unknown (a wheel built without the Dockerfile's VCS_REF)
             "python": platform.python_version(),
             **(settings_summary or {}),
         }
