@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,45 @@ def test_master_sigkill_loses_no_acknowledged_append(
             )
     finally:
         srv.stop()  # before its cluster goes
+
+
+def test_durable_appends_resume_at_once_when_the_old_master_is_back_as_a_replica(
+    start_server: ServerFactory, own_cluster: Cluster
+) -> None:
+    """No append meanwhile, so the sidecar's slot map still names the dead master when it comes back as
+    its replica's replica: the first durable append meets the stale map (the script is redirected, the
+    WAIT lands on a replica). It may be refused once, but the refusal refreshes the map, so appends are
+    acknowledged again within seconds (once they were refused for a minute)."""
+    cluster = own_cluster
+    srv = start_server(
+        redis_url=cluster.url,
+        ltm_enabled=False,
+        redis_wait_replicas=1,
+        redis_wait_timeout_ms=1000,
+        lifecycle_sweep_interval_seconds=3600,
+    )
+    try:
+        prefix = srv.settings.redis.key_prefix
+        with memlane.Client(srv.target, timeout=10, retry=memlane.NO_RETRY) as c:
+            sid = c.create_session(user_id="u-stale-map", ttl_seconds=3600).session.session_id
+            c.append_messages(session_id=sid, messages=[_turn(0)])  # positive control: durable appends work
+            master = cluster.master_of(_doc(prefix, sid))
+            replica = cluster.replica_of(master)
+            os.kill(cluster.pid(master), signal.SIGKILL)
+            wait_for(lambda: "master" in cluster.nodes().get(replica, {}).get("flags", ""), timeout=30)
+            cluster.restart(master)
+            wait_for(lambda: "slave" in cluster.nodes().get(master, {}).get("flags", ""), timeout=30)
+            started, refused = time.monotonic(), 0
+            while True:
+                try:
+                    c.append_messages(session_id=sid, messages=[_turn(1 + refused)])
+                    break
+                except memlane.UnavailableError:
+                    refused += 1
+                    assert time.monotonic() - started < 10, f"durable appends refused for 10 s ({refused})"
+                    time.sleep(0.2)
+    finally:
+        srv.stop()
 
 
 def test_stop_after_every_node_is_gone(start_server: ServerFactory, own_cluster: Cluster) -> None:
