@@ -17,6 +17,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 import memlane
 from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2, procedure_pb2
+from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
 from memlane_server.infra.embedded_redis import server_binary
 from memlane_server.ltm import filters
@@ -289,3 +290,47 @@ def test_a_user_id_with_glob_characters_erases_only_that_user(sidecar: SidecarTh
             "Likes tea."
         ]
         r.close()
+
+
+def test_forget_user_leaves_no_key_of_the_users_sessions(sidecar: SidecarThread, redis_url: str) -> None:
+    """Found by key names, not from the key layout: every kind of per-session key a session can have
+    (messages, a removal's answer, an edit, checkpoints, traces, the end pipeline's state) is made first,
+    so leaving one kind out of the erasure fails here."""
+    user = f"carol-{uuid.uuid4().hex[:6]}"
+    prefix = sidecar.settings.redis.key_prefix
+    r = redis_client(redis_url)
+    with memlane.Client(sidecar.target, timeout=60) as c:
+        sid = c.create_session(user_id=user).session.session_id
+        out = c.append_messages(
+            session_id=sid,
+            messages=[
+                Message(role=Role.ROLE_USER, content=f"note {i}: the gate code is 40{i}") for i in range(4)
+            ],
+        )
+        ids = [m.message_id for m in out.results]
+        c.remove_messages(session_id=sid, message_ids=ids[:1])  # the removal's answer, kept for retries
+        c.update_message(
+            message=Message(message_id=ids[1], content="note 1: redacted"),
+            session_id=sid,
+            update_mask=FieldMask(paths=["content"]),
+        )
+        c.put_checkpoint(
+            session_id=sid, checkpoint_id="ck-1", checkpoint=kpb.TypedValue(type="json", data=b"{}")
+        )
+        list(c.assemble_context(session_id=sid, user_input="which gate code?"))  # a turn trace
+        ended = c.create_session(user_id=user).session.session_id
+        c.append_messages(session_id=ended, messages=[Message(role=Role.ROLE_USER, content="I like tea")])
+        c.promote_session(session_id=ended, close=True, timeout=120)  # pipeline state, promoted ids
+
+        def keys_of(s: str) -> list[bytes]:
+            return sorted(
+                raw(k) for k in r.scan_iter(match=f"{prefix}:*", count=1000) if s.encode() in raw(k)
+            )
+
+        made = keys_of(sid) + keys_of(ended)
+        # Positive control: the kinds this test is about exist before the erasure.
+        for kind in (b":removals", b":msgs", b":pipeline"):
+            assert any(kind in k for k in made), (kind, made)
+        c.forget_user(user_id=user)
+        assert keys_of(sid) == [] and keys_of(ended) == [], keys_of(sid) + keys_of(ended)
+    r.close()
