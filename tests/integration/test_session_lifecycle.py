@@ -4,6 +4,7 @@ close, lifecycle events, channel policies, PromoteSession."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Generator
 from pathlib import Path
 
@@ -52,6 +53,28 @@ def test_expiry_through_the_keyspace_event(start_server: ServerFactory, user_id:
         EV.SESSION_EVENT_TYPE_PROMOTED,
         EV.SESSION_EVENT_TYPE_ARCHIVED,
     ]
+
+
+def test_an_append_moves_the_expiry(start_server: ServerFactory, user_id: str) -> None:
+    """Each append re-arms the inactivity timer: a session appended to after 1 s of its 2 s is alive past
+    its first deadline, then expires 2 s after the append (positive control)."""
+    srv = start_server(ltm_enabled=False, lifecycle_sweep_interval_seconds=600)
+    with memlane.Client(srv.target, timeout=10) as c:
+        wait_for(srv.sidecar.lifecycle.listening.is_set)
+        sid = c.create_session(user_id=user_id, ttl_seconds=2).session.session_id
+        started = time.monotonic()
+        c.append_messages(session_id=sid, messages=turns(2))
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        c.append_messages(session_id=sid, messages=turns(2))
+        rearmed = time.monotonic()
+        time.sleep(max(0.0, 2.6 - (rearmed - started)))  # past the first deadline, before the new one
+        assert c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_ACTIVE
+        done = wait_for(
+            lambda: c.get_session(session_id=sid).session.status == SessionStatus.SESSION_STATUS_EXPIRED,
+            timeout=30,
+        )
+        assert done
+        assert time.monotonic() - rearmed >= 1.9  # not before 2 s after the last append
 
 
 def test_expiry_while_no_sidecar_was_running(
