@@ -42,7 +42,9 @@ class ServerSettings:
     shutdown_grace_seconds: float = 5.0
     # Admission (api/admission.py): calls in flight per RPC method ("*": any other), 0 = ungated; beyond
     # that up to admission_max_queue wait admission_max_wait_ms, the rest get RESOURCE_EXHAUSTED at once.
-    admission_limits: str = "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,*=64"
+    admission_limits: str = (
+        "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,Embed=2,*=64"
+    )
     admission_max_queue: int = 8
     admission_max_wait_ms: int = 100
     max_receive_message_bytes: int = 16 * 1024 * 1024

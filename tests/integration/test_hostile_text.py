@@ -51,7 +51,9 @@ def test_a_huge_turn_is_promoted_while_health_and_reads_answer(sidecar: SidecarT
                 Message(role=Role.ROLE_USER, content=HOSTILE),
                 Message(role=Role.ROLE_ASSISTANT, content="That is a long message."),
                 # Positive control: personal data in an ordinary turn is still redacted.
-                Message(role=Role.ROLE_USER, content="Write to me at jo.doe@example.com about the Lisbon trip."),
+                Message(
+                    role=Role.ROLE_USER, content="Write to me at jo.doe@example.com about the Lisbon trip."
+                ),
                 Message(role=Role.ROLE_ASSISTANT, content="Noted, I will write about the Lisbon trip."),
             ],
         )
@@ -75,15 +77,19 @@ def test_a_huge_turn_is_promoted_while_health_and_reads_answer(sidecar: SidecarT
                     ("healthz", lambda: _healthz(port) == 200),
                     (
                         "grpc health",
-                        lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=30).status
-                        == health_pb2.HealthCheckResponse.SERVING,
+                        lambda: (
+                            health.Check(health_pb2.HealthCheckRequest(), timeout=30).status
+                            == health_pb2.HealthCheckResponse.SERVING
+                        ),
                     ),
                     ("GetSession", lambda: c.get_session(session_id=sid).session.session_id == sid),
                 ):
                     start = time.perf_counter()
                     assert probe(), name
                     probes.append((name, elapsed := time.perf_counter() - start))
-                    assert elapsed < PROBE_BOUND_S, f"{name} took {elapsed:.1f} s while the session was promoted"
+                    assert elapsed < PROBE_BOUND_S, (
+                        f"{name} took {elapsed:.1f} s while the session was promoted"
+                    )
                 time.sleep(0.05)
                 assert time.perf_counter() - began < PROMOTE_BOUND_S, "PromoteSession did not finish in time"
         worker.join(timeout=PROMOTE_BOUND_S)
@@ -97,4 +103,7 @@ def test_a_huge_turn_is_promoted_while_health_and_reads_answer(sidecar: SidecarT
         assert any("a.a.a." in t and len(t) < 1400 for t in contents), [t[:80] for t in contents]
         assert any("[EMAIL]" in t and "Lisbon" in t for t in contents), contents
         assert not any("jo.doe@example.com" in t for t in contents)
-    print(f"promoted in {done['elapsed']:.2f} s; {len(probes)} probes, slowest {slowest[0]} {slowest[1] * 1000:.0f} ms")
+    name, seconds = slowest
+    print(
+        f"promoted in {done['elapsed']:.2f} s; {len(probes)} probes, slowest {name} {seconds * 1000:.0f} ms"
+    )
