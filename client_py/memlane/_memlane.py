@@ -63,7 +63,14 @@ class Memlane:
         token: str | None = None,
         timeout: float = 30.0,
     ) -> None:
-        self.client = target if isinstance(target, Client) else Client(target, token=token, timeout=timeout)
+        # The agent id travels on every call (the x-memlane-agent header), as with Client(agent_id=...):
+        # with auth off, a call without one is the unrestricted development caller and reads every
+        # agent's private turns. A Client passed in keeps its own identity.
+        self.client = (
+            target
+            if isinstance(target, Client)
+            else Client(target, token=token, agent_id=agent_id or None, timeout=timeout)
+        )
         self._owns_client = not isinstance(target, Client)
         self.agent_id, self.channel = agent_id, channel
         self._known = _Known()
@@ -137,7 +144,9 @@ class AsyncMemlane:
         timeout: float = 30.0,
     ) -> None:
         self.client = (
-            target if isinstance(target, AsyncClient) else AsyncClient(target, token=token, timeout=timeout)
+            target
+            if isinstance(target, AsyncClient)
+            else AsyncClient(target, token=token, agent_id=agent_id or None, timeout=timeout)
         )
         self._owns_client = not isinstance(target, AsyncClient)
         self.agent_id, self.channel = agent_id, channel

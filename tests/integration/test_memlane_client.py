@@ -3,6 +3,7 @@ on first use, the assembled context as OpenAI chat messages, remember / search, 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from pathlib import Path
@@ -102,3 +103,34 @@ def test_the_readme_quick_start_runs(server: SidecarThread, capsys: pytest.Captu
     assert (
         "'role': 'user', 'content': 'My order 4417 arrived damaged.'" in out
     )  # context ended with the turns
+
+
+def test_the_high_level_clients_speak_as_their_agent(server: SidecarThread) -> None:
+    """With auth off, a call without an agent id is the unrestricted development caller; Memlane and
+    AsyncMemlane send theirs on every call, so agent B does not read agent A's private turns."""
+    user, sid = f"u-{uuid.uuid4().hex[:8]}", f"chat-{uuid.uuid4().hex[:8]}"
+    with memlane.Client(server.target, agent_id="agent-a") as a:
+        a.create_session(session_id=sid, user_id=user, topology=memlane.Topology.TOPOLOGY_DISTRIBUTED)
+        a.append_messages(
+            session_id=sid,
+            messages=[memlane.Message(role=memlane.Role.ROLE_ASSISTANT, content="A's private plan")],
+        )
+
+    def said(chat: list[memlane.ChatMessage]) -> list[object]:
+        return [m["content"] for m in chat if m["role"] != "system"]
+
+    with Memlane(server.target, agent_id="agent-b") as b:
+        assert "A's private plan" not in str(said(b.context(sid)))
+        assert b.client.list_messages(session_id=sid).messages == []
+
+    async def async_view() -> list[memlane.ChatMessage]:
+        async with AsyncMemlane(server.target, agent_id="agent-b") as ab:
+            return await ab.context(sid)
+
+    assert "A's private plan" not in str(said(asyncio.run(async_view())))
+    # Positive controls: the writer reads its own turn, and so does a caller that names no agent
+    # (auth off: the development caller), as the README says.
+    with Memlane(server.target, agent_id="agent-a") as a2:
+        assert "A's private plan" in str(said(a2.context(sid)))
+    with Memlane(server.target) as anyone:
+        assert "A's private plan" in str(said(anyone.context(sid)))
