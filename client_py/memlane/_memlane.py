@@ -126,7 +126,8 @@ class Memlane:
         return str(self.client.create_memory(caller=caller, kind=kind, content=content).memory.memory_id)
 
     def forget_user(self, user_id: str) -> dict[str, int]:
-        """Erases everything held about the user (sessions, memories, archives); counts by kind."""
+        """Erases everything held about the user (sessions, memories, archives); counts by kind. An
+        operator's call: the caller needs the admin role (with auth off, a client naming no agent)."""
         self._known = _Known()
         return dict(self.client.forget_user(user_id=user_id).erased)
 

@@ -57,7 +57,11 @@ def test_the_common_path(server: SidecarThread) -> None:
         # Recalled memories arrive as system messages before the conversation.
         assert any(c["role"] == "system" and "Prefers email" in str(c.get("content")) for c in chat[1:-4])
 
-        erased = m.forget_user(user)
+        # Erasure needs the admin role, which an agent named by its header does not hold.
+        with pytest.raises(memlane.PermissionDeniedError, match="admin"):
+            m.forget_user(user)
+        with Memlane(server.target) as operator:  # auth off: the development caller
+            erased = operator.forget_user(user)
         assert erased and sum(erased.values()) > 0
         assert m.search(user, "how should we contact the customer?") == []
         # The session went with the user: add() starts it again.
@@ -88,7 +92,8 @@ async def test_the_async_common_path(server: SidecarThread) -> None:
             {"role": "user", "content": "I live in Porto."},
             {"role": "assistant", "content": "Noted."},
         ]
-        assert sum((await m.forget_user(user)).values()) > 0
+        async with AsyncMemlane(server.target) as operator:
+            assert sum((await operator.forget_user(user)).values()) > 0
         assert await m.search(user, "where does the user live?") == []
 
 
