@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
+import logging
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -27,6 +29,7 @@ import yaml
 from .settings_help import HELP
 
 ENV_PREFIX = "MEMLANE_"
+log = logging.getLogger("memlane.config")
 
 
 class ConfigError(ValueError):
@@ -50,6 +53,8 @@ class ServerSettings:
     max_receive_message_bytes: int = 16 * 1024 * 1024
     executor_threads: int = 2
     data_dir: str = "./memlane-data"
+    # A MEMLANE_* variable that names no setting is a warning with a did-you-mean; with this on, an error.
+    strict_env: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,12 +378,50 @@ def build_settings(
     for key, raw in (flags or {}).items():
         if raw is not None:
             values[key] = _coerce(key, types[key], raw, f"--{key.replace('_', '-')}")
+    _check_env_names(env, types, strict=bool(values.get("strict_env", False)))
     try:
         settings = Settings.of(**values)
     except TypeError as exc:  # pragma: no cover - guarded by the checks above
         raise ConfigError(str(exc)) from exc
     _check(settings)
     return settings
+
+
+# MEMLANE_* variables that are not settings: the CLI's client commands and the test and CI tooling.
+OTHER_ENV = frozenset(
+    f"{ENV_PREFIX}{name}"
+    for name in (
+        "CONFIG",
+        "TARGET",
+        "TOKEN",
+        "TEST_REDIS_URL",
+        "REQUIRE_TOOLS",
+        "GOLDEN_RECORD",
+        "FUZZ_EXAMPLES",
+    )
+) | frozenset({f"{ENV_PREFIX}CLUSTER_BASE_PORT"})
+
+
+def unknown_env(env: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """One line per MEMLANE_* variable that names no setting, with the closest setting's variable."""
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in names}
+    lines = []
+    for var in sorted(v for v in env if v.startswith(ENV_PREFIX) and v not in known and v not in OTHER_ENV):
+        close = difflib.get_close_matches(var, sorted(known), n=1, cutoff=0.75)
+        hint = f"; did you mean ${close[0]}?" if close else ""
+        lines.append(f"${var} is not a memlane setting{hint}")
+    return lines
+
+
+def _check_env_names(env: Mapping[str, str], names: Iterable[str], *, strict: bool) -> None:
+    """Environment variables are the main channel in Docker and Kubernetes, where a typo is silent."""
+    lines = unknown_env(env, names)
+    if not lines:
+        return
+    if strict:
+        raise ConfigError("; ".join(lines) + " (strict_env is on)")
+    for line in lines:
+        log.warning("%s (ignored; set strict_env to refuse)", line)
 
 
 _METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT"}
