@@ -110,13 +110,12 @@ def unicode_classes(pattern: str) -> str:
     return "".join(out)
 
 
-def compile(pattern: str, *, ignore_case: bool = False, longest: bool = False) -> Pattern:
-    """An RE2 pattern with Python's Unicode classes; ``longest`` picks the longest match at the
-    leftmost start (what a backtracking pattern with a lookahead at its end settles on). Raises
-    ``re2.error`` for syntax RE2 lacks, so a pattern that could backtrack never compiles."""
+def compile(pattern: str, *, ignore_case: bool = False) -> Pattern:
+    """An RE2 pattern with Python's Unicode classes (leftmost-first: the same match as ``re`` for every
+    pattern RE2 can spell). Raises ``re2.error`` for syntax RE2 lacks (lookaround, backreferences),
+    so a pattern that could backtrack never compiles."""
     options = re2.Options()
     options.case_sensitive = not ignore_case
-    options.longest_match = longest
     compiled = cast(Pattern, re2.compile(unicode_classes(pattern), options))
     _COMPILED.append(compiled)
     return compiled
