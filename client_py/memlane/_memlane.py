@@ -63,7 +63,14 @@ class Memlane:
         token: str | None = None,
         timeout: float = 30.0,
     ) -> None:
-        self.client = target if isinstance(target, Client) else Client(target, token=token, timeout=timeout)
+        # The agent id travels on every call (the x-memlane-agent header), as with Client(agent_id=...):
+        # with auth off, a call without one is the unrestricted development caller and reads every
+        # agent's private turns. A Client passed in keeps its own identity.
+        self.client = (
+            target
+            if isinstance(target, Client)
+            else Client(target, token=token, agent_id=agent_id or None, timeout=timeout)
+        )
         self._owns_client = not isinstance(target, Client)
         self.agent_id, self.channel = agent_id, channel
         self._known = _Known()
@@ -119,7 +126,8 @@ class Memlane:
         return str(self.client.create_memory(caller=caller, kind=kind, content=content).memory.memory_id)
 
     def forget_user(self, user_id: str) -> dict[str, int]:
-        """Erases everything held about the user (sessions, memories, archives); counts by kind."""
+        """Erases everything held about the user (sessions, memories, archives); counts by kind. An
+        operator's call: the caller needs the admin role (with auth off, a client naming no agent)."""
         self._known = _Known()
         return dict(self.client.forget_user(user_id=user_id).erased)
 
@@ -137,7 +145,9 @@ class AsyncMemlane:
         timeout: float = 30.0,
     ) -> None:
         self.client = (
-            target if isinstance(target, AsyncClient) else AsyncClient(target, token=token, timeout=timeout)
+            target
+            if isinstance(target, AsyncClient)
+            else AsyncClient(target, token=token, agent_id=agent_id or None, timeout=timeout)
         )
         self._owns_client = not isinstance(target, AsyncClient)
         self.agent_id, self.channel = agent_id, channel

@@ -6,10 +6,11 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import difflib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from memlane.mcp import add_arguments as add_mcp_arguments
 
@@ -38,8 +39,33 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Names the closest flag for a misspelt one (Python 3.11's argparse has no suggest_on_error). The
+    top-level parser reports the unknown flags of every subcommand, so it looks through all of them."""
+
+    def _all_flags(self) -> set[str]:
+        flags = {s for s in self._option_string_actions if s.startswith("--")}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    flags |= sub._all_flags() if isinstance(sub, _Parser) else set()
+        return flags
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            flags = sorted(self._all_flags())
+            hints = []
+            for word in message.split(":", 1)[1].split():
+                if word.startswith("--"):
+                    close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.7)
+                    hints += [f"{word}: did you mean {close[0]}?"] if close else []
+            if hints:
+                message = f"{message} ({'; '.join(hints)})"
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memlane", description="memlane memory sidecar")
+    parser: argparse.ArgumentParser = _Parser(prog="memlane", description="memlane memory sidecar")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
@@ -114,6 +140,20 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit status. A reader that stops early (``memlane trace show S | head``) ends the
+    command quietly, as it ends ``git log``: exit 141 (SIGPIPE), no traceback."""
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # inside the try: what is left in the buffer may meet the closed pipe too
+        return status
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("memories", "jobs", "forget-user", "export-user"):
         return run_operator_command(args)

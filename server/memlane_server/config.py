@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
+import logging
 import os
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -28,6 +30,7 @@ import yaml
 from .settings_help import HELP
 
 ENV_PREFIX = "MEMLANE_"
+log = logging.getLogger("memlane.config")
 
 
 class ConfigError(ValueError):
@@ -43,12 +46,16 @@ class ServerSettings:
     shutdown_grace_seconds: float = 5.0
     # Admission (api/admission.py): calls in flight per RPC method ("*": any other), 0 = ungated; beyond
     # that up to admission_max_queue wait admission_max_wait_ms, the rest get RESOURCE_EXHAUSTED at once.
-    admission_limits: str = "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,*=64"
+    admission_limits: str = (
+        "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,Embed=2,*=64"
+    )
     admission_max_queue: int = 8
     admission_max_wait_ms: int = 100
     max_receive_message_bytes: int = 16 * 1024 * 1024
     executor_threads: int = 2
     data_dir: str = "./memlane-data"
+    # A MEMLANE_* variable that names no setting is a warning with a did-you-mean; with this on, an error.
+    strict_env: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,12 +384,50 @@ def build_settings(
     for key, raw in (flags or {}).items():
         if raw is not None:
             values[key] = _coerce(key, types[key], raw, f"--{key.replace('_', '-')}")
+    _check_env_names(env, types, strict=bool(values.get("strict_env", False)))
     try:
         settings = Settings.of(**values)
     except TypeError as exc:  # pragma: no cover - guarded by the checks above
         raise ConfigError(str(exc)) from exc
     _check(settings)
     return settings
+
+
+# MEMLANE_* variables that are not settings: the CLI's client commands and the test and CI tooling.
+OTHER_ENV = frozenset(
+    f"{ENV_PREFIX}{name}"
+    for name in (
+        "CONFIG",
+        "TARGET",
+        "TOKEN",
+        "TEST_REDIS_URL",
+        "REQUIRE_TOOLS",
+        "GOLDEN_RECORD",
+        "FUZZ_EXAMPLES",
+    )
+) | frozenset({f"{ENV_PREFIX}CLUSTER_BASE_PORT"})
+
+
+def unknown_env(env: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """One line per MEMLANE_* variable that names no setting, with the closest setting's variable."""
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in names}
+    lines = []
+    for var in sorted(v for v in env if v.startswith(ENV_PREFIX) and v not in known and v not in OTHER_ENV):
+        close = difflib.get_close_matches(var, sorted(known), n=1, cutoff=0.75)
+        hint = f"; did you mean ${close[0]}?" if close else ""
+        lines.append(f"${var} is not a memlane setting{hint}")
+    return lines
+
+
+def _check_env_names(env: Mapping[str, str], names: Iterable[str], *, strict: bool) -> None:
+    """Environment variables are the main channel in Docker and Kubernetes, where a typo is silent."""
+    lines = unknown_env(env, names)
+    if not lines:
+        return
+    if strict:
+        raise ConfigError("; ".join(lines) + " (strict_env is on)")
+    for line in lines:
+        log.warning("%s (ignored; set strict_env to refuse)", line)
 
 
 _METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT"}

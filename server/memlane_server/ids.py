@@ -18,11 +18,18 @@ for every place an id travels:
   archive files are named after it. Other ids may hold ``/`` (a channel ``web/eu``): where they
   reach a path they are percent-encoded.
 
+Ids are compared in Unicode normalization form C: "José" typed on one keyboard (é, one code point)
+and pasted from another (e and a combining accent) are one user everywhere, and erasing either
+erases both. ``normalized`` is applied at the boundary (every id field of every request, the agent
+header, an end-user token's subject) before the grammar is checked.
+
 Ids never reach SQL text (LanceDB predicates compare digests, see ``ltm.filters``), so quotes and
 backslashes are harmless and allowed.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 from .errors import InvalidArgument
 
@@ -34,6 +41,15 @@ GRAMMAR = (
     f"1-{MAX_ID_CHARS} printable characters (at most {MAX_ID_BYTES} bytes of UTF-8) starting with a"
     " letter or digit, not ending with a space, no { or }, and no / in a session id"
 )
+
+
+def normalized(value: str) -> str:
+    """``value`` in NFC (most ids already are, and cost one check)."""
+    return (
+        value
+        if value.isascii() or unicodedata.is_normalized("NFC", value)
+        else unicodedata.normalize("NFC", value)
+    )
 
 
 def id_problem(value: str, *, session: bool = False) -> str:

@@ -33,6 +33,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     forget = sub.add_parser("forget-user", help="erase a user everywhere (Redis, LanceDB, archives)")
     connection(forget)
     forget.add_argument("user")
+    for p in (rm, forget):
+        p.add_argument(
+            "--yes", action="store_true", help="do not ask (required when stdin is not a terminal)"
+        )
     jobs = sub.add_parser("jobs", help="session-end jobs parked after repeated failures")
     jsub = jobs.add_subparsers(dest="jobs_command", required=True)
     parked = jsub.add_parser("list-parked", help="one JSON object per line")
@@ -48,7 +52,32 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export.add_argument("--out", help="a file (jsonl; default stdout) or a directory (parquet)")
 
 
+def confirmed(args: argparse.Namespace, what: str) -> bool:
+    """``--yes``, or a "y" typed at the terminal. Without a terminal (a script, a pipe, CI) there is no
+    one to ask: refuse, so a stray command in a script never erases anyone."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"memlane: {what}: pass --yes to confirm (stdin is not a terminal)", file=sys.stderr)
+        return False
+    # The question on stderr: stdout carries only the command's JSON.
+    print(f"{what}? [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("memlane: not confirmed; nothing done", file=sys.stderr)
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.command == "forget-user":
+        what = f"erase user {args.user!r} everywhere (Redis, LanceDB, archives)"
+    elif args.command == "memories" and args.memories_command == "delete":
+        what = f"delete memory {args.memory_id!r} of user {args.user!r}"
+    else:
+        what = ""
+    if what and not confirmed(args, what):
+        return 2
     with memlane.Client(args.target, token=args.token, timeout=600) as c:
         try:
             if args.command == "memories":
@@ -65,10 +94,16 @@ def run(args: argparse.Namespace) -> int:
                 return _jobs(c, args)
             if args.command == "forget-user":
                 receipt = c.forget_user(user_id=args.user)
-                for kind, n in sorted(receipt.erased.items()):
-                    print(f"{kind}\t{n}")
-                for rewritten in receipt.rewritten:
-                    print(f"rewritten\t{rewritten}")
+                # JSON, like every other command's output; counts as numbers (MessageToDict would print
+                # int64 as strings).
+                out = {
+                    "user_id": receipt.user_id,
+                    "erased": dict(sorted(receipt.erased.items())),
+                    "rewritten": list(receipt.rewritten),
+                    "operator_actions": list(receipt.operator_actions),
+                    "completed_at_unix_ms": receipt.completed_at_unix_ms,
+                }
+                print(json.dumps(out))
                 for action in receipt.operator_actions:  # the erasure is not complete until these are done
                     print(f"memlane: operator action needed: {action}", file=sys.stderr)
                 return 0

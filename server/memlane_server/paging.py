@@ -27,12 +27,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import re
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
+from . import linear_regex
 from .errors import InvalidArgument
 
 MAX_PAGE_BYTES = 4 * 1024 * 1024
@@ -46,7 +46,7 @@ MAX_TOKEN_CHARS = 1024
 _QUERY_BYTES = 8  # of the query's digest, in the token: enough to tell queries apart
 _CHECK_BYTES = 12
 _HEADER = 1 + _QUERY_BYTES + _CHECK_BYTES
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+_BASE64URL = linear_regex.compile_run(r"[A-Za-z0-9_-]+")
 _MAX_CURSOR_INT = 2**63 - 1  # every number a cursor holds is a time, a score or a sequence number
 _MAX_CURSOR_CHARS = 256  # an id (at most 128 characters) with room to spare
 

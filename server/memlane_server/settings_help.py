@@ -23,6 +23,8 @@ HELP: dict[str, str] = {
     "max_message_bytes": "Largest message content accepted, in bytes.",
     "max_batch_messages": "Most messages accepted in one AppendMessages call.",
     "max_batch_bytes": "Largest AppendMessages batch accepted, in bytes.",
+    "strict_env": "Refuse to start when a MEMLANE_* environment variable names no setting (a typo);"
+    " off, it is a warning with the closest setting's name.",
     "executor_threads": "Threads for CPU-bound work (token counting, summaries, Parquet).",
     "default_topology": "Who may read a new session's memories when CreateSession names no topology.",
     "auth_required": "Require bearer tokens or mTLS; off serves only loopback and Unix-socket callers.",

@@ -5,7 +5,9 @@ refused; auditors may not call Embed."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 import uuid
 
 import pytest
@@ -95,3 +97,64 @@ def test_embed_needs_an_identity_and_is_not_for_auditors(secured: SidecarThread)
         auditor.embed(texts=["x"])
     with memlane.Client(secured.target, token=TOKENS["alpha"], timeout=10) as alpha:
         assert alpha.embed(texts=["x"]).dimensions == 384
+
+
+def _long_text(tag: str, chars: int) -> str:
+    """English-like text (a distinct opening per call, so no call is answered from the vector cache)."""
+    sentence = "The quarterly report lists every shipment we sent to the northern warehouses last spring. "
+    return (f"{tag}: " + sentence * (chars // len(sentence) + 1))[:chars]
+
+
+def test_a_long_text_costs_what_its_head_costs(server: SidecarThread) -> None:
+    """The model reads 256 tokens; the tokenizer used to read all of every text first (250 texts of
+    63 KB held the embedding worker, which promotion shares, for minutes). One unbroken run of letters
+    is a single [UNK] token, so the model's own work is the same for every length and only reading
+    the text differs."""
+
+    def timed(c: memlane.Client, texts: list[str]) -> tuple[float, list[list[float]]]:
+        start = time.perf_counter()
+        out = c.embed(texts=texts).embeddings
+        return time.perf_counter() - start, [list(e.values) for e in out]
+
+    def batch(tag: str, chars: int) -> list[str]:
+        return [f"{tag}{i} " + "x" * chars for i in range(32)]
+
+    with memlane.Client(server.target, timeout=120) as c:
+        short = min(timed(c, batch(f"short{run}", 2048))[0] for run in range(2))
+        long = min(timed(c, batch(f"long{run}", 63 * 1024))[0] for run in range(2))
+        assert long < 3 * short + 0.1, (short, long)
+        # Positive control: the vector is the one of the text the model reads, not of a shorter one.
+        text = _long_text("report", 63 * 1024)
+        _, (whole, head, shorter) = timed(c, [text, text[:2048], text[:400]])
+    assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(whole, head, strict=True))
+    assert not all(math.isclose(a, b, abs_tol=1e-3) for a, b in zip(head, shorter, strict=True))
+    print(f"32 texts: 2 KB {short * 1000:.0f} ms, 63 KB {long * 1000:.0f} ms")
+
+
+@pytest.fixture(scope="module")
+def no_queue(start_server: ServerFactory) -> SidecarThread:
+    # The default admission_limits; no queue, so calls beyond the Embed gate are shed at once.
+    return start_server(admission_max_queue=0, admission_max_wait_ms=0)
+
+
+def test_embed_has_its_own_admission_gate(no_queue: SidecarThread, user_id: str) -> None:
+    texts = [_long_text(f"gate {i}", 400) for i in range(64)]
+
+    async def one(c: memlane.AsyncClient, i: int) -> str:
+        try:
+            await c.embed(texts=[f"{i} {t}" for t in texts])
+            return "ok"
+        except memlane.ResourceExhaustedError as exc:
+            assert exc.reason == "OVERLOADED" and exc.retry_after is not None
+            return "shed"
+
+    async def run() -> tuple[list[str], str]:
+        async with memlane.AsyncClient(no_queue.target, timeout=120, retry=memlane.NO_RETRY) as c:
+            calls = [asyncio.create_task(one(c, i)) for i in range(8)]
+            # Other calls keep their own gates while Embed is full.
+            sid = (await c.create_session(user_id=user_id)).session.session_id
+            return list(await asyncio.gather(*calls)), sid
+
+    results, sid = asyncio.run(run())
+    assert results.count("shed") >= 1 and results.count("ok") >= 2, results
+    assert sid

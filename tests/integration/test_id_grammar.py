@@ -66,3 +66,29 @@ def test_ids_outside_the_grammar_are_refused_naming_the_field(client: memlane.Cl
     _rejects(lambda: client.forget_user(user_id="alice "), "user_id")
     _rejects(lambda: list(client.export_user_data(user_id="_alice")), "user_id")
     _rejects(lambda: client.delete_memory(caller=mpb.Caller(user_id="u"), memory_id="m\u2028"), "memory_id")
+
+
+def test_a_composed_and_a_decomposed_name_are_one_user(client: memlane.Client) -> None:
+    """ "José" typed (é: U+00E9) and pasted (e + U+0301) is one person: one user's data, one erasure."""
+    tag = uuid.uuid4().hex[:6]
+    composed, decomposed = f"Jos\u00e9-{tag}", f"Jose\u0301-{tag}"
+    other = f"Jos\u00e8-{tag}"  # a different letter (è), a different user
+    client.create_memory(caller=mpb.Caller(user_id=composed), kind=mpb.MEMORY_KIND_FACT, content="Likes tea.")
+    sid = client.create_session(user_id=decomposed).session.session_id
+    client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I like tea.")])
+    client.create_memory(caller=mpb.Caller(user_id=other), kind=mpb.MEMORY_KIND_FACT, content="Likes coffee.")
+
+    assert client.get_session(session_id=sid).session.user_id == composed  # stored in NFC
+    seen = client.list_memories(caller=mpb.Caller(user_id=decomposed)).memories
+    assert [m.content for m in seen] == ["Likes tea."] and seen[0].user_id == composed
+    assert {r.kind for r in client.export_user_data(user_id=composed)} >= {"session", "memory"}
+
+    receipt = client.forget_user(user_id=decomposed)  # erasure by the other form
+    assert receipt.user_id == composed
+    assert receipt.erased["redis.sessions"] == 1 and receipt.erased["lancedb.items"] == 1
+    assert list(client.export_user_data(user_id=composed)) == []
+    assert list(client.export_user_data(user_id=decomposed)) == []
+    # Positive control: a user whose name differs by its letter, not its encoding, is untouched.
+    assert [m.content for m in client.list_memories(caller=mpb.Caller(user_id=other)).memories] == [
+        "Likes coffee."
+    ]

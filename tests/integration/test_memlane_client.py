@@ -3,6 +3,7 @@ on first use, the assembled context as OpenAI chat messages, remember / search, 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from pathlib import Path
@@ -56,7 +57,11 @@ def test_the_common_path(server: SidecarThread) -> None:
         # Recalled memories arrive as system messages before the conversation.
         assert any(c["role"] == "system" and "Prefers email" in str(c.get("content")) for c in chat[1:-4])
 
-        erased = m.forget_user(user)
+        # Erasure needs the admin role, which an agent named by its header does not hold.
+        with pytest.raises(memlane.PermissionDeniedError, match="admin"):
+            m.forget_user(user)
+        with Memlane(server.target) as operator:  # auth off: the development caller
+            erased = operator.forget_user(user)
         assert erased and sum(erased.values()) > 0
         assert m.search(user, "how should we contact the customer?") == []
         # The session went with the user: add() starts it again.
@@ -87,7 +92,8 @@ async def test_the_async_common_path(server: SidecarThread) -> None:
             {"role": "user", "content": "I live in Porto."},
             {"role": "assistant", "content": "Noted."},
         ]
-        assert sum((await m.forget_user(user)).values()) > 0
+        async with AsyncMemlane(server.target) as operator:
+            assert sum((await operator.forget_user(user)).values()) > 0
         assert await m.search(user, "where does the user live?") == []
 
 
@@ -102,3 +108,34 @@ def test_the_readme_quick_start_runs(server: SidecarThread, capsys: pytest.Captu
     assert (
         "'role': 'user', 'content': 'My order 4417 arrived damaged.'" in out
     )  # context ended with the turns
+
+
+def test_the_high_level_clients_speak_as_their_agent(server: SidecarThread) -> None:
+    """With auth off, a call without an agent id is the unrestricted development caller; Memlane and
+    AsyncMemlane send theirs on every call, so agent B does not read agent A's private turns."""
+    user, sid = f"u-{uuid.uuid4().hex[:8]}", f"chat-{uuid.uuid4().hex[:8]}"
+    with memlane.Client(server.target, agent_id="agent-a") as a:
+        a.create_session(session_id=sid, user_id=user, topology=memlane.Topology.TOPOLOGY_DISTRIBUTED)
+        a.append_messages(
+            session_id=sid,
+            messages=[memlane.Message(role=memlane.Role.ROLE_ASSISTANT, content="A's private plan")],
+        )
+
+    def said(chat: list[memlane.ChatMessage]) -> list[object]:
+        return [m["content"] for m in chat if m["role"] != "system"]
+
+    with Memlane(server.target, agent_id="agent-b") as b:
+        assert "A's private plan" not in str(said(b.context(sid)))
+        assert b.client.list_messages(session_id=sid).messages == []
+
+    async def async_view() -> list[memlane.ChatMessage]:
+        async with AsyncMemlane(server.target, agent_id="agent-b") as ab:
+            return await ab.context(sid)
+
+    assert "A's private plan" not in str(said(asyncio.run(async_view())))
+    # Positive controls: the writer reads its own turn, and so does a caller that names no agent
+    # (auth off: the development caller), as the README says.
+    with Memlane(server.target, agent_id="agent-a") as a2:
+        assert "A's private plan" in str(said(a2.context(sid)))
+    with Memlane(server.target) as anyone:
+        assert "A's private plan" in str(said(anyone.context(sid)))

@@ -10,13 +10,16 @@ import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 
 import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_timing import FAMILIES
 from tests.conftest import ServerFactory, wait_for
 
@@ -222,3 +225,46 @@ def test_promtool_accepts_a_real_scrape(metered: SidecarThread, c: memlane.Clien
     bad = "# HELP bad_counter x\n# TYPE bad_counter counter\nbad_counter 1\n"
     out = subprocess.run([tool, "check", "metrics"], input=bad, capture_output=True, text=True, check=False)
     assert out.returncode != 0
+
+
+def _backend_errors(text: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("memlane_backend_errors_total{") and 'backend="redis"' in line
+    )
+
+
+def test_normal_redis_replies_are_not_backend_errors(start_server: ServerFactory, tmp_path: Path) -> None:
+    """A fresh Redis answers a script's first EVALSHA with NOSCRIPT (redis-py loads it and retries) and a
+    second sidecar's XGROUP CREATE with BUSYGROUP: replies of a healthy server, which an alert on
+    memlane_backend_errors_total must not fire for."""
+    fresh = EmbeddedRedis(tmp_path / "redis", persist=False)
+    fresh.start()
+    try:
+        prefix = f"t{uuid.uuid4().hex[:10]}"
+        first = start_server(admin_listen="127.0.0.1:0", redis_url=fresh.url, key_prefix=prefix)
+        with memlane.Client(first.target, timeout=30) as c:
+            sid = c.create_session(user_id="u-noscript").session.session_id
+            c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="hello")])
+            c.get_session(session_id=sid)
+        second = start_server(admin_listen="127.0.0.1:0", redis_url=fresh.url, key_prefix=prefix)
+        with memlane.Client(second.target, timeout=30) as c:
+            c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="again")])
+        assert _backend_errors(scrape(first)) == 0 and _backend_errors(scrape(second)) == 0
+        # Positive control: a real failure (Redis out of memory refuses writes) is counted.
+        r = redis.Redis.from_url(fresh.url)
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", "1")
+        try:
+            with (
+                memlane.Client(first.target, timeout=30, retry=memlane.NO_RETRY) as c,
+                pytest.raises(memlane.MemlaneError),
+            ):
+                c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="x")])
+        finally:
+            r.config_set("maxmemory", "0")
+            r.close()
+        assert _backend_errors(scrape(first)) >= 1
+    finally:
+        fresh.stop()

@@ -219,3 +219,28 @@ def test_promote_session_rpc(start_server: ServerFactory, user_id: str) -> None:
         assert first.session.promotion_state == ARCHIVED and first.session.summary.through_seq == 6
         again = c.promote_session(session_id=sid)
         assert list(again.archive_uris) == list(first.archive_uris)
+
+
+def test_a_short_expiry_alone_derives_its_idle_time(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    """``expire_after: 2s`` alone used to be refused at start: the channel inherited idle_after 300 s
+    (web_chat) or 900 s (default). It now goes idle when it expires, whichever comes first."""
+    policies = write_policies(tmp_path / "p.yaml", "channels:\n  kiosk: {kind: web_chat, expire_after: 2s}\n")
+    srv = start_server(ltm_enabled=False, channel_policies_file=policies)
+    with memlane.Client(srv.target, timeout=10) as c:
+        wait_for(srv.sidecar.lifecycle.listening.is_set)
+        sid = c.create_session(user_id=user_id, channel="kiosk").session.session_id
+        c.append_messages(session_id=sid, messages=turns(2))
+        done = wait_for(
+            lambda: (
+                (s := c.get_session(session_id=sid).session).status == SessionStatus.SESSION_STATUS_EXPIRED
+                and s
+            ),
+            timeout=60,
+        )
+        assert done.expired_at_unix_ms >= done.last_activity_at_unix_ms + 2000
+    # Positive control: both set, and contradicting each other, is still refused.
+    bad = write_policies(tmp_path / "bad.yaml", "channels:\n  kiosk: {idle_after: 10m, expire_after: 2m}\n")
+    with pytest.raises(Exception, match="idle_after must not exceed expire_after"):
+        start_server(ltm_enabled=False, channel_policies_file=bad)

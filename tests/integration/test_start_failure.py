@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,62 @@ def test_a_second_sidecar_on_a_served_data_dir_is_refused(
     # Positive control: once the first is gone, the directory is free again.
     again = start_server(redis_url="", data_dir=str(data), key_prefix="lock")
     again.stop()
+
+
+def _serve_env(
+    tmp_path: Path, redis_url: str, extra_env: dict[str, str]
+) -> tuple[subprocess.Popen[str], Path]:
+    """``memlane serve`` as an operator runs it: its own process, configured by MEMLANE_* variables."""
+    sock = tmp_path / "memlane.sock"
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "MEMLANE_LISTEN": f"unix:{sock}",
+        "MEMLANE_ADMIN_LISTEN": "",
+        "MEMLANE_REDIS_URL": redis_url,
+        "MEMLANE_KEY_PREFIX": f"t{uuid.uuid4().hex[:10]}",
+        "MEMLANE_DATA_DIR": str(tmp_path / "data"),
+        "MEMLANE_LTM_ENABLED": "false",
+        **extra_env,
+    }
+    code = "import sys; from memlane_server.cli import main; sys.exit(main(['serve']))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    return proc, sock
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return err
+
+
+def test_a_misspelt_variable_is_named_with_its_closest_setting(tmp_path: Path, redis_url: str) -> None:
+    proc, sock = _serve_env(tmp_path, redis_url, {"MEMLANE_LOG_LEVLE": "debug"})
+    try:
+        wait_for(lambda: _answers(sock) or proc.poll() is not None, timeout=120)
+        assert proc.poll() is None  # a warning: the sidecar serves
+    finally:
+        err = _stop(proc)
+    assert "$MEMLANE_LOG_LEVLE is not a memlane setting; did you mean $MEMLANE_LOG_LEVEL?" in err, err
+
+
+def test_strict_env_refuses_a_misspelt_variable(tmp_path: Path, redis_url: str) -> None:
+    proc, _ = _serve_env(tmp_path, redis_url, {"MEMLANE_STRICT_ENV": "true", "MEMLANE_REDIS_ULR": redis_url})
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        err = _stop(proc)
+    assert code == 2, err
+    assert "$MEMLANE_REDIS_ULR is not a memlane setting; did you mean $MEMLANE_REDIS_URL?" in err, err
+    assert "Traceback" not in err
+    # Positive control: strict, with every variable spelt right, it serves.
+    ok, sock = _serve_env(tmp_path / "ok", redis_url, {"MEMLANE_STRICT_ENV": "true"})
+    try:
+        wait_for(lambda: _answers(sock) or ok.poll() is not None, timeout=120)
+        assert ok.poll() is None
+    finally:
+        _stop(ok)

@@ -129,3 +129,16 @@ def test_logs_are_text_on_a_terminal_and_json_otherwise(monkeypatch: pytest.Monk
     logging.getLogger("memlane.test").info("sidecar ready", extra={"port": 50051})
     record = json.loads(piped.getvalue())
     assert record["msg"] == "sidecar ready" and record["port"] == 50051 and record["level"] == "info"
+
+
+def test_a_misspelt_flag_names_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["serve", "--redis-ulr", "redis://x"])
+    assert done.value.code == 2
+    assert "--redis-ulr: did you mean --redis-url?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["forget-user", "bob", "--yse"])
+    assert "did you mean --yes?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # control: nothing close, no guess
+        main(["serve", "--zzzzqqq"])
+    assert "did you mean" not in capsys.readouterr().err

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ..errors import PermissionDenied, Unauthenticated
+from ..ids import normalized
 from .identity import UNRESTRICTED, Caller, CallerRole
 from .policy import PolicyFile
 from .user_token import USER_TOKEN_HEADER, UserTokenRules
@@ -50,7 +51,7 @@ class Authenticator:
                     f"this sidecar binds every call to an end user: send a user token in {USER_TOKEN_HEADER}"
                 )
             return caller
-        user = self.user_tokens.verify(user_token, self.policy.policy.user_keys)
+        user = normalized(self.user_tokens.verify(user_token, self.policy.policy.user_keys))
         return dataclasses.replace(caller, user_id=user)
 
     def _agent(
@@ -68,7 +69,7 @@ class Authenticator:
                     raise Unauthenticated("the authorization header must be 'Bearer <token>'")
                 token = rest.strip()
             elif key == AGENT_HEADER:
-                header = _text(value)
+                header = normalized(_text(value))
         if token is not None:
             return self.policy.policy.caller_for_token(token)
         common_names = auth_context.get("x509_common_name")

@@ -3,13 +3,13 @@ the rest of the memory API (``api/memory._who``): an agent sees and changes what
 
 from __future__ import annotations
 
-import re
 from typing import Any, TypeAlias
 
 import grpc
 
 from memlane.v1 import memory_pb2 as mpb
 
+from .. import linear_regex
 from ..errors import InvalidArgument, Unavailable
 from ..extraction import Extractor
 from ..ids import check_id
@@ -39,7 +39,7 @@ def _query(listing: str, who: Visibility, *parts: str) -> str:
     return query_fingerprint(listing, who.user_id, who.agent_id, sorted(set(who.groups)), *parts)
 
 
-_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_STREAM_ID = linear_regex.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
 def _stream_cursor(cursor: list[Any] | None) -> str:

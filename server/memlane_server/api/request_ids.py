@@ -1,13 +1,14 @@
-"""Every id in every request, checked against the one id grammar (``memlane_server.ids``) before any
-handler runs. Ids are recognised by field name, in nested messages too (``messages[3].source_agent_id``),
-so a new RPC is covered the day it is added; an empty field is left to its handler (required or not)."""
+"""Every id in every request, put in NFC and checked against the one id grammar
+(``memlane_server.ids``) before any handler runs. Ids are recognised by field name, in nested messages
+too (``messages[3].source_agent_id``), so a new RPC is covered the day it is added; an empty field is
+left to its handler (required or not)."""
 
 from __future__ import annotations
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from ..ids import check_id
+from ..ids import check_id, normalized
 
 # Field names that hold ids of users, agents, groups, sessions, channels, memories, messages, traces.
 ID_FIELDS = frozenset(
@@ -69,7 +70,8 @@ def _kind(field: FieldDescriptor) -> int:
 
 
 def check_request_ids(request: Message, prefix: str = "") -> None:
-    """Raises InvalidArgument naming the first field (as a path) whose id is not valid."""
+    """Rewrites every id in NFC (in place: the handler reads the normalized request), and raises
+    InvalidArgument naming the first field (as a path) whose id is not valid."""
     for field, value in request.ListFields():
         kind = _kind(field)
         if kind == _SKIP:
@@ -82,6 +84,10 @@ def check_request_ids(request: Message, prefix: str = "") -> None:
                 check_request_ids(item, f"{path}[{i}].")
         elif kind == _IDS:
             for i, item in enumerate(value):
-                check_id(item, f"{path}[{i}]")
+                if (nfc := normalized(item)) != item:
+                    value[i] = nfc
+                check_id(nfc, f"{path}[{i}]")
         else:
-            check_id(value, path, required=False)
+            if (nfc := normalized(value)) != value:
+                setattr(request, field.name, nfc)
+            check_id(nfc, path, required=False)

@@ -32,6 +32,10 @@ class _Job:
     future: asyncio.Future[npt.NDArray[np.float32]] = field(repr=False)
 
 
+# Characters kept per token of the model's sequence length (see OnnxEmbedder._run).
+CHARS_PER_TOKEN = 8
+
+
 class OnnxEmbedder:
     """Implements ``Embedder``. Build with ``OnnxEmbedder.load(spec)``; ``await close()`` at shutdown."""
 
@@ -194,6 +198,12 @@ class OnnxEmbedder:
 
     def _run(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Tokenize and infer one batch (worker thread). Sorting by length keeps padding small."""
+        # The tokenizer reads a whole text before it truncates to max_length tokens: a 63 KB text cost
+        # 2 s. A WordPiece token covers at least one character, and English averages under five per
+        # token, so CHARS_PER_TOKEN characters per token hold every token the model reads (only runs
+        # of words longer than that, which tokenize to [UNK], lose anything).
+        limit = self._spec.max_length * CHARS_PER_TOKEN
+        texts = [t[:limit] for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), self._spec.ndims), dtype=np.float32)
         step = self._batch_size

@@ -19,10 +19,12 @@ from ..sessions.model import Message, Role, Session
 from .keywords import keywords
 from .model import KIND_EPISODIC, ExtractedMemory
 from .picky import is_small_talk
-from .pii import redact
+from .pii import redact_head
 
 _SPOKEN = (Role.USER, Role.ASSISTANT)
 MAX_TURN_CHARS = 1200
+# A turn longer than this is never small talk; the small-talk patterns read no further.
+SMALL_TALK_MAX_CHARS = 400
 # Keys: the turn's own keywords first (they are what it is about), then its neighbours'. The turn
 # before counts most: a reply is about what it answers.
 OWN_KEYWORDS = 12
@@ -54,9 +56,13 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
     spoken = [
         m
         for m in messages
-        if m.role in _SPOKEN and not m.transient and m.content.strip() and not is_small_talk(m.content)
+        if m.role in _SPOKEN
+        and not m.transient
+        and m.content.strip()
+        and not (len(m.content) <= SMALL_TALK_MAX_CHARS and is_small_talk(m.content))
     ]
-    texts = [redact(m.content.strip())[:MAX_TURN_CHARS] for m in spoken]
+    # Cut before redacting: the patterns read a few hundred characters past the cut, not a 256 KB turn.
+    texts = [redact_head(m.content.strip(), MAX_TURN_CHARS) for m in spoken]
     own = [keywords(t, limit=OWN_KEYWORDS) for t in texts]
     episodes: list[ExtractedMemory] = []
     for i, msg in enumerate(spoken):

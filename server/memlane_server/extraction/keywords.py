@@ -6,7 +6,7 @@ blurs ("SKU-4411-B", "Pune") are matched exactly.
 
 from __future__ import annotations
 
-import re
+from .. import linear_regex
 
 _STOP = frozenset(
     [
@@ -178,12 +178,17 @@ _STOP = frozenset(
         "sure",
     ]
 )
-_TOKEN = re.compile(r"[A-Za-z][\w'-]*[\w]|\d[\w-]*|[A-Za-z]")
-_ID = re.compile(r"^(?=.*\d)[A-Za-z0-9-]{3,}$")
+_TOKEN = linear_regex.compile(r"[A-Za-z][\w'-]*[\w]|\d[\w-]*|[A-Za-z]")
+_ID = linear_regex.compile(r"[A-Za-z0-9-]{3,}")  # and holds a digit
+
+
+# Keys for one memory: its opening is what it is about. Longer text is not read (a token costs a search).
+MAX_TEXT_CHARS = 4096
 
 
 def keywords(text: str, limit: int = 12) -> list[str]:
     """Identifiers first, then capitalized words, then other content words; deduplicated, in order."""
+    text = text[:MAX_TEXT_CHARS]
     ids: list[str] = []
     proper: list[str] = []
     words: list[str] = []
@@ -191,7 +196,7 @@ def keywords(text: str, limit: int = 12) -> list[str]:
         low = tok.lower()
         if low in _STOP or len(tok) < 3:
             continue
-        if _ID.match(tok):
+        if _ID.fullmatch(tok) and any("0" <= ch <= "9" for ch in tok):
             ids.append(tok)
         elif tok[0].isupper() and i > 0:
             proper.append(tok)

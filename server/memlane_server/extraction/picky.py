@@ -5,20 +5,19 @@ Applied to every provider's output (an LLM told not to store "thanks!" sometimes
 
 from __future__ import annotations
 
-import re
-
+from .. import linear_regex
 from .model import ExtractedMemory, ExtractionResult
 from .pii import find_pii
 
-_CHITCHAT = re.compile(
+_CHITCHAT = linear_regex.compile(
     r"^(?:hi|hello|hey|yo|good (?:morning|afternoon|evening|night)|bye|goodbye|see you|cheers|"
     r"thanks?(?: you)?(?: so much| a lot)?|thx|ty|ok(?:ay)?|k|sure|yes|yeah|yep|no|nope|cool|great|nice|"
     r"got it|sounds good|perfect|awesome|alright|all right|noted|understood|makes sense|lol|haha|"
     r"you'?re welcome|no problem|np)(?:[\s,!.]+(?:there|man|mate|again|then|thanks?|bot|assistant))*[\s!.]*$",
-    re.IGNORECASE,
+    ignore_case=True,
 )
 # Pleasantries: social talk that carries no fact ("how are you?", "nice to meet you", "I'm fine").
-_PLEASANTRY = re.compile(
+_PLEASANTRY = linear_regex.compile(
     r"^(?:how(?:'s| is| are) (?:you|it going|things|your day)(?: doing)?(?: today| this (?:morning|evening))?"
     r"|how have you been|what'?s up|sup|nice (?:to )?(?:meet|see|talk to) you(?: too)?|pleased to meet you"
     r"|(?:i'?m|i am) (?:good|fine|great|well|ok(?:ay)?|doing (?:good|fine|great|well))(?: too)?"
@@ -27,17 +26,20 @@ _PLEASANTRY = re.compile(
     r"|(?:talk|speak|chat) (?:to you )?(?:later|soon)|take care|welcome(?: back)?|glad to help"
     r"|happy to help|my pleasure|anytime)(?:[\s,!.]+(?:there|man|mate|again|then|thanks?|bot|assistant))*"
     r"[\s!.?]*$",
-    re.IGNORECASE,
+    ignore_case=True,
 )
-_PARTS = re.compile(r"(?<=[!.?])\s+|[,;]\s+(?=\w)")
-_QUESTION_START = re.compile(
+# Cut at the spaces after ! . ? (kept with their sentence), and at ", " or "; " before a word (the
+# characters around the separator are read, not cut: linear_regex.cut).
+_PARTS = linear_regex.compile(r"[!.?](\s+)|([,;]\s+)\w")
+# "\b" after the word, spelt for Unicode: "isé" is not "is".
+_QUESTION_START = linear_regex.compile(
     r"^(?:who|what|when|where|why|how|which|whose|whom|is|are|am|was|were|do|does|did|can|could|"
-    r"would|will|shall|should|may|might|have|has|had)\b",
-    re.IGNORECASE,
+    r"would|will|shall|should|may|might|have|has|had)(?:$|[^\w])",
+    ignore_case=True,
 )
-_RESTATEMENT = re.compile(
+_RESTATEMENT = linear_regex.compile(
     r"^(?:as i (?:said|mentioned|told you)|like i said|again,|to repeat|i already (?:told|said))",
-    re.IGNORECASE,
+    ignore_case=True,
 )
 _MIN_CHARS = 8
 
@@ -45,17 +47,20 @@ _MIN_CHARS = 8
 def is_chitchat(text: str) -> bool:
     """Greetings, thanks, acknowledgements and pleasantries only ("Hi there! How are you?"): every
     sentence (or comma-separated part) of the text is one."""
-    parts = [p.strip() for p in _PARTS.split(text.strip()) if p.strip(" ,!.?")]
+    parts = [p.strip() for p in linear_regex.cut(_PARTS, text.strip()) if p.strip(" ,!.?")]
     return bool(parts) and all(_CHITCHAT.match(p) or _PLEASANTRY.match(p) for p in parts)
 
 
-_ANSWER = re.compile(r"^(?:yes|yeah|yep|no|nope|sure|ok(?:ay)?|k)\b", re.IGNORECASE)
+_ANSWER = linear_regex.compile(r"^(?:yes|yeah|yep|no|nope|sure|ok(?:ay)?|k)(?:$|[^\w])", ignore_case=True)
+_NON_WORD = linear_regex.compile_run(r"[^\w]+")
 
 
 def is_small_talk(text: str) -> bool:
     """Chitchat that answers nothing: a bare "Yes." or "No." may answer the turn before it (and is kept
     as an episode), "Hi there!" never does."""
-    return is_chitchat(text) and not any(_ANSWER.match(p.strip()) for p in _PARTS.split(text.strip()))
+    return is_chitchat(text) and not any(
+        _ANSWER.match(p.strip()) for p in linear_regex.cut(_PARTS, text.strip())
+    )
 
 
 def is_question(text: str) -> bool:
@@ -64,7 +69,7 @@ def is_question(text: str) -> bool:
 
 
 def normalized(text: str) -> str:
-    return re.sub(r"[^\w]+", " ", text.lower()).strip()
+    return _NON_WORD.sub(lambda _: " ", text.lower()).strip()
 
 
 def keep(memory: ExtractedMemory) -> bool:

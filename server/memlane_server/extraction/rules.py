@@ -9,10 +9,10 @@ cannot drag a paragraph into memory.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import linear_regex
 from ..sessions.model import Message, Role, Session
 from .keywords import keywords
 from .model import (
@@ -27,48 +27,59 @@ from .pii import find_pii
 
 PROVIDER = "rules"
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+# Cut at the spaces after . ! ? ; (kept with their sentence: linear_regex.cut) and at line breaks.
+_SENTENCE = linear_regex.compile(r"[.!?;](\s+)|\n+")
 # A capture ends at the first clause boundary.
-_CUT = re.compile(
-    r"\s*(?:,|;|\.(?:\s|$)|!|\?| - | but | because | since | so | and then | which | who )", re.I
+_CUT = linear_regex.compile(
+    r"\s*(?:,|;|\.(?:\s|$)|!|\?| - | but | because | since | so | and then | which | who )", ignore_case=True
 )
 _MAX_CAPTURE = 80
+# What a user says about themselves sits in what they type, not 200 KB into a pasted document; the
+# patterns read no further into one message (each sentence costs every rule a search).
+MAX_MESSAGE_CHARS = 8 * 1024
 # "I'm from IT" or "I'm from the team" are not hometowns.
 _NOT_PLACES = frozenset({"it", "hr", "the", "work", "here", "there"})
 
 
 def _clip(value: str) -> str:
-    value = _CUT.split(value, maxsplit=1)[0].strip(" .!\"'")
+    cut = _CUT.search(value)
+    value = (value[: cut.start()] if cut else value).strip(" .!\"'")
     return value[:_MAX_CAPTURE].strip()
 
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    pattern: re.Pattern[str]
+    pattern: linear_regex.Pattern
     kind: str
-    render: Callable[[re.Match[str]], str | None]
-    slot: str | Callable[[re.Match[str]], str] = ""
+    render: Callable[[linear_regex.Match], str | None]
+    slot: str | Callable[[linear_regex.Match], str] = ""
     importance: float = 0.6
+
+
+_TEMPERATURE_UNITS = linear_regex.compile(r"celsius|fahrenheit")
+_UNITS = linear_regex.compile(
+    r"metric|imperial|kilo|pound|\bkm\b|miles?|\bkg\b|\blbs?\b|feet|meters?|metres?"
+)
 
 
 def _units_slot(text: str) -> str:
     t = text.lower()
-    if re.search(r"celsius|fahrenheit", t):
+    if _TEMPERATURE_UNITS.search(t):
         return "temperature_unit"
-    if re.search(r"metric|imperial|kilo|pound|\bkm\b|miles?|\bkg\b|\blbs?\b|feet|meters?|metres?", t):
+    if _UNITS.search(t):
         return "units"
     return ""
 
 
-def _g(m: re.Match[str], name: str = "x") -> str:
+def _g(m: linear_regex.Match, name: str = "x") -> str:
     return _clip(m.group(name))
 
 
 _VAGUE = frozenset({"it", "that", "this", "them", "him", "her", "you", "one", "so", "too", "a lot", "to"})
 
 
-def _pref_render(verb: str) -> Callable[[re.Match[str]], str | None]:
-    def render(m: re.Match[str]) -> str | None:
+def _pref_render(verb: str) -> Callable[[linear_regex.Match], str | None]:
+    def render(m: linear_regex.Match) -> str | None:
         x = _g(m)
         # "I love it" says nothing on its own: without the antecedent there is no memory.
         return f"User {verb} {x}." if x and x.lower() not in _VAGUE else None
@@ -80,8 +91,9 @@ _I = r"(?:i|i'm|im|i am)"
 _RULES: tuple[_Rule, ...] = (
     # --- instructions (checked first: "always use metric" is an instruction, not a preference)
     _Rule(
-        re.compile(
-            r"^(?:please\s+)?(?:from now on|going forward|in future|in the future)[,:]?\s+(?P<x>.+)", re.I
+        linear_regex.compile(
+            r"^(?:please\s+)?(?:from now on|going forward|in future|in the future)[,:]?\s+(?P<x>.+)",
+            ignore_case=True,
         ),
         KIND_INSTRUCTION,
         lambda m: f"From now on: {_g(m)}." if _g(m) else None,
@@ -89,7 +101,9 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(r"^(?:please\s+)?(?:always|never|don't ever|do not ever|never ever)\s+(?P<x>.+)", re.I),
+        linear_regex.compile(
+            r"^(?:please\s+)?(?:always|never|don't ever|do not ever|never ever)\s+(?P<x>.+)", ignore_case=True
+        ),
         KIND_INSTRUCTION,
         lambda m: (
             f"{m.group(0).split()[0 if not m.group(0).lower().startswith('please') else 1].capitalize()}"
@@ -101,10 +115,10 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"^(?:please\s+)?(?:use|give me|show|answer in|reply in|respond in)\s+"
             r"(?P<x>(?:the\s+)?(?:metric|imperial|celsius|fahrenheit)\b.*)",
-            re.I,
+            ignore_case=True,
         ),
         KIND_INSTRUCTION,
         lambda m: f"Use {_g(m)}.",
@@ -113,7 +127,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # --- personal facts
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\b(?i:my name is|my name's|call me|i go by)\s+(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,2})"
         ),
         KIND_FACT,
@@ -122,7 +136,7 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.9,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             rf"\b(?i:{_I}\s+(?:now\s+)?(?:living|based|located|staying)\s+in|i\s+(?:now\s+)?live\s+in|"
             rf"{_I}\s+(?:just\s+)?(?:moved|relocated)\s+to|i\s+(?:just\s+|"
             rf"recently\s+)?(?:moved|relocated)\s+to|"
@@ -134,7 +148,7 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.9,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             rf"\b(?i:{_I}\s+from|i\s+grew up in|i was born in)\s+"
             r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
         ),
@@ -144,8 +158,9 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.7,
     ),
     _Rule(
-        re.compile(
-            rf"\b(?:i work as|{_I}\s+working as|my job is|my role is|{_I}\s+employed as)\s+(?P<x>.+)", re.I
+        linear_regex.compile(
+            rf"\b(?:i work as|{_I}\s+working as|my job is|my role is|{_I}\s+employed as)\s+(?P<x>.+)",
+            ignore_case=True,
         ),
         KIND_FACT,
         lambda m: f"User works as {_g(m)}.",
@@ -153,8 +168,9 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(
-            rf"\b(?:i work (?:at|for)|{_I}\s+working (?:at|for)|{_I}\s+employed (?:at|by))\s+(?P<x>.+)", re.I
+        linear_regex.compile(
+            rf"\b(?:i work (?:at|for)|{_I}\s+working (?:at|for)|{_I}\s+employed (?:at|by))\s+(?P<x>.+)",
+            ignore_case=True,
         ),
         KIND_FACT,
         lambda m: f"User works at {_g(m)}.",
@@ -162,12 +178,12 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\b(?:i'm|i am|im)\s+an?\s+(?P<x>(?:[\w-]+\s+){0,2}(?:engineer|developer|doctor|nurse|teacher|"
             r"designer|manager|lawyer|student|scientist|researcher|architect|accountant|consultant|"
             r"analyst|writer|chef|pilot|programmer|professor|founder|ceo|cto|pharmacist|dentist|"
             r"photographer|artist|musician|farmer|electrician|plumber|mechanic|journalist|editor))\b",
-            re.I,
+            ignore_case=True,
         ),
         KIND_FACT,
         lambda m: f"User is a {_g(m)}.",
@@ -175,7 +191,7 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\b(?i:my)\s+(?P<rel>(?i:wife|husband|partner|son|daughter|"
             r"mother|mom|mum|father|dad|brother|sister|"
             r"girlfriend|boyfriend|fianc[ée]e?|kid|child|baby|dog|cat|grandmother|grandfather))(?i:'s name)?"
@@ -187,20 +203,20 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.7,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\bi have (?P<x>(?:a|an|one|two|three|four|five|\d+)\s+(?:kids?|children|sons?|daughters?|"
             r"brothers?|sisters?|siblings?|dogs?|cats?|pets?)(?:\s+named\s+[A-Z][\w'-]*)?)",
-            re.I,
+            ignore_case=True,
         ),
         KIND_FACT,
         lambda m: f"User has {_g(m)}.",
         importance=0.6,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             rf"\b{_I}\s+(?:a\s+)?(?P<x>vegetarian|vegan|pescatarian|pescetarian|keto|gluten[- ]free|"
             r"lactose[- ]intolerant|halal|kosher)\b",
-            re.I,
+            ignore_case=True,
         ),
         KIND_FACT,
         lambda m: f"User is {m.group('x').lower()}.",
@@ -208,23 +224,23 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(rf"\b{_I}\s+allergic to\s+(?P<x>.+)", re.I),
+        linear_regex.compile(rf"\b{_I}\s+allergic to\s+(?P<x>.+)", ignore_case=True),
         KIND_FACT,
         lambda m: f"User is allergic to {_g(m)}.",
         importance=0.9,
     ),
     _Rule(
-        re.compile(r"\bi (?:don't|do not|never) eat\s+(?P<x>.+)", re.I),
+        linear_regex.compile(r"\bi (?:don't|do not|never) eat\s+(?P<x>.+)", ignore_case=True),
         KIND_FACT,
         lambda m: f"User does not eat {_g(m)}.",
         importance=0.8,
     ),
     # --- units and other preferences
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\bi (?:prefer|like|use|want|work in|think in)\s+(?P<x>(?:the\s+)?(?:metric|imperial|celsius|"
             r"fahrenheit)\b.*)",
-            re.I,
+            ignore_case=True,
         ),
         KIND_PREFERENCE,
         lambda m: f"User prefers {_g(m)}.",
@@ -232,29 +248,35 @@ _RULES: tuple[_Rule, ...] = (
         importance=0.8,
     ),
     _Rule(
-        re.compile(r"\bmy (?:favou?rite|fave)\s+(?P<what>[\w ]{2,30}?)\s+(?:is|are)\s+(?P<x>.+)", re.I),
+        linear_regex.compile(
+            r"\bmy (?:favou?rite|fave)\s+(?P<what>[\w ]{2,30}?)\s+(?:is|are)\s+(?P<x>.+)", ignore_case=True
+        ),
         KIND_PREFERENCE,
         lambda m: f"User's favorite {m.group('what').strip().lower()} is {_g(m)}.",
         slot=lambda m: "favorite:" + m.group("what").strip().lower(),
         importance=0.6,
     ),
     _Rule(
-        re.compile(r"\bi (?:really |much |would )?(?:prefer|rather have)\s+(?P<x>.+)", re.I),
+        linear_regex.compile(
+            r"\bi (?:really |much |would )?(?:prefer|rather have)\s+(?P<x>.+)", ignore_case=True
+        ),
         KIND_PREFERENCE,
         _pref_render("prefers"),
         importance=0.6,
     ),
     _Rule(
-        re.compile(r"\bi (?:really |absolutely )?(?:love|like|enjoy|am a fan of|adore)\s+(?P<x>.+)", re.I),
+        linear_regex.compile(
+            r"\bi (?:really |absolutely )?(?:love|like|enjoy|am a fan of|adore)\s+(?P<x>.+)", ignore_case=True
+        ),
         KIND_PREFERENCE,
         _pref_render("likes"),
         importance=0.6,
     ),
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\bi (?:really )?(?:hate|dislike|can't stand|cannot stand|don't like|do not like|detest)"
             r"\s+(?P<x>.+)",
-            re.I,
+            ignore_case=True,
         ),
         KIND_PREFERENCE,
         _pref_render("dislikes"),
@@ -262,17 +284,19 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # --- decisions
     _Rule(
-        re.compile(
+        linear_regex.compile(
             r"\b(?:we|i)(?:'ve| have)?\s+(?:decided|agreed|chose|chosen|settled on|picked)"
             r"\s+(?:to\s+|on\s+)?(?P<x>.+)",
-            re.I,
+            ignore_case=True,
         ),
         KIND_FACT,
         lambda m: f"Decision: {_g(m)}." if _g(m) else None,
         importance=0.7,
     ),
     _Rule(
-        re.compile(r"\b(?:let's|let us|we'll|we will|i'll|i will)\s+go with\s+(?P<x>.+)", re.I),
+        linear_regex.compile(
+            r"\b(?:let's|let us|we'll|we will|i'll|i will)\s+go with\s+(?P<x>.+)", ignore_case=True
+        ),
         KIND_FACT,
         lambda m: f"Decision: go with {_g(m)}." if _g(m) else None,
         importance=0.7,
@@ -281,10 +305,10 @@ _RULES: tuple[_Rule, ...] = (
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+    return [s.strip() for s in linear_regex.cut(_SENTENCE, text) if s and s.strip()]
 
 
-def _slot(rule: _Rule, m: re.Match[str]) -> str:
+def _slot(rule: _Rule, m: linear_regex.Match) -> str:
     return rule.slot(m) if callable(rule.slot) else rule.slot
 
 
@@ -304,7 +328,7 @@ class RulesExtractor:
         for msg in messages:
             if msg.role is not Role.USER or msg.transient or not msg.content.strip():
                 continue
-            for sentence in _sentences(msg.content):
+            for sentence in _sentences(msg.content[:MAX_MESSAGE_CHARS]):
                 if is_chitchat(sentence) or is_question(sentence):
                     continue
                 if find_pii(sentence):

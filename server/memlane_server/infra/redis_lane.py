@@ -34,6 +34,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 Observe = Callable[[tuple[Any, ...], float, bool], None]  # (command, seconds, failed)
 
 
+# Error replies that are answers on a healthy server, not faults: NOSCRIPT (a script's first use since
+# Redis started or flushed its cache; the caller loads it and retries) and BUSYGROUP (the consumer
+# group exists already). They are not counted in memlane_backend_errors_total.
+_NORMAL_ERROR_PREFIXES = ("NOSCRIPT", "BUSYGROUP")
+
+
+def is_normal_error_reply(message: str) -> bool:
+    return message.startswith(_NORMAL_ERROR_PREFIXES)
+
+
 class _ErrorReply(Exception):
     """What the reader makes of an error reply; turned into redis-py's exception by the caller."""
 
@@ -155,11 +165,11 @@ class RedisLane:
         failed = True
         try:
             reply = await self._send(wire, pack(args))
-            failed = isinstance(reply, _ErrorReply)
+            failed = isinstance(reply, _ErrorReply) and not is_normal_error_reply(str(reply))
         finally:
             if self.observe is not None:
                 self.observe(args, time.perf_counter() - start, failed)
-        if failed:
+        if isinstance(reply, _ErrorReply):
             raise redis_error(reply)
         return reply
 

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, ResponseError
 
-from .redis_lane import lane_of
+from .redis_lane import is_normal_error_reply, lane_of
 
 # Command -> family; anything else is "other". Families follow Redis's own command groups.
 _GROUPS = {
@@ -47,6 +48,14 @@ def family_of(command: object, *args: object) -> str:
     return family
 
 
+def is_failure(exc: BaseException) -> bool:
+    """A fault of the backend or the call, not a normal reply that redis-py raises (NOSCRIPT, which it
+    answers by loading the script; BUSYGROUP, the group exists)."""
+    if isinstance(exc, NoScriptError):
+        return False
+    return not (isinstance(exc, ResponseError) and is_normal_error_reply(str(exc)))
+
+
 def time_commands(client: aioredis.Redis, observe: Observe) -> None:
     """Wraps ``client`` in place so every command and pipeline execution reports to ``observe``."""
     execute_command: Callable[..., Awaitable[Any]] = client.execute_command
@@ -54,11 +63,12 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
 
     async def timed_command(*args: Any, **options: Any) -> Any:
         start = time.perf_counter()
-        failed = True
+        failed = False
         try:
-            result = await execute_command(*args, **options)
-            failed = False
-            return result
+            return await execute_command(*args, **options)
+        except BaseException as exc:
+            failed = is_failure(exc)
+            raise
         finally:
             observe(family_of(*args) if args else "other", time.perf_counter() - start, failed)
 
@@ -68,11 +78,12 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
 
         async def timed_execute(*a: Any, **kw: Any) -> Any:
             start = time.perf_counter()
-            failed = True
+            failed = False
             try:
-                result = await execute(*a, **kw)
-                failed = False
-                return result
+                return await execute(*a, **kw)
+            except BaseException as exc:
+                failed = is_failure(exc)
+                raise
             finally:
                 observe("pipeline", time.perf_counter() - start, failed)
 

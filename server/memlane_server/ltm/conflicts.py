@@ -7,12 +7,12 @@ and the store sees one batched write per ingest.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import linear_regex
 from .model import MemoryItem, MemoryKind
 
 
@@ -29,7 +29,7 @@ class Decision:
     retire: list[MemoryItem] = field(default_factory=list)
 
 
-_SALIENT = re.compile(r"\b(?:[A-Z][\w'-]*|[\w-]*\d[\w-]*)")
+_SALIENT = linear_regex.compile(r"\b(?:[A-Z][\w'-]*|[\w-]*\d[\w-]*)")
 
 
 def salient_tokens(text: str) -> set[str]:

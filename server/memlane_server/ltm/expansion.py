@@ -17,20 +17,20 @@ the topic alone. A query naming nobody, or leaving no content word once names ar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from .. import linear_regex
 from .hot import HotEntry
 from .query import content_terms
 from .speakers import SpeakerIndex, name_words
 from .store import Hit
 
 # A word with its possessive or contraction ("Melanie's"): the name goes, and its "'s" with it.
-_TOKEN = re.compile(r"(\w+)(?:['\u2019]\w{1,2})?", re.UNICODE)
+_TOKEN = linear_regex.compile(r"(\w+)(?:['\u2019]\w{1,2})?")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ Terms are bare words: punctuation never reaches the index, so user text cannot b
 
 from __future__ import annotations
 
-import re
+from .. import linear_regex
 
-_TERM = re.compile(r"\w+", re.UNICODE)
+_TERM = linear_regex.compile_run(r"\w+")
 # Function and question words (English), plus the two role words memories are written about.
 _STOP_TEXT = """a about above after again against all also am an and any are as at be because been before
     being below between both but by can could did do does doing done down during each either ever

@@ -7,22 +7,22 @@ sub-query over one person's own turns). Both must agree on who a query names, so
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import linear_regex
 from .model import MemoryKind
 from .query import STOP_WORDS
 
 # "[12 May 2023] Caroline: ..." or "Caroline: ...": a name of one to four words before the first colon
 # (a longer lead-in, "We debugged the failover: ...", is a sentence, not a speaker).
-_SPEAKER = re.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([\w.'-]+(?: [\w.'-]+){0,3}):\s")
+_SPEAKER = linear_regex.compile(r"^(?:\[[^\]]{1,40}\]\s*)?([\w.'-]+(?: [\w.'-]+){0,3}):\s")
 # The same rule in RE2's syntax, for a whole column at once (Arrow runs it in C++, without the GIL):
 # RE2's \w is ASCII only, so letters and digits are spelled out as Unicode classes.
 _SPEAKER_RE2 = r"^(?:\[[^\]]{1,40}\]\s*)?(?P<speaker>[\pL\pN_.'-]+(?: [\pL\pN_.'-]+){0,3}):\s"
-WORD = re.compile(r"\w+", re.UNICODE)
+WORD = linear_regex.compile_run(r"\w+")
 
 
 def speaker_of(content: str) -> str:

@@ -7,7 +7,6 @@ a filter expression that the caller built from ``filters.visible_to`` or ``filte
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +20,7 @@ from lancedb.expr import Expr, col, lit
 from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 from lancedb.query import ColumnOrdering
 
+from .. import linear_regex
 from ..errors import Unavailable
 from ..infra.object_store import lance_storage_options
 from .filters import KEY_COLUMNS
@@ -56,9 +56,9 @@ _NEWEST_FIRST = [
 ]
 
 # What a string literal in a predicate may be (see ``filters``): a digest, an enum word, or empty.
-_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+_LITERAL = linear_regex.compile(r"'((?:[^']|'')*)'")
 _SAFE_WORDS = frozenset([*(k.value for k in MemoryKind), *(s.value for s in MemoryScope), ""])
-_DIGEST = re.compile(r"[0-9a-f]{64}")
+_DIGEST = linear_regex.compile(r"[0-9a-f]{64}")
 
 
 def checked(where: Expr) -> Expr:

@@ -11,7 +11,10 @@ A policy starts from a built-in kind and overrides fields; a file (YAML or TOML)
       voice: {learn: false}  # promote at session end only, not while the session is open
 
 Durations are seconds (numbers) or strings with a unit (``90s``, ``15m``, ``1h``, ``7d``); 0 means "never"
-(no time expiry, keep the archive forever). The resolved policy is recorded on the session document when
+(no time expiry, keep the archive forever). A policy that sets ``expire_after`` but not ``idle_after``
+goes idle at the inherited ``idle_after`` or at its expiry, whichever comes first (``expire_after: 2m``
+alone is idle after 2 minutes, not refused for the inherited 15); set both, and ``idle_after`` must
+not exceed ``expire_after``. The resolved policy is recorded on the session document when
 it is created, so editing the file later never changes what an existing session was promised.
 """
 
@@ -173,6 +176,8 @@ def _build(base: ChannelPolicy, channel: str, raw: Mapping[str, Any], where: str
             values[key] = value
         else:
             values[key] = str(value)
+    if values.get("expire_after") and "idle_after" not in values:
+        values["idle_after"] = min(base.idle_after, values["expire_after"])  # see the module's doc
     policy = dataclasses.replace(base, channel=channel, **values)
     if policy.expire_after and policy.idle_after > policy.expire_after:
         raise PolicyError(f"{where}: idle_after must not exceed expire_after")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
+from .. import linear_regex
 from ..errors import InvalidArgument
 from . import scripts
 from .keys import KeySpace
@@ -27,7 +27,7 @@ from .outbox import RELAYED_WINDOW_MS, PendingEvent, decode_entry, encode_entry,
 
 log = logging.getLogger("memlane.events")
 
-_EVENT_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
+_EVENT_ID = linear_regex.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 
 
 class EventType(enum.IntEnum):

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import re
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from .. import linear_regex
 from ..sessions.model import Message, Role
 from ..tokens import TokenCounter
 from .base import SummaryResult
@@ -61,33 +61,45 @@ _HEADING_TO_KIND = {v.lower(): k for k, v in _HEADINGS.items()}
 # Render order: what the model most needs to honour first.
 _RENDER_ORDER = (Kind.DECISION, Kind.CONSTRAINT, Kind.IDENTIFIER, Kind.NAME, Kind.OPEN, Kind.CONTEXT)
 
-_DECISION = re.compile(
+_DECISION = linear_regex.compile(
     r"\b(decided|decide|decision|agreed|agree to|let'?s go with|we'?ll go with|going with|go ahead|"
     r"chose|choose|chosen|selected|settled on|confirm(?:ed|s)?|approved?|finali[sz]ed?|"
     r"we will use|we'?ll use|opt(?:ed)? for|sign(?:ed)? off|the plan is)\b",
-    re.IGNORECASE,
+    ignore_case=True,
 )
-_CONSTRAINT = re.compile(
+_CONSTRAINT = linear_regex.compile(
     r"\b(must|mustn'?t|never|always|required?|requirements?|only|at most|at least|no more than|"
     r"no later than|deadline|budget|cannot|can'?t|don'?t|do not|should not|shouldn'?t|limit(?:ed)?|"
     r"allerg(?:y|ic)|avoid|prefer(?:s|red)?|maximum|minimum|not allowed|forbidden)\b",
-    re.IGNORECASE,
+    ignore_case=True,
 )
-_TODO = re.compile(
+_TODO = linear_regex.compile(
     r"\b(todo|to-do|to do:|action item|follow[ -]up|remind me|remember to|need to|needs to|"
     r"i'?ll (?:send|check|get back|follow|call|email|look)|will send|pending|next step|still open)\b",
-    re.IGNORECASE,
+    ignore_case=True,
 )
 # A capitalized word not at the start of its sentence is probably a name (person, product, place).
-_NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+(?: [A-Z][a-z]+)*")
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9#])|\n+")
-_ITEM_LINE = re.compile(r"^- (?:\[(?P<tag>[^\]]*)\] )?(?P<text>.+)$")
-_SPACES = re.compile(r"\s+")
+# The name is group 1 (findall returns it); the two characters before it are read, not kept.
+_NAME = linear_regex.compile(r"[a-z,;:] ([A-Z][a-z]+(?: [A-Z][a-z]+)*)")
+# Cut at the spaces after . ! ? when a sentence starts after them, and at line breaks; the characters
+# around the spaces stay in the pieces (linear_regex.cut).
+_SENTENCE_SPLIT = linear_regex.compile(r"[.!?](\s+)[\"'(\[]?[A-Z0-9#]|(\n+)")
+_ITEM_LINE = linear_regex.compile(r"^- (?:\[(?P<tag>[^\]]*)\] )?(?P<text>.+)$")
+_SPACES = linear_regex.compile_run(r"\s+")
+
+
+def _one_space(_: linear_regex.Match) -> str:  # a function: RE2's sub would parse a str as a template
+    return " "
+
+
 # Non-identifier words that often start with a capital mid-sentence.
 _NOT_NAMES = frozenset({"I", "I'm", "I'll", "I've", "I'd", "OK", "Ok"})
 
 
-_TAG_SEQ = re.compile(r"^#(\d+)\b")
+# A summary keeps a few sentences per turn; the patterns read no further into one turn than this
+# (a 256 KB paste of one-word sentences would otherwise be 80,000 sentences to classify).
+MAX_TURN_CHARS = 16 * 1024
+_TAG_SEQ = linear_regex.compile(r"^#(\d+)\b")
 # A wording seen this often (numbers aside) is routine: only its newest instance keeps its rank.
 _TEMPLATE_MIN = 3
 _ROUTINE = -1  # the rank of demoted items: below every kind, dropped first
@@ -130,12 +142,12 @@ def classify(sentence: str, *, answered: bool) -> Kind:
 
 
 def split_sentences(text: str) -> list[str]:
-    parts = (_SPACES.sub(" ", p).strip() for p in _SENTENCE_SPLIT.split(text))
+    parts = (_SPACES.sub(_one_space, p).strip() for p in linear_regex.cut(_SENTENCE_SPLIT, text))
     return [p for p in parts if p]
 
 
 def _norm(text: str) -> str:
-    return _SPACES.sub(" ", text).strip().lower()
+    return _SPACES.sub(_one_space, text).strip().lower()
 
 
 def _parse_previous(previous: str) -> list[_Item]:
@@ -176,7 +188,7 @@ def _items_from_turns(leaving: list[Message], start_order: int) -> list[_Item]:
         # A user question is answered once a later non-user turn exists in this batch.
         answered = any(m.role != Role.USER for m in leaving[i + 1 :]) if msg.role == Role.USER else True
         context_taken = False
-        for sentence in split_sentences(msg.content):
+        for sentence in split_sentences(msg.content[:MAX_TURN_CHARS]):
             kind = classify(sentence, answered=answered)
             if kind == Kind.CONTEXT:
                 # One context sentence per turn (its opening) keeps the thread without bloating.
