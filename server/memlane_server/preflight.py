@@ -17,14 +17,12 @@ import fcntl
 import os
 import socket
 from pathlib import Path
-
-from redis import asyncio as aioredis
-from redis.exceptions import RedisError
+from urllib.parse import urlsplit, urlunsplit
 
 from .access.policy import PolicyError as AccessPolicyError
 from .access.policy import PolicyFile
 from .config import Settings
-from .infra.redis_pool import cluster_seed
+from .infra.redis_pool import unanswered
 from .sessions.channel_policies import PolicyBook
 from .sessions.channel_policies import PolicyError as ChannelPolicyError
 
@@ -124,22 +122,19 @@ def policy_files(settings: Settings) -> None:
 
 
 async def redis_answers(url: str) -> None:
-    """A configured Redis answers a PING within two seconds (an embedded one is started later; a cluster
-    is asked through its seed node)."""
-    try:
-        client = aioredis.Redis.from_url(
-            cluster_seed(url) or url,
-            socket_connect_timeout=_REDIS_TIMEOUT_S,
-            socket_timeout=_REDIS_TIMEOUT_S,
-        )
-    except ValueError as exc:
-        raise StartError(f"redis_url {url!r}: {exc}") from None
-    try:
-        await client.ping()
-    except (RedisError, OSError) as exc:
-        raise StartError(f"redis_url {url}: {exc}") from None
-    finally:
-        await client.aclose()
+    """A configured Redis answers a PING within two seconds (an embedded one is started later)."""
+    why = await unanswered(url, _REDIS_TIMEOUT_S)
+    if why is not None:
+        raise StartError(f"redis_url {_without_password(url)!r}: {why.replace(url, '...')}")
+
+
+def _without_password(url: str) -> str:
+    """The URL as an operator may read it in a log: a password becomes ``***``."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def check(settings: Settings, *, listens: bool) -> Path:

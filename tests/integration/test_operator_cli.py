@@ -108,7 +108,8 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(
     client.append_messages(
         session_id=sid, messages=[memlane.Message(role=memlane.Role.ROLE_USER, content="word " * 40_000)]
     )
-    for _ in client.assemble_context(session_id=sid, user_input="and?"):
+    # A window that holds the turn, so the trace (what the model saw) carries all 200 KB of it.
+    for _ in client.assemble_context(session_id=sid, user_input="and?", model="gpt-4o"):
         pass
     proc = _cli(
         ["trace", "show", sid, "--target", server.target], stdout=subprocess.PIPE, stderr=subprocess.PIPE

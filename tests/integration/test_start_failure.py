@@ -81,7 +81,7 @@ def _one_line_refusal(out: subprocess.CompletedProcess[str], says: str) -> None:
 @pytest.mark.parametrize(
     ("case", "says"),
     [
-        ("unreachable redis", "redis_url redis://127.0.0.1:1"),
+        ("unreachable redis", "redis_url 'redis://:***@127.0.0.1:1'"),
         ("malformed redis url", "redis_url 'nonsense://x'"),
         ("grpc port in use", ": in use"),
         ("admin port in use", "admin_listen"),
@@ -99,7 +99,7 @@ def test_a_start_that_cannot_work_says_why_in_one_line_before_loading_anything(
         data = tmp_path / "data"
         flags = ["--redis-url", redis_url, "--data-dir", str(data), "--listen", "127.0.0.1:0"]
         if case == "unreachable redis":
-            flags[1] = "redis://127.0.0.1:1"
+            flags[1] = "redis://:hunter2@127.0.0.1:1"  # the password must not reach the message
         elif case == "malformed redis url":
             flags[1] = "nonsense://x"
         elif case == "grpc port in use":
@@ -120,6 +120,7 @@ def test_a_start_that_cannot_work_says_why_in_one_line_before_loading_anything(
         started = time.monotonic()
         out = _serve(*flags)
     _one_line_refusal(out, says)
+    assert "hunter2" not in out.stderr
     assert time.monotonic() - started < 30  # seconds, not the model's load and a traceback
     assert "started embedded redis" not in out.stderr
 

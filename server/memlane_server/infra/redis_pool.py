@@ -23,7 +23,7 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ClusterDownError, TryAgainError
+from redis.exceptions import ClusterDownError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -124,6 +124,25 @@ def _safe(cls: type[AbstractConnection]) -> type[AbstractConnection]:
 
 def is_cluster(redis: aioredis.Redis) -> bool:
     return isinstance(redis, RedisCluster)
+
+
+async def unanswered(url: str, timeout_s: float) -> str | None:
+    """Why ``url`` does not answer a PING within ``timeout_s`` (a malformed URL, a refused connection,
+    ...), or None when it does. One short-lived connection, before any pool exists (start-up checks); a
+    cluster is asked through its seed node."""
+    try:
+        client = aioredis.Redis.from_url(
+            cluster_seed(url) or url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+        )
+    except ValueError as exc:
+        return str(exc)
+    try:
+        await client.ping()
+    except (RedisError, OSError) as exc:
+        return str(exc)
+    finally:
+        await client.aclose()
+    return None
 
 
 def connect(url: str, *, max_connections: int = 64) -> aioredis.Redis:
