@@ -69,6 +69,13 @@ class Unavailable(MemlaneError):
     reason = "UNAVAILABLE"
 
 
+class DataLoss(MemlaneError):
+    """Stored data is damaged (a truncated or overwritten file): retrying does not help; the message says
+    which store and what an operator can do."""
+
+    reason = "DATA_DAMAGED"
+
+
 class SessionExpired(FailedPrecondition):
     """New messages for an expired session: it must be resumed first (AppendMessages does so itself)."""
 

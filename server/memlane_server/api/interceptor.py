@@ -39,6 +39,7 @@ _CODES: tuple[tuple[type[errors.MemlaneError], grpc.StatusCode], ...] = (
     (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.DataLoss, grpc.StatusCode.DATA_LOSS),
 )
 
 

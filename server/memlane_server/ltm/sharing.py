@@ -25,7 +25,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ..errors import Unavailable
+from ..errors import DataLoss, Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,6 +35,11 @@ _CONFLICT = re.compile(r"commit conflict|too many concurrent writers|preempted b
 _STALE = re.compile(r"\bnot found\b", re.IGNORECASE)
 # The object store did not answer (paused, down, unreachable): UNAVAILABLE, which clients retry, not
 # INTERNAL. LanceDB has then already retried the request for a while (object_store's retry policy).
+# What LanceDB says when a file's bytes are not what its manifest promised (measured: a data file cut
+# short, or one overwritten with other bytes).
+_DAMAGED = re.compile(
+    r"failed to fill whole buffer|does not appear to be a Lance file|invalid magic|corrupt", re.IGNORECASE
+)
 _IO = re.compile(r"LanceError\(IO\)|error sending request|timed out|connection refused", re.IGNORECASE)
 LANCE_ERRORS = (RuntimeError, OSError, ValueError)
 
@@ -88,10 +93,18 @@ def is_stale(exc: BaseException) -> bool:
 
 
 def unreachable(exc: BaseException) -> BaseException:
-    """``Unavailable`` for an object-store failure (raise it ``from exc``); ``exc`` itself otherwise."""
-    if _IO.search(str(exc)) is None:
+    """What a failed LanceDB call becomes (raise it ``from exc``): ``DataLoss`` for a damaged table file
+    (a retry would meet it again: an operator restores the table), ``Unavailable`` for an object store
+    or disk that did not answer, ``exc`` itself otherwise."""
+    text = str(exc)
+    if _DAMAGED.search(text) is not None:
+        return DataLoss(
+            "the long-term memory table is damaged (a data file is truncated or overwritten): restore the"
+            f" table directory from a backup, or move it aside to start empty ({text[:200]})"
+        )
+    if _IO.search(text) is None:
         return exc
-    return Unavailable(f"the memory store did not answer: {str(exc)[:300]}")
+    return Unavailable(f"the memory store did not answer: {text[:300]}")
 
 
 async def retry_write(

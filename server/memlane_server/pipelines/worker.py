@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter
 
-from ..errors import Conflict, MemlaneError, NotFound, ResourceExhausted, Unavailable
+from ..errors import Conflict, DataLoss, MemlaneError, NotFound, ResourceExhausted, Unavailable
 from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import (
     LEARN_REASONS,
@@ -49,8 +49,9 @@ def consumer_name() -> str:
 
 # A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summarization.py).
 Summarize = Callable[[str, int, int], Awaitable[object]]
-# Domain errors that say "try again" rather than "never": such a job is retried, not dropped.
-_RETRIED = (Conflict, ResourceExhausted)
+# Domain errors that say "not now" rather than "never": such a job is retried, not dropped (and parked for
+# an operator if it keeps failing: a damaged table needs one).
+_RETRIED = (Conflict, ResourceExhausted, DataLoss)
 _SUMMARY_CONCURRENCY = 2  # summaries run at once in a worker, beside its session-end and learn jobs
 
 
