@@ -32,6 +32,7 @@ from .context.ltm_source import LtmMemorySource
 from .embedding import Embedder
 from .extraction import Extractor
 from .infra.embedded_redis import EmbeddedRedis
+from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect
 from .infra.redis_timing import time_commands
 from .ltm import MemoryMaintenance, MemoryService
@@ -66,6 +67,7 @@ _CALLS_PHASE: tuple[DrainStep, ...] = ("calls", "learn scheduler")
 # What ``stop`` closes after the drain, in this order; a part that never started is absent. Literal
 # types, so a part registered under a name missing here fails the type check instead of staying open.
 CloseStep = Literal[
+    "erasure resume",
     "policy reload",
     "lifecycle",
     "admin http",
@@ -264,8 +266,17 @@ class Sidecar:
         server, self.admission = grpc_server.new_server(
             s.server, self.registry, access.authenticator(s.access, self._policy), self.stores
         )
+        self._user_data = grpc_server.user_data(self.redis, self.stores, context, self.ltm, self.end)
         served = grpc_server.Served(
-            self.redis, self.stores, self.end, context, self.ltm, extractor, self.metrics, self._health
+            self.redis,
+            self.stores,
+            self.end,
+            context,
+            self.ltm,
+            extractor,
+            self.metrics,
+            self._health,
+            self._user_data,
         )
         services = grpc_server.add_servicers(server, served)
         for address in filter(None, (a.strip() for a in s.server.listen.split(","))):
@@ -295,6 +306,10 @@ class Sidecar:
         await self.lifecycle.start()
         if self.end.scheduler is not None:
             self.end.scheduler.start()
+        # Erasures a dead sidecar left half done are finished here (the journal: sessions/fence.py).
+        erasures = Periodic("erasure-resume", self._user_data.resume_orphans, _ERASURE_RESUME_S)
+        self._closes["erasure resume"] = erasures.stop
+        erasures.start()
         p = self.settings.pipeline
         if p.pipeline_enabled and p.worker_processes > 0:
             pool = WorkerPool(self.settings, redis_url=self._redis_url, processes=p.worker_processes)
@@ -357,6 +372,8 @@ class Sidecar:
                 await _bounded(name, close())
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+
+_ERASURE_RESUME_S = 10.0  # how often half-done erasures are looked for (one HKEYS when there are none)
 
 # One shutdown step's limit: a step that needs longer is stuck (its name is logged) and skipped.
 _STEP_SECONDS = 15.0

@@ -7,20 +7,24 @@ place and a retry finds everything again. Every step is idempotent.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ..context.traces import TraceStore
+from ..errors import Unavailable
 from ..ltm import MemoryService
 from ..sessions.checkpoints import CheckpointStore
-from ..sessions.fence import sessions_held
+from ..sessions.fence import ErasureJournal, sessions_held
 from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 from .checkpoint_archive import export_checkpoints
+
+log = logging.getLogger("memlane")
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
 
@@ -62,7 +66,9 @@ class UserData:
         caches: Sequence[Callable[[str, set[str]], None]] = (),
         history: RedisMemoryHistory | None = None,
         procedures: UserProcedures | None = None,
+        journal: ErasureJournal | None = None,
     ) -> None:
+        self._journal = journal
         self._history = history
         self._procedures = procedures
         self._sessions = sessions
@@ -121,14 +127,47 @@ class UserData:
                 for row in rows:
                     yield f"archive.{dataset}", row
 
-    async def erase(self, user_id: str) -> ErasureReceipt:
+    async def erase(self, user_id: str, *, wait_s: float = 60.0) -> ErasureReceipt:
         """Erases the user everywhere, persistence files included; returns the receipt. Runs holding the
-        leases of the user's sessions, so no session end writes their turns again behind it."""
+        leases of the user's sessions, so no session end writes their turns again behind it, and inside
+        the erasure journal, so an erasure whose sidecar dies is finished by another
+        (``resume_orphans``)."""
+        if self._journal is None:
+            counts = await self._erase_held(user_id)
+        else:
+            async with self._journal.running(user_id, wait_s):
+                counts = await self._erase_held(user_id)
+        # Last, once the journal holds no trace of the user either: Redis's files on disk still hold
+        # what the deletes above removed from memory.
+        persisted = await self._sessions.rewrite_persistence()
+        return ErasureReceipt(
+            counts,
+            time.time_ns() // 1_000_000,
+            persisted.operator_actions,
+            [f"redis.{kind}" for kind in persisted.rewritten],
+        )
+
+    async def resume_orphans(self) -> int:
+        """Runs again every erasure that was started and is run by nobody (its sidecar died, or it
+        failed); returns how many finished."""
+        if self._journal is None:
+            return 0
+        done = 0
+        for user_id in await self._journal.orphans():
+            try:
+                await self.erase(user_id, wait_s=0.0)
+            except Unavailable:
+                continue  # another sidecar took it meanwhile, or a store is down: the next round
+            log.warning("finished an erasure its sidecar had left half done")
+            done += 1
+        return done
+
+    async def _erase_held(self, user_id: str) -> dict[str, int]:
         sids = await self._sessions.session_ids_of_user(user_id)
         async with sessions_held(self._sessions.redis, self._sessions.keys, sids):
             return await self._erase(user_id, sids)
 
-    async def _erase(self, user_id: str, sids: list[str]) -> ErasureReceipt:
+    async def _erase(self, user_id: str, sids: list[str]) -> dict[str, int]:
         counts: dict[str, int] = {}
         if self._archive is not None:
             files = await self._archive.user_files(user_id, set(sids), self._owners)
@@ -146,11 +185,4 @@ class UserData:
         counts.update(await self._sessions.erase_user(user_id))
         for forget in self._caches:
             forget(user_id, set(sids))
-        # Last: Redis's files on disk still hold what the deletes above removed from memory.
-        persisted = await self._sessions.rewrite_persistence()
-        return ErasureReceipt(
-            counts,
-            time.time_ns() // 1_000_000,
-            persisted.operator_actions,
-            [f"redis.{kind}" for kind in persisted.rewritten],
-        )
+        return counts

@@ -1,5 +1,8 @@
-"""Holding a set of sessions' leases (the ones the session-end pipeline, resumption and retirement run
-under) for the length of an erasure.
+"""Fences around an erasure: the sessions' leases it holds (``sessions_held``) and the journal that
+makes an erasure whose sidecar died finish anyway (``ErasureJournal``).
+
+Holding a set of sessions' leases (the ones the session-end pipeline, resumption and retirement run
+under) for the length of an erasure:
 
 A session-end run that has read a session's turns writes its archive part and promotes its memories
 later; an erasure that ran meanwhile would list the archive and clear LTM before those writes and leave
@@ -14,12 +17,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from ..errors import Unavailable
 from .keys import KeySpace
-from .lease import Lease
+from .lease import Lease, LeaseLock
 
 _TTL_MS = 30_000  # renewed every third of it while held; a holder that dies frees them within this
 
@@ -48,6 +52,38 @@ async def sessions_held(
                 await keeper
         for lease in held:
             await lease.release()
+
+
+class ErasureJournal:
+    """Which erasures were started and not finished. ``running(user)`` records the erasure and holds its
+    lease while the body runs, and drops both when it ends well; a sidecar killed mid-way leaves the
+    record with no live lease, and ``orphans`` names it for another sidecar to run again (every step of
+    an erasure is idempotent). A failed erasure keeps its record too: it is retried the same way."""
+
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
+        self._redis = redis
+        self._keys = keys
+
+    @contextlib.asynccontextmanager
+    async def running(self, user_id: str, wait_s: float = 60.0) -> AsyncIterator[None]:
+        """Records the erasure and holds its lease (waiting up to ``wait_s`` for another sidecar running
+        the same user's erasure, then Unavailable); the record goes only once the body returned."""
+        await self._redis.hset(self._keys.erasures(), user_id, int(time.time() * 1000))
+        async with LeaseLock(self._redis, self._keys.erasing(user_id), _TTL_MS).hold(wait_s) as held:
+            if not held:
+                raise Unavailable(f"an erasure of user {user_id!r} is still running elsewhere; retry")
+            yield
+            await self._redis.hdel(self._keys.erasures(), user_id)
+
+    async def orphans(self) -> list[str]:
+        """Users whose erasure was started and is run by nobody now (its sidecar died, or it failed)."""
+        users: Any = await self._redis.hkeys(self._keys.erasures())
+        out = []
+        for raw in users:
+            user = raw.decode() if isinstance(raw, bytes) else str(raw)
+            if not await self._redis.exists(self._keys.erasing(user)):
+                out.append(user)
+        return out
 
 
 async def _renew(leases: list[Lease]) -> None:

@@ -97,6 +97,16 @@ class KeySpace:
         escaped = "".join("\\" + ch if ch in "*?[]\\^-" else ch for ch in user_id)
         return f"{self.prefix}:user:{{{escaped}}}:*"
 
+    def erasures(self) -> str:
+        """HASH: user id -> when its erasure started (ms); a field outlives its erasure only if the
+        sidecar running it died (``sessions/fence.py ErasureJournal``)."""
+        return f"{self.prefix}:erasures"
+
+    def erasing(self, user_id: str) -> str:
+        """STRING with a TTL: the sidecar running this user's erasure now. Outside the user's key pattern,
+        which the erasure itself deletes."""
+        return f"{self.prefix}:erasing:{{{user_id}}}"
+
     def ltm_version(self, user_id: str) -> str:
         """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"

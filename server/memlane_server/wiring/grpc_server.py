@@ -47,6 +47,7 @@ from ..observability.domain import DomainMetrics
 from ..observability.metrics import RpcMetrics
 from ..pipelines.user_data import UserData
 from ..sessions.edits import MessageEditor
+from ..sessions.fence import ErasureJournal
 from ..sessions.once import OnceMarks
 from ..sessions.removal import MessageRemover
 from .lifecycle import SessionEnd
@@ -87,6 +88,24 @@ class Served:
     extractor: Extractor | None
     metrics: DomainMetrics
     health: health.aio.HealthServicer
+    user_data: UserData
+
+
+def user_data(
+    redis: RedisClient, stores: Stores, context: ContextAssembler, ltm: MemoryService | None, end: SessionEnd
+) -> UserData:
+    """Per-user export and erasure over every store, with the erasure journal."""
+    return UserData(
+        stores.sessions,
+        context.traces,
+        ltm,
+        end.archive,
+        caches=[context.forget],
+        history=stores.memory_history,
+        procedures=stores.procedures,
+        checkpoints=stores.checkpoints,
+        journal=ErasureJournal(redis, stores.keys),
+    )
 
 
 def add_servicers(server: grpc.aio.Server, p: Served) -> list[str]:
@@ -135,17 +154,7 @@ def _add_session_services(server: grpc.aio.Server, p: Served) -> None:
 
 def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
     st = p.stores
-    user_data = UserData(
-        st.sessions,
-        p.context.traces,
-        p.ltm,
-        p.end.archive,
-        caches=[p.context.forget],
-        history=st.memory_history,
-        procedures=st.procedures,
-        checkpoints=st.checkpoints,
-    )
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(user_data, p.end.queue), server)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(p.user_data, p.end.queue), server)
     if p.ltm is not None and p.extractor is not None:
         memory_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicerWithHistory(
