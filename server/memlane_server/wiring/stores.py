@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
-from ..procedures import Owner, ProcedureService, ProcedureStore
+from ..procedures import Owner, ProcedureService
 from ..sessions.checkpoints import CheckpointStore
 from ..sessions.durability import Durability
 from ..sessions.end_state import EndState
@@ -17,6 +17,7 @@ from ..sessions.keys import KeySpace
 from ..sessions.limits import Limits
 from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Topology
+from ..sessions.procedures import ProcedureStore
 from ..sessions.store import SessionStore
 from ..sessions.traces import TraceRecords
 from ..tokens import TokenCounter
