@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ..ltm import MemoryService
+from ..ltm.history import MemoryHistory
 from ..sessions.checkpoints import CheckpointStore
 from ..sessions.fence import sessions_held
-from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
@@ -66,7 +66,7 @@ class UserData:
         *,
         checkpoints: CheckpointStore,
         caches: Sequence[Callable[[str, set[str]], None]] = (),
-        history: RedisMemoryHistory | None = None,
+        history: MemoryHistory | None = None,
         procedures: UserProcedures | None = None,
     ) -> None:
         self._history = history
