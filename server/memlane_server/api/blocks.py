@@ -20,6 +20,7 @@ from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import session_pb2 as pb
 
 from ..context import Block, BlockMessage
+from .enums import PROVENANCE, ROLE
 from .memory import score_parts_to_pb
 
 
@@ -45,7 +46,7 @@ _BLOCKS_TAG = length_delimited_tag(cpb.AssembleContextResponse.DESCRIPTOR.fields
 
 def _message_pb(m: BlockMessage) -> cpb.ContextMessage:
     msg = cpb.ContextMessage(
-        role=pb.Role.ValueType(m.role), name=m.name, content=m.content, message_id=m.message_id, seq=m.seq
+        role=ROLE.to_pb(m.role), name=m.name, content=m.content, message_id=m.message_id, seq=m.seq
     )
     if m.native_format or m.native_json:
         msg.native.CopyFrom(pb.NativeMessage(format=m.native_format, json=m.native_json))
@@ -78,7 +79,7 @@ def conversation_field(b: Block, entry: Callable[[BlockMessage], bytes]) -> byte
 def _block_header(b: Block) -> cpb.ContextBlock:
     """The block's own fields, without its messages, memories or procedures."""
     return cpb.ContextBlock(
-        provenance=cpb.Provenance.ValueType(b.provenance),
+        provenance=PROVENANCE.to_pb(b.provenance),
         token_count=b.token_count,
         rendered_text=b.rendered_text,
         cap_tokens=b.cap_tokens,

@@ -18,12 +18,12 @@ from ..context import (
     ContextAssembler,
     Provenance,
     SectionCaps,
-    Strategy,
     TurnTrace,
 )
 from ..errors import InvalidArgument
 from .blocks import block_to_pb, conversation_field, turn_entry
 from .convert import summary_to_pb
+from .enums import FALLBACK, PROVENANCE, SECTION, STRATEGY
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 # What a request may leave out (an A/B baseline): long-term memory, the summary.
@@ -31,15 +31,15 @@ OMITTABLE = frozenset({Provenance.PROFILE, Provenance.MEMORY, Provenance.SUMMARY
 
 
 def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
-    try:
-        strategy = Strategy(r.strategy)
-    except ValueError:
-        raise InvalidArgument(f"strategy {r.strategy} is not a known value") from None
-    omit = frozenset(Provenance(p) if int(p) in OMITTABLE else Provenance.UNSPECIFIED for p in r.omit)
-    if Provenance.UNSPECIFIED in omit:
-        raise InvalidArgument(
-            "omit may name PROVENANCE_PROFILE, PROVENANCE_MEMORY and PROVENANCE_SUMMARY only"
-        )
+    strategy = STRATEGY.parse(r.strategy, "strategy")
+    omit: set[Provenance] = set()
+    for p in r.omit:
+        left_out = PROVENANCE.from_pb(p)
+        if left_out is None or left_out not in OMITTABLE:
+            raise InvalidArgument(
+                "omit may name PROVENANCE_PROFILE, PROVENANCE_MEMORY and PROVENANCE_SUMMARY only"
+            )
+        omit.add(left_out)
     return AssembleRequest(
         session_id=r.session_id,
         user_input=r.user_input,
@@ -59,7 +59,7 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
         render_text=r.render_text,
         request_id=r.request_id,
         viewer=current_caller(),
-        omit=omit,
+        omit=frozenset(omit),
     )
 
 
@@ -76,12 +76,12 @@ def request_to_pb(r: AssembleRequest) -> cpb.AssembleContextRequest:
             memory_tokens=r.caps.memory,
             history_tokens=r.caps.history,
         ),
-        strategy=cpb.ContextStrategy.ValueType(r.strategy),
+        strategy=STRATEGY.to_pb(r.strategy),
         window_turns=r.window_turns,
         memory_limit=r.memory_limit,
         render_text=r.render_text,
         request_id=r.request_id,
-        omit=[cpb.Provenance.ValueType(p) for p in sorted(r.omit)],
+        omit=[PROVENANCE.to_pb(p) for p in sorted(r.omit)],
     )
     if r.system_prompt is not None:
         out.system_prompt = r.system_prompt
@@ -97,16 +97,16 @@ def stats_to_pb(s: AssembleStats) -> cpb.AssembleStats:
         input_tokens=s.input_tokens,
         total_tokens=s.total_tokens,
         headroom_tokens=s.headroom_tokens,
-        strategy=cpb.ContextStrategy.ValueType(s.strategy),
+        strategy=STRATEGY.to_pb(s.strategy),
         summary_through_seq=s.summary_through_seq,
         summary_behind=s.summary_behind,
-        fallback=cpb.HistoryFallback.ValueType(s.fallback),
+        fallback=FALLBACK.to_pb(s.fallback),
         dropped_message_count=s.dropped_message_count,
         gap_message_count=s.gap_message_count,
         summarization_scheduled=s.summarization_scheduled,
         budgets=[
             cpb.SectionBudget(
-                section=cpb.ContextSection.ValueType(b.section),
+                section=SECTION.to_pb(b.section),
                 cap_tokens=b.cap_tokens,
                 used_tokens=b.used_tokens,
             )
@@ -114,7 +114,7 @@ def stats_to_pb(s: AssembleStats) -> cpb.AssembleStats:
         ],
         truncations=[
             cpb.Truncation(
-                section=cpb.ContextSection.ValueType(t.section),
+                section=SECTION.to_pb(t.section),
                 reason=t.reason,
                 tokens_removed=t.tokens_removed,
                 items_removed=t.items_removed,

@@ -12,11 +12,13 @@ import enum
 import re
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import procedure_pb2 as ppb
 from memlane.v1 import session_pb2 as pb
 from memlane.v1 import session_service_pb2 as spb
 
+from ..context import Fallback, Provenance, Section, Strategy
 from ..errors import InvalidArgument
 from ..ltm.history import ChangeReason
 from ..ltm.snapshots import DiffKind
@@ -74,6 +76,10 @@ PROCEDURE_STATE = EnumBridge(State, ppb.ProcedureState)
 PROCEDURE_ORIGIN = EnumBridge(Origin, ppb.ProcedureOrigin)
 CHANGE_REASON = EnumBridge(ChangeReason, mpb.MemoryChangeReason)
 DIFF_KIND = EnumBridge(DiffKind, mpb.MemoryDiffKind)
+PROVENANCE = EnumBridge(Provenance, cpb.Provenance)
+SECTION = EnumBridge(Section, cpb.ContextSection)
+STRATEGY = EnumBridge(Strategy, cpb.ContextStrategy)
+FALLBACK = EnumBridge(Fallback, cpb.HistoryFallback)
 
 # Every bridge, for the test that holds each to both directions.
 BRIDGES: tuple[EnumBridge[Any, Any], ...] = (
@@ -88,4 +94,8 @@ BRIDGES: tuple[EnumBridge[Any, Any], ...] = (
     PROCEDURE_ORIGIN,
     CHANGE_REASON,
     DIFF_KIND,
+    PROVENANCE,
+    SECTION,
+    STRATEGY,
+    FALLBACK,
 )
