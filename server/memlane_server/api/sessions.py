@@ -12,7 +12,7 @@ from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
-from ..errors import InvalidArgument, PermissionDenied
+from ..errors import InvalidArgument, PermissionDenied, SessionExpired, Unavailable
 from ..pipelines import Resumer
 from ..pipelines.incremental import LearnScheduler
 from ..pipelines.on_request import EndOnRequest
@@ -27,6 +27,9 @@ from .enums import EVENT_TYPE, PROMOTION_STATE, ROLE, SESSION_STATUS, TOPOLOGY
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext
+# An append that meets its session expired revives it and goes again; one that keeps meeting it expired
+# (expiring again between revival and append) answers UNAVAILABLE, for the caller to retry.
+_REVIVALS = 3
 
 
 def event_to_pb(ev: SessionEvent) -> spb.SessionEvent:
@@ -175,14 +178,18 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def AppendMessages(
         self, request: spb.AppendMessagesRequest, context: _Ctx
     ) -> spb.AppendMessagesResponse:
-        out = await self._resumer.append_reviving(  # an expired session is taken up again, with RESUMED
-            request.session_id,
-            lambda: self._store.append(
-                request.session_id,
-                [message_from_pb(m, i) for i, m in enumerate(request.messages)],  # fresh: append fills them
-                writer=current_caller(),
-            ),
-        )
+        sid, writer = request.session_id, current_caller()
+        for _ in range(_REVIVALS):
+            # Built afresh for every attempt: an attempt fills in ids, times and defaults, and the stored
+            # fingerprint must be the caller's batch as sent.
+            batch = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
+            try:
+                out = await self._store.append(sid, batch, writer=writer)
+                break
+            except SessionExpired:  # new messages for an expired session: taken up again, with RESUMED
+                await self._resumer.revive(sid)
+        else:
+            raise Unavailable(f"session {sid!r} kept expiring under the append; retry")
         if self._learner is not None:  # in memory only: a worker learns
             self._learner.notice(request.session_id, out.duplicates.count(False))
         return spb.AppendMessagesResponse(
