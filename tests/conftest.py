@@ -27,6 +27,7 @@ from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_pool import cluster_seed
+from memlane_server.sessions.keys import KeySpace
 
 # CrewAI lives in an environment of its own (scripts/test-crewai, a CI step): crewai 1.15 requires
 # openai<3, the openai-agents extra openai>=3. Its tests are collected only where crewai is installed.
@@ -68,7 +69,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def delete_prefix(url: str, prefix: str) -> None:
     r = redis_client(url)
-    batch = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+    batch = list(r.scan_iter(match=KeySpace(prefix).pattern(), count=1000))
     for i in range(0, len(batch), 500):
         r.delete(*batch[i : i + 500])
     r.close()

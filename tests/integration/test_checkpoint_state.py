@@ -13,6 +13,7 @@ import redis
 import memlane
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, raw, wait_for
 
 
@@ -71,16 +72,16 @@ def test_export_and_erasure_take_the_checkpoints(
             ],
         )
         r = redis.Redis.from_url(redis_url)
-        assert r.smembers(f"{prefix}:ckrun:{{{run}}}") == {sid.encode()}
+        assert r.smembers(KeySpace(prefix).checkpoint_run(run)) == {sid.encode()}
         records = [json.loads(x.data) for x in c.export_user_data(user_id=user_id) if x.kind == "checkpoint"]
         assert len(records) == 1 and records[0]["metadata"]["note"] == marker
         assert records[0]["pending_writes"][0]["channel"] == "ch"
-        stored = r.hget(f"{prefix}:{{{sid}}}:ck:data", "\x00c1") or b""
+        stored = r.hget(KeySpace(prefix).checkpoints(sid).data, "\x00c1") or b""
         assert marker.encode() in stored  # positive control for the erasure below
 
         c.forget_user(user_id=user_id)
-        assert list(r.scan_iter(f"{prefix}:{{{sid}}}:*")) == []
-        assert r.smembers(f"{prefix}:ckrun:{{{run}}}") == set()
+        assert list(r.scan_iter(KeySpace(prefix).session_pattern(sid))) == []
+        assert r.smembers(KeySpace(prefix).checkpoint_run(run)) == set()
         assert not c.get_checkpoint(session_id=sid).found
         r.close()
 

@@ -13,6 +13,7 @@ import redis
 
 from memlane_server.eval import run
 from memlane_server.eval.dataset import clean_evidence, load
+from memlane_server.sessions.keys import KeySpace
 
 
 def _turn(dia_id: str, speaker: str, text: str, caption: str = "") -> dict[str, str]:
@@ -104,7 +105,7 @@ def test_harness_end_to_end(tmp_path: Path, redis_url: str) -> None:
     report = run(data, json_out=tmp_path / "report.json", redis_url=redis_url, out=out, key_prefix=prefix)
     # The run used this Redis (sessions were replayed and promoted) and left none of its keys behind.
     assert report.turns == 6
-    assert list(redis.Redis.from_url(redis_url).scan_iter(match=f"{prefix}:*")) == []
+    assert list(redis.Redis.from_url(redis_url).scan_iter(match=KeySpace(prefix).pattern())) == []
 
     assert [s.name for s in report.systems] == ["memlane", "bm25", "vector"]
     memlane = report.systems[0]

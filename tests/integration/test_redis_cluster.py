@@ -21,6 +21,7 @@ import pytest
 
 import memlane
 from memlane import Message, Role, SessionStatus
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, redis_client, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _doc(prefix: str, sid: str) -> str:
-    return f"{prefix}:{{{sid}}}:doc"
+    return KeySpace(prefix).session(sid).doc
 
 
 def _turn(i: int) -> Message:

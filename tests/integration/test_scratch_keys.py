@@ -23,8 +23,8 @@ def test_drop_keys_removes_one_prefix_only(redis_url: str) -> None:
             r.zadd(ks.user_sessions("u1"), {"s1": 1})
             r.xadd(ks.events(), {"s": "s1"})
         assert drop_keys(redis_url, mine) == 1202
-        assert list(r.scan_iter(match=f"{mine}:*")) == []
-        assert len(list(r.scan_iter(match=f"{neighbour}:*", count=1000))) == 1202
+        assert list(r.scan_iter(match=KeySpace(mine).pattern())) == []
+        assert len(list(r.scan_iter(match=KeySpace(neighbour).pattern(), count=1000))) == 1202
     finally:
         drop_keys(redis_url, neighbour)
         r.close()

@@ -22,7 +22,9 @@ import redis
 import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.ltm.schema import TABLE_NAME
+from memlane_server.sessions.end_queue import GROUP
 from memlane_server.sessions.events import EventType
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, delete_prefix, hget, raw, redis_client, stream_entries, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
@@ -146,7 +148,7 @@ def _items_at(uri: str, sid: str) -> list[dict[str, Any]]:
 
 
 def _events(r: redis.Redis, prefix: str) -> list[tuple[EventType, str]]:
-    return [(EventType(int(f[b"t"])), f[b"s"].decode()) for f in stream_entries(r, f"{prefix}:events")]
+    return [(EventType(int(f[b"t"])), f[b"s"].decode()) for f in stream_entries(r, KeySpace(prefix).events())]
 
 
 def test_two_sidecar_processes_end_each_session_once(
@@ -164,7 +166,9 @@ def test_two_sidecar_processes_end_each_session_once(
             sids.append(sid)
     r = redis_client(redis_url)
     wait_for(
-        lambda: all(int(hget(r, f"{prefix}:{{{s}}}:doc", "promotion_state") or 0) == ARCHIVED for s in sids),
+        lambda: all(
+            int(hget(r, KeySpace(prefix).session(s).doc, "promotion_state") or 0) == ARCHIVED for s in sids
+        ),
         20,
     )
     counts = collections.Counter(_events(r, prefix))
@@ -175,7 +179,7 @@ def test_two_sidecar_processes_end_each_session_once(
         f.path for f in ds.dataset(str(data / "archive" / "transcripts"), format="parquet").get_fragments()
     ]
     assert sorted(Path(f).name.split(".")[0] for f in files) == sorted(sids)
-    consumers = r.xinfo_consumers(f"{prefix}:queue:session-end", "session-end")
+    consumers = r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)
     assert len(consumers) == 2  # both sidecars took jobs from the one queue
     r.close()
 
@@ -210,7 +214,7 @@ def test_sigkill_mid_promotion_then_restart_completes(
             )
         c.close_session(session_id=sid)
     r = redis_client(redis_url)
-    doc, state = f"{prefix}:{{{sid}}}:doc", f"{prefix}:{{{sid}}}:pipeline"
+    doc, state = KeySpace(prefix).session(sid).doc, KeySpace(prefix).pipeline(sid)
 
     def mid_promotion() -> bool:
         promoting = int(hget(r, doc, "promotion_state") or 0) == PromotionState.PROMOTION_STATE_PROMOTING
@@ -233,7 +237,7 @@ def test_sigkill_mid_promotion_then_restart_completes(
     assert len(firsts) == len(set(firsts)) == n  # one episode per spoken turn, none twice
     facts = [(i["kind"], i["content"]) for i in items if i["kind"] != "episodic"]
     assert len(facts) == len(set(facts))
-    promoted = {raw(m).decode() for m in r.smembers(f"{prefix}:{{{sid}}}:promoted")}
+    promoted = {raw(m).decode() for m in r.smembers(KeySpace(prefix).promoted(sid))}
     assert set(ids) <= promoted
 
     # A session without a channel sits in Hive's null partition, whose type cannot be inferred alone.

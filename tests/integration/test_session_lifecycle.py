@@ -13,6 +13,7 @@ import pytest
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, hget, redis_client, session_events, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
@@ -87,9 +88,10 @@ def test_expiry_while_no_sidecar_was_running(
         c.append_messages(session_id=sid, messages=turns(2))
     first.stop()
     r = redis_client(redis_url)
-    wait_for(lambda: not r.exists(f"{prefix}:{{{sid}}}:alive"), timeout=30)  # expired, nobody listening
+    keys = KeySpace(prefix)
+    wait_for(lambda: not r.exists(keys.session(sid).alive), timeout=30)  # expired, nobody listening
     # No sidecar of this prefix runs, so nothing can have ended it: the doc still says ACTIVE...
-    assert int(hget(r, f"{prefix}:{{{sid}}}:doc", "status") or 0) == SessionStatus.SESSION_STATUS_ACTIVE
+    assert int(hget(r, keys.session(sid).doc, "status") or 0) == SessionStatus.SESSION_STATUS_ACTIVE
     second = start_server(ltm_enabled=False, key_prefix=prefix, keyspace_events_configure=False)
     with memlane.Client(second.target) as c:
         # ...until one starts: it finds the expiry it missed and ends the session.

@@ -15,6 +15,7 @@ import pytest
 
 import memlane
 from memlane import Message, PromotionState, Role
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess
 
@@ -62,8 +63,8 @@ def _long_session(c: memlane.Client, turns: int = 200) -> str:
 
 
 def _mid_promotion(r: Any, prefix: str, sid: str) -> bool:
-    state = int(r.hget(f"{prefix}:{{{sid}}}:doc", "promotion_state") or 0)
-    return state == PROMOTING and int(r.hget(f"{prefix}:{{{sid}}}:pipeline", "promoted_through") or 0) >= 5
+    state = int(r.hget(KeySpace(prefix).session(sid).doc, "promotion_state") or 0)
+    return state == PROMOTING and int(r.hget(KeySpace(prefix).pipeline(sid), "promoted_through") or 0) >= 5
 
 
 def test_sigterm_refuses_new_calls_and_finishes_the_one_in_flight(
@@ -119,5 +120,8 @@ def test_sigterm_hands_session_end_jobs_to_another_sidecar_at_once(
     a.proc.send_signal(signal.SIGTERM)
     assert a.proc.wait(150) == 0
     assert "handed a session-end job back" in a.log.read_text()  # a stopped mid-run and gave the job up
-    wait_for(lambda: int(hget(r, f"{prefix}:{{{sid}}}:doc", "promotion_state") or 0) == ARCHIVED, timeout=240)
+    wait_for(
+        lambda: int(hget(r, KeySpace(prefix).session(sid).doc, "promotion_state") or 0) == ARCHIVED,
+        timeout=240,
+    )
     r.close()

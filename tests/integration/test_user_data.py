@@ -21,6 +21,7 @@ from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
 from memlane_server.infra.embedded_redis import server_binary
 from memlane_server.ltm import filters
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, raw, redis_client, stream_entries, wait_for
 
 
@@ -28,7 +29,7 @@ def _redis_bytes(url: str, prefix: str) -> bytes:
     """Every key and value under the prefix, read by type (DUMP would hide text behind compression)."""
     r = redis_client(url)
     out = bytearray()
-    for key in r.scan_iter(match=f"{prefix}:*", count=1000):
+    for key in r.scan_iter(match=KeySpace(prefix).pattern(), count=1000):
         out += raw(key)
         kind = r.type(key)
         if kind == b"string":
@@ -281,11 +282,11 @@ def test_a_user_id_with_glob_characters_erases_only_that_user(sidecar: SidecarTh
             )
         r = redis_client(redis_url)
         prefix = sidecar.settings.redis.key_prefix
-        others = sorted(r.scan_iter(match=f"{prefix}:user:{{{other}}}:*"))
+        others = sorted(r.scan_iter(match=KeySpace(prefix).user_pattern(other)))
         assert len(others) >= 2  # positive control: the other user's LTM version and once-mark exist
         receipt = c.forget_user(user_id=glob_user)
         assert receipt.erased["redis.once_marks"] == 1
-        assert sorted(r.scan_iter(match=f"{prefix}:user:{{{other}}}:*")) == others
+        assert sorted(r.scan_iter(match=KeySpace(prefix).user_pattern(other))) == others
         assert [m.content for m in c.get_profile(caller=memory_pb2.Caller(user_id=other)).facts] == [
             "Likes tea."
         ]

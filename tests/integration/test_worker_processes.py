@@ -22,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import memlane
 from memlane import Message, PromotionState, Role
+from memlane_server.sessions.end_queue import GROUP
+from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess
 
@@ -47,7 +49,7 @@ def processes() -> Iterator[list[Any]]:
 
 def _consumer_pids(r: Any, prefix: str) -> set[int]:
     """The process id in each consumer name of the job stream's group (``host-pid-hex``): who took jobs."""
-    names = [c["name"] for c in r.xinfo_consumers(f"{prefix}:queue:session-end", "session-end")]
+    names = [c["name"] for c in r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)]
     return {int((n.decode() if isinstance(n, bytes) else n).rsplit("-", 2)[1]) for n in names}
 
 
@@ -79,7 +81,7 @@ def _session(c: memlane.Client, user: str, turns: int = 20) -> str:
 
 
 def _state(r: Any, prefix: str, sid: str) -> int:
-    return int(hget(r, f"{prefix}:{{{sid}}}:doc", "promotion_state") or 0)
+    return int(hget(r, KeySpace(prefix).session(sid).doc, "promotion_state") or 0)
 
 
 @pytest.mark.parametrize("workers", [1, 0])
@@ -125,7 +127,7 @@ def test_a_killed_worker_is_replaced_and_its_session_ends_once(
     with memlane.Client(a.target, timeout=60) as c:
         sid = _session(c, "u-kill", turns=400)
         c.close_session(session_id=sid)
-        key = f"{prefix}:{{{sid}}}:pipeline"
+        key = KeySpace(prefix).pipeline(sid)
         wait_for(lambda: int(hget(r, key, "promoted_through") or 0) >= 5, timeout=120)
         (worker,) = _children(a.proc.pid)
         os.kill(worker, signal.SIGKILL)

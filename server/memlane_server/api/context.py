@@ -9,23 +9,21 @@ import grpc
 
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import context_pb2_grpc as cpb_grpc
-from memlane.v1 import session_pb2 as pb
 
 from ..access.identity import current_caller
 from ..context import (
     AssembleRequest,
     AssembleStats,
-    Block,
     BlockMessage,
     ContextAssembler,
     Provenance,
     SectionCaps,
-    Strategy,
     TurnTrace,
 )
 from ..errors import InvalidArgument
+from .blocks import block_to_pb, conversation_field, turn_entry
 from .convert import summary_to_pb
-from .memory import score_parts_to_pb
+from .enums import FALLBACK, PROVENANCE, SECTION, STRATEGY
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 # What a request may leave out (an A/B baseline): long-term memory, the summary.
@@ -33,15 +31,15 @@ OMITTABLE = frozenset({Provenance.PROFILE, Provenance.MEMORY, Provenance.SUMMARY
 
 
 def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
-    try:
-        strategy = Strategy(r.strategy)
-    except ValueError:
-        raise InvalidArgument(f"strategy {r.strategy} is not a known value") from None
-    omit = frozenset(Provenance(p) if int(p) in OMITTABLE else Provenance.UNSPECIFIED for p in r.omit)
-    if Provenance.UNSPECIFIED in omit:
-        raise InvalidArgument(
-            "omit may name PROVENANCE_PROFILE, PROVENANCE_MEMORY and PROVENANCE_SUMMARY only"
-        )
+    strategy = STRATEGY.parse(r.strategy, "strategy")
+    omit: set[Provenance] = set()
+    for p in r.omit:
+        left_out = PROVENANCE.from_pb(p)
+        if left_out is None or left_out not in OMITTABLE:
+            raise InvalidArgument(
+                "omit may name PROVENANCE_PROFILE, PROVENANCE_MEMORY and PROVENANCE_SUMMARY only"
+            )
+        omit.add(left_out)
     return AssembleRequest(
         session_id=r.session_id,
         user_input=r.user_input,
@@ -61,7 +59,7 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
         render_text=r.render_text,
         request_id=r.request_id,
         viewer=current_caller(),
-        omit=omit,
+        omit=frozenset(omit),
     )
 
 
@@ -78,89 +76,15 @@ def request_to_pb(r: AssembleRequest) -> cpb.AssembleContextRequest:
             memory_tokens=r.caps.memory,
             history_tokens=r.caps.history,
         ),
-        strategy=cpb.ContextStrategy.ValueType(r.strategy),
+        strategy=STRATEGY.to_pb(r.strategy),
         window_turns=r.window_turns,
         memory_limit=r.memory_limit,
         render_text=r.render_text,
         request_id=r.request_id,
-        omit=[cpb.Provenance.ValueType(p) for p in sorted(r.omit)],
+        omit=[PROVENANCE.to_pb(p) for p in sorted(r.omit)],
     )
     if r.system_prompt is not None:
         out.system_prompt = r.system_prompt
-    return out
-
-
-def _message_pb(m: BlockMessage) -> cpb.ContextMessage:
-    msg = cpb.ContextMessage(
-        role=pb.Role.ValueType(m.role), name=m.name, content=m.content, message_id=m.message_id, seq=m.seq
-    )
-    if m.native_format or m.native_json:
-        msg.native.CopyFrom(pb.NativeMessage(format=m.native_format, json=m.native_json))
-    return msg
-
-
-def turn_entry(m: BlockMessage) -> bytes:
-    """One turn as it travels inside a ``ContextBlock``: its ``message_ids`` entry and its ``messages``
-    entry (field tags and lengths included). Repeated fields keep their order whatever lies between
-    them, so a block's entries concatenated turn after turn parse back as its two lists."""
-    return cpb.ContextBlock(message_ids=[m.message_id], messages=[_message_pb(m)]).SerializeToString()
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def conversation_field(b: Block, entry: Callable[[BlockMessage], bytes]) -> bytes | None:
-    """The conversation block as an ``AssembleContextResponse.blocks`` entry, built from each turn's
-    encoded entry (``entry``, e.g. from a cache) without decoding or re-encoding any turn. None when its
-    ids are not exactly its turns' (then ``block_to_pb`` builds it)."""
-    ids = b.message_ids
-    if len(ids) != len(b.messages) or b.memories or b.procedures:
-        return None
-    parts = [_block_header(b).SerializeToString()]
-    for m, mid in zip(b.messages, ids, strict=True):
-        if m.message_id != mid:
-            return None
-        parts.append(entry(m))
-    body = b"".join(parts)
-    return _BLOCKS_TAG + _varint(len(body)) + body
-
-
-_BLOCKS_TAG = b"\x0a"  # AssembleContextResponse.blocks: field 1, length-delimited
-
-
-def _block_header(b: Block) -> cpb.ContextBlock:
-    """The block's own fields, without its messages, memories or procedures."""
-    return cpb.ContextBlock(
-        provenance=cpb.Provenance.ValueType(b.provenance),
-        token_count=b.token_count,
-        rendered_text=b.rendered_text,
-        cap_tokens=b.cap_tokens,
-        truncated=b.truncated,
-    )
-
-
-def block_to_pb(b: Block) -> cpb.ContextBlock:
-    out = _block_header(b)
-    out.message_ids.extend(b.message_ids)
-    out.memories.extend(
-        cpb.MemoryRef(
-            memory_id=m.memory_id,
-            score=m.score,
-            parts=score_parts_to_pb(m.parts) if m.parts else None,
-        )
-        for m in b.memories
-    )
-    out.procedures.extend(
-        cpb.ProcedureRef(agent_id=p.agent_id, group=p.group, procedure_id=p.procedure_id, version=p.version)
-        for p in b.procedures
-    )
-    out.messages.extend([_message_pb(m) for m in b.messages])
     return out
 
 
@@ -173,16 +97,16 @@ def stats_to_pb(s: AssembleStats) -> cpb.AssembleStats:
         input_tokens=s.input_tokens,
         total_tokens=s.total_tokens,
         headroom_tokens=s.headroom_tokens,
-        strategy=cpb.ContextStrategy.ValueType(s.strategy),
+        strategy=STRATEGY.to_pb(s.strategy),
         summary_through_seq=s.summary_through_seq,
         summary_behind=s.summary_behind,
-        fallback=cpb.HistoryFallback.ValueType(s.fallback),
+        fallback=FALLBACK.to_pb(s.fallback),
         dropped_message_count=s.dropped_message_count,
         gap_message_count=s.gap_message_count,
         summarization_scheduled=s.summarization_scheduled,
         budgets=[
             cpb.SectionBudget(
-                section=cpb.ContextSection.ValueType(b.section),
+                section=SECTION.to_pb(b.section),
                 cap_tokens=b.cap_tokens,
                 used_tokens=b.used_tokens,
             )
@@ -190,7 +114,7 @@ def stats_to_pb(s: AssembleStats) -> cpb.AssembleStats:
         ],
         truncations=[
             cpb.Truncation(
-                section=cpb.ContextSection.ValueType(t.section),
+                section=SECTION.to_pb(t.section),
                 reason=t.reason,
                 tokens_removed=t.tokens_removed,
                 items_removed=t.items_removed,

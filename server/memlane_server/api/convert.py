@@ -5,20 +5,19 @@ from __future__ import annotations
 from memlane.v1 import session_pb2 as pb
 
 from ..errors import InvalidArgument
-from ..sessions.model import Message, Role, Session, Summary, VisibilityKind
-
-_ROLES = frozenset(int(r) for r in Role)
-_VISIBILITIES = frozenset(int(v) for v in VisibilityKind)
+from ..sessions.model import Message, Session, Summary
+from .enums import PROMOTION_STATE, ROLE, SESSION_STATUS, TOPOLOGY, VISIBILITY
 
 
 def message_from_pb(m: pb.Message, index: int) -> Message:
-    if int(m.role) not in _ROLES:
+    role, visibility = ROLE.from_pb(m.role), VISIBILITY.from_pb(m.visibility)
+    if role is None:
         raise InvalidArgument(
             f"messages[{index}].role {m.role} is not a known role",
             field=f"messages[{index}].role",
             reason="UNKNOWN_VALUE",
         )
-    if int(m.visibility) not in _VISIBILITIES:
+    if visibility is None:
         raise InvalidArgument(
             f"messages[{index}].visibility {m.visibility} is not a known visibility",
             field=f"messages[{index}].visibility",
@@ -27,7 +26,7 @@ def message_from_pb(m: pb.Message, index: int) -> Message:
     return Message(
         message_id=m.message_id,
         session_id="",
-        role=Role(m.role),
+        role=role,
         content=m.content,
         source_agent_id=m.source_agent_id,
         participant_name=m.participant_name,
@@ -40,7 +39,7 @@ def message_from_pb(m: pb.Message, index: int) -> Message:
         tool_call_ids=list(m.tool_call_ids),
         metadata=dict(m.metadata),
         transient=m.transient,
-        visibility=VisibilityKind(m.visibility),
+        visibility=visibility,
         visibility_group=m.visibility_group,
         created_at_ms=m.created_at_unix_ms,
     )
@@ -50,7 +49,7 @@ def message_to_pb(m: Message) -> pb.Message:
     out = pb.Message(
         message_id=m.message_id,
         session_id=m.session_id,
-        role=int(m.role),  # type: ignore[arg-type]
+        role=ROLE.to_pb(m.role),
         content=m.content,
         seq=m.seq,
         source_agent_id=m.source_agent_id,
@@ -62,7 +61,7 @@ def message_to_pb(m: Message) -> pb.Message:
         tool_call_ids=m.tool_call_ids,
         metadata=m.metadata,
         transient=m.transient,
-        visibility=int(m.visibility),  # type: ignore[arg-type]
+        visibility=VISIBILITY.to_pb(m.visibility),
         visibility_group=m.visibility_group,
         created_at_unix_ms=m.created_at_ms,
         token_count=m.token_count,
@@ -93,7 +92,7 @@ def session_to_pb(s: Session) -> pb.Session:
         group=s.group,
         tags=s.tags,
         metadata=s.metadata,
-        status=int(s.status),  # type: ignore[arg-type]
+        status=SESSION_STATUS.to_pb(s.status),
         created_at_unix_ms=s.created_at_ms,
         last_activity_at_unix_ms=s.last_activity_at_ms,
         idle_at_unix_ms=s.idle_at_ms,
@@ -102,8 +101,8 @@ def session_to_pb(s: Session) -> pb.Session:
         summary=summary_to_pb(s.summary),
         token_total=s.token_total,
         message_count=s.message_count,
-        promotion_state=int(s.promotion_state),  # type: ignore[arg-type]
+        promotion_state=PROMOTION_STATE.to_pb(s.promotion_state),
         model=s.model,
         ttl_seconds=s.ttl_seconds,
-        topology=int(s.topology),  # type: ignore[arg-type]
+        topology=TOPOLOGY.to_pb(s.topology),
     )

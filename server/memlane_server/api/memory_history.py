@@ -27,6 +27,7 @@ from ..paging import (
     stale_token,
 )
 from ..sessions.once import OnceMarks
+from .enums import CHANGE_REASON, DIFF_KIND
 from .memory import MemoryServicer, memory_to_pb
 from .memory import _who as who_of
 
@@ -66,7 +67,7 @@ def _snapshot_pb(s: SnapshotInfo) -> mpb.MemorySnapshot:
 
 
 def _diff_pb(d: Diff) -> mpb.MemoryDiff:
-    out = mpb.MemoryDiff(memory_id=d.memory_id, kind=mpb.MemoryDiffKind.ValueType(d.kind))
+    out = mpb.MemoryDiff(memory_id=d.memory_id, kind=DIFF_KIND.to_pb(d.kind))
     if d.before is not None:
         out.before.CopyFrom(memory_to_pb(d.before))
     if d.after is not None:
@@ -77,7 +78,7 @@ def _diff_pb(d: Diff) -> mpb.MemoryDiff:
 def _version_pb(v: MemoryVersion) -> mpb.MemoryVersion:
     return mpb.MemoryVersion(
         memory_id=v.memory_id,
-        reason=mpb.MemoryChangeReason.ValueType(v.reason),
+        reason=CHANGE_REASON.to_pb(v.reason),
         changed_by=v.changed_by,
         changed_at_unix_ms=v.changed_at_ms,
         memory=memory_to_pb(v.item),

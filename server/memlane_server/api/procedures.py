@@ -24,6 +24,7 @@ from ..paging import cursor_of, decode_token, encode_token, page_size, query_fin
 from ..procedures import Kind, Origin, Owner, Procedure, ProcedureService, Proposal, State, Version
 from ..sessions.limits import Limits, check_list
 from ..sessions.store import SessionStore
+from .enums import PROCEDURE_KIND, PROCEDURE_ORIGIN, PROCEDURE_STATE
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 MAX_PAGE_SIZE = 200
@@ -69,10 +70,10 @@ def _check_propose(me: Caller, owner: Owner) -> Origin:
 def version_to_pb(v: Version) -> ppb.ProcedureVersion:
     return ppb.ProcedureVersion(
         version=v.version,
-        state=ppb.ProcedureState.ValueType(v.state),
-        kind=ppb.ProcedureKind.ValueType(v.kind),
+        state=PROCEDURE_STATE.to_pb(v.state),
+        kind=PROCEDURE_KIND.to_pb(v.kind),
         content=v.content,
-        origin=ppb.ProcedureOrigin.ValueType(v.origin),
+        origin=PROCEDURE_ORIGIN.to_pb(v.origin),
         proposed_by=v.proposed_by,
         proposed_at_unix_ms=v.proposed_at_ms,
         reason=v.reason,
@@ -131,7 +132,8 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
         owner = _owner(request.owner, me, default_to_caller=True)
         check_id(request.procedure_id, "procedure_id")
         origin = _check_propose(me, owner)
-        if request.kind not in (1, 2, 3):
+        kind = PROCEDURE_KIND.from_pb(request.kind)
+        if kind is None or kind is Kind.UNSPECIFIED:
             raise InvalidArgument(f"kind must be a known ProcedureKind, got {request.kind}")
         check_list(request.source_message_ids, "source_message_ids", _LIMITS)
         source_user = ""
@@ -143,7 +145,7 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
                 owner=owner,
                 procedure_id=request.procedure_id,
                 content=request.content,
-                kind=Kind(request.kind),
+                kind=kind,
                 title=request.title,
                 reason=request.reason,
                 origin=origin,
@@ -162,7 +164,8 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
     ) -> ppb.ListProceduresResponse:
         me = current_caller()
         size = page_size(request.page_size, default=50, maximum=MAX_PAGE_SIZE)
-        if request.state not in (0, 1, 2, 3, 4, 5):
+        state = PROCEDURE_STATE.from_pb(request.state)
+        if state is None:
             raise InvalidArgument(f"state must be a known ProcedureState, got {request.state}")
         query = _query(request, me)
         cursor = decode_token(request.page_token, query)
@@ -177,7 +180,7 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
             owners = [owner]
         else:
             owners = [o for o in await self._procedures.owners() if may_read(me, o)]
-        procs = await self._procedures.list_procedures(owners, State(request.state))
+        procs = await self._procedures.list_procedures(owners, state)
         procs = [p for p in procs if (p.owner.tag, p.procedure_id) > after]
         procs.sort(key=lambda p: (p.owner.tag, p.procedure_id))
         page, more = procs[:size], len(procs) > size

@@ -12,38 +12,35 @@ from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
-from ..errors import InvalidArgument, PermissionDenied
+from ..errors import InvalidArgument, PermissionDenied, SessionExpired, Unavailable
 from ..pipelines import Resumer
 from ..pipelines.incremental import LearnScheduler
 from ..pipelines.on_request import EndOnRequest
 from ..sessions.edits import MessageEditor
-from ..sessions.events import EventType, SessionEvent
+from ..sessions.events import SessionEvent
 from ..sessions.lifecycle import Lifecycle
-from ..sessions.model import Message, PromotionState, Role, Session, SessionStatus, Topology
+from ..sessions.model import Message, Role, Session, SessionStatus
 from ..sessions.removal import MessageRemover
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
+from .enums import EVENT_TYPE, PROMOTION_STATE, ROLE, SESSION_STATUS, TOPOLOGY
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext
-
-
-def _enum(cls: type[Any], value: int, field: str) -> Any:
-    try:
-        return cls(value)
-    except ValueError:
-        raise InvalidArgument(f"{field} {value} is not a known value") from None
+# An append that meets its session expired revives it and goes again; one that keeps meeting it expired
+# (expiring again between revival and append) answers UNAVAILABLE, for the caller to retry.
+_REVIVALS = 3
 
 
 def event_to_pb(ev: SessionEvent) -> spb.SessionEvent:
     return spb.SessionEvent(
         event_id=ev.event_id,
-        type=int(ev.type),  # type: ignore[arg-type]
+        type=EVENT_TYPE.to_pb(ev.type),
         session_id=ev.session_id,
         user_id=ev.user_id,
         channel=ev.channel,
-        status=int(ev.status),  # type: ignore[arg-type]
-        promotion_state=int(ev.promotion_state),  # type: ignore[arg-type]
+        status=SESSION_STATUS.to_pb(ev.status),
+        promotion_state=PROMOTION_STATE.to_pb(ev.promotion_state),
         at_unix_ms=ev.at_ms,
         detail=ev.detail,
     )
@@ -106,7 +103,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             metadata=dict(request.metadata),
             model=request.model,
             ttl_seconds=request.ttl_seconds,
-            topology=_enum(Topology, request.topology, "topology"),
+            topology=TOPOLOGY.parse(request.topology, "topology"),
         )
         me = current_caller()
         if not me.unrestricted:
@@ -133,11 +130,11 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def ListSessions(self, request: spb.ListSessionsRequest, context: _Ctx) -> spb.ListSessionsResponse:
         f = SessionFilter(
             user_id=request.user_id,
-            status=_enum(SessionStatus, request.status, "status"),
+            status=SESSION_STATUS.parse(request.status, "status"),
             channel=request.channel,
             created_after_ms=request.created_after_unix_ms,
             created_before_ms=request.created_before_unix_ms,
-            promotion_state=_enum(PromotionState, request.promotion_state, "promotion_state"),
+            promotion_state=PROMOTION_STATE.parse(request.promotion_state, "promotion_state"),
         )
         sessions, token = await self._store.list_sessions(f, request.page_size, request.page_token)
         return spb.ListSessionsResponse(sessions=[session_to_pb(s) for s in sessions], next_page_token=token)
@@ -158,7 +155,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             elif path == "metadata":
                 fields[path] = dict(s.metadata)
             elif path == "status":
-                fields[path] = _enum(SessionStatus, s.status, "session.status")
+                fields[path] = SESSION_STATUS.parse(s.status, "session.status")
             elif path in ("group", "model", "ttl_seconds"):
                 fields[path] = getattr(s, path)
             else:
@@ -181,14 +178,18 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def AppendMessages(
         self, request: spb.AppendMessagesRequest, context: _Ctx
     ) -> spb.AppendMessagesResponse:
-        out = await self._resumer.append_reviving(  # an expired session is taken up again, with RESUMED
-            request.session_id,
-            lambda: self._store.append(
-                request.session_id,
-                [message_from_pb(m, i) for i, m in enumerate(request.messages)],  # fresh: append fills them
-                writer=current_caller(),
-            ),
-        )
+        sid, writer = request.session_id, current_caller()
+        for _ in range(_REVIVALS):
+            # Built afresh for every attempt: an attempt fills in ids, times and defaults, and the stored
+            # fingerprint must be the caller's batch as sent.
+            batch = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
+            try:
+                out = await self._store.append(sid, batch, writer=writer)
+                break
+            except SessionExpired:  # new messages for an expired session: taken up again, with RESUMED
+                await self._resumer.revive(sid)
+        else:
+            raise Unavailable(f"session {sid!r} kept expiring under the append; retry")
         if self._learner is not None:  # in memory only: a worker learns
             self._learner.notice(request.session_id, out.duplicates.count(False))
         return spb.AppendMessagesResponse(
@@ -207,7 +208,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             newest_first=request.order == spb.MESSAGE_ORDER_NEWEST_FIRST,
             after_ms=request.after_unix_ms,
             before_ms=request.before_unix_ms,
-            roles=frozenset(_enum(Role, r, "roles[]") for r in request.roles),
+            roles=frozenset(ROLE.parse(r, "roles[]") for r in request.roles),
             source_agent_ids=frozenset(request.source_agent_ids),
             participant_names=frozenset(request.participant_names),
             user_ids=frozenset(request.user_ids),
@@ -277,7 +278,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     async def WatchSessionEvents(
         self, request: spb.WatchSessionEventsRequest, context: _Ctx
     ) -> AsyncIterator[spb.WatchSessionEventsResponse]:
-        types = [_enum(EventType, t, "types[]") for t in request.types]
+        types = [EVENT_TYPE.parse(t, "types[]") for t in request.types]
         async for ev in self._lifecycle.events.follow(
             user_id=request.user_id, channel=request.channel, types=types, after_id=request.after_event_id
         ):

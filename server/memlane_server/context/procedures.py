@@ -11,27 +11,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from ..sessions.model import Role
+from ..sessions.procedure_model import ActiveProcedure, Kind
 from .compose import Costing
 from .model import Block, BlockMessage, ProcedureRef, Provenance
 
 PROCEDURES_HEADING = "How to work (procedures approved for this agent):"
-# Kinds by how binding they are (values of memlane.v1.ProcedureKind): instructions, routines, examples.
-_KIND_ORDER = {3: 0, 1: 1, 2: 2}
+# Kinds by how binding they are: instructions, routines, examples.
+_KIND_ORDER = {Kind.INSTRUCTION: 0, Kind.ROUTINE: 1, Kind.EXAMPLE: 2}
 
 
-@dataclass(frozen=True, slots=True)
-class ProcedureText:
-    agent_id: str  # the owning agent, "" for a group's procedure
-    group: str
-    procedure_id: str
-    version: int
-    title: str
-    kind: int
-    content: str
+# What a source returns: one procedure's active version (the name assembly's modules use for it).
+ProcedureText = ActiveProcedure
 
 
 class ProcedureSource(Protocol):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -198,6 +199,16 @@ class TraceStore:
                     if t.request.render_text:
                         b.rendered_text = render(b)
         return traces
+
+    async def export(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
+        """Every trace of the session as a record (ExportUserData), newest first, turns put back."""
+        token = ""
+        while True:
+            page, token = await self.list(session_id, 100, token)
+            for trace in page:
+                yield dataclasses.asdict(trace)
+            if not token:
+                return
 
     async def list(self, session_id: str, size: int, token: str) -> tuple[list[TurnTrace], str]:
         """Newest first. The token holds the last (score, id) returned, so inserts never shift pages."""

@@ -1,6 +1,8 @@
-"""Versions of memory items: why an item changed, the journal protocol ``MemoryService`` writes every
-change to, and the storage protocol of snapshots. The Redis implementation of both lives with the other
-Redis keys (``sessions/memory_history.py``); ltm only knows these protocols.
+"""Versions of memory items, in one home: why an item changed, the journal ``MemoryService`` writes
+every change to (``HistoryLog``, met by ``MemoryHistory``), its export, and the storage protocols
+underneath (``JournalBackend``, ``SnapshotBackend``). Their Redis implementation lives with the other
+Redis keys (``sessions/memory_history.py``) and sees only encoded item documents: ltm and sessions know
+nothing of each other; wiring puts the two together.
 
 A version is the whole item as the change left it (for a deletion: as it was), minus its vector (derived
 data, recomputed from content and keywords when a snapshot is restored).
@@ -80,6 +82,27 @@ class HistoryLog(Protocol):
         ...
 
 
+# A stored version as the journal backend returns it: (cursor, memory id, reason, actor, at ms, deleted,
+# item document).
+JournalRow = tuple[str, str, int, str, int, bool, bytes]
+
+
+class JournalBackend(Protocol):
+    """Where the journal's rows are kept, encoded."""
+
+    async def append(
+        self, user_id: str, actor: str, entries: Sequence[tuple[str, int, bool, bytes]]
+    ) -> None: ...
+
+    async def entries(
+        self, user_id: str, memory_id: str, after: str, limit: int
+    ) -> tuple[Sequence[JournalRow], str]: ...
+
+    async def sizes(self, user_id: str) -> dict[str, int]:
+        """Versions and snapshots kept for the user, by kind (for erasure's receipt)."""
+        ...
+
+
 class SnapshotBackend(Protocol):
     """Named snapshots of a user's items (raw item documents; ``meta`` is the snapshot's description)."""
 
@@ -98,3 +121,73 @@ class SnapshotBackend(Protocol):
         ...
 
     async def delete(self, user_id: str, snapshot_id: str) -> bool: ...
+
+
+class HistoryBackend(JournalBackend, SnapshotBackend, Protocol):
+    """Both, as one store keeps them (``sessions/memory_history.py RedisMemoryHistory``)."""
+
+
+class MemoryHistory:
+    """The ``HistoryLog`` over a backend, and a user's versions and snapshots as export records."""
+
+    def __init__(self, backend: HistoryBackend) -> None:
+        self._backend = backend
+
+    @property
+    def snapshots(self) -> SnapshotBackend:
+        return self._backend
+
+    async def record(self, user_id: str, actor: str, changes: Sequence[Change]) -> None:
+        rows = [(c.item.id, int(c.reason), c.deleted, item_bytes(c.item)) for c in changes]
+        await self._backend.append(user_id, actor, rows)
+
+    async def versions(
+        self, user_id: str, memory_id: str, after: str, limit: int
+    ) -> tuple[list[MemoryVersion], str]:
+        rows, cursor = await self._backend.entries(user_id, memory_id, after, limit)
+        return [_version(row) for row in rows], cursor
+
+    async def sizes(self, user_id: str) -> dict[str, int]:
+        return await self._backend.sizes(user_id)
+
+    async def export(self, user_id: str) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        after = ""
+        while True:
+            page, after = await self.versions(user_id, "", after, 500)
+            for v in page:
+                record = orjson.loads(item_bytes(v.item))
+                out.append(
+                    (
+                        "memory_version",
+                        {
+                            "memory_id": v.memory_id,
+                            "reason": v.reason.name.lower(),
+                            "changed_by": v.changed_by,
+                            "changed_at_ms": v.changed_at_ms,
+                            "deleted": v.deleted,
+                            "item": record,
+                        },
+                    )
+                )
+            if not after:
+                break
+        for meta in await self._backend.metas(user_id):
+            desc = orjson.loads(meta)
+            items = await self._backend.items(user_id, desc["snapshot_id"])
+            desc["items"] = [orjson.loads(raw) for _, raw in sorted(items.items())]
+            out.append(("memory_snapshot", desc))
+        return out
+
+
+def _version(row: JournalRow) -> MemoryVersion:
+    cursor, memory_id, reason, actor, at_ms, deleted, item = row
+    return MemoryVersion(
+        cursor=cursor,
+        memory_id=memory_id,
+        reason=ChangeReason(reason),
+        changed_by=actor,
+        changed_at_ms=at_ms,
+        item=item_from_bytes(item),
+        deleted=deleted,
+    )

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..errors import MemlaneError
 from ..extraction import ExtractedMemory, Extractor, build_episodes
 from ..ltm import MemoryScope, MemoryService, NewMemory, Owner
 from ..ltm.filters import with_ids
+from ..procedures import ProcedureService, proposal_from
 from ..sessions.model import Message, Session, VisibilityKind
+
+log = logging.getLogger(__name__)
 
 
 class Promoter(Protocol):
@@ -114,3 +119,22 @@ class LtmPromoter:
         out = [i for i in ids if i in existing]
         out += [r.item.id for r in results]
         return out
+
+
+class ExtractingPromoter:
+    """A ``Promoter`` that also proposes an example procedure from a successful session
+    (``procedures/extract.py``), then promotes as before."""
+
+    def __init__(self, inner: Promoter, procedures: ProcedureService) -> None:
+        self._inner = inner
+        self._procedures = procedures
+
+    async def promote(self, session: Session, messages: list[Message]) -> list[str]:
+        ids = await self._inner.promote(session, messages)
+        proposal = proposal_from(session, messages)
+        if proposal is not None:
+            try:
+                await self._procedures.propose(proposal)
+            except MemlaneError as exc:  # personal data, limits: the session's promotion still counts
+                log.info("no procedure proposed from the session", extra={"reason": str(exc)})
+        return ids

@@ -1,5 +1,6 @@
 """Resumption: a retired session comes back from the archive when someone uses it again, and an expired
-one is taken up again when someone appends to it (``append_reviving``: ACTIVE, with a RESUMED event).
+one is taken up again when someone appends to it (``revive``: ACTIVE, with a RESUMED event; AppendMessages
+calls it when the store's append met the session expired, then appends again).
 
 ``ensure_hot(session_id)`` is what GetSession, ListMessages and AssembleContext call first. For a session
 that is not retired it costs one HGET. For a retired stub it reloads the channel's ``resume_turns`` most
@@ -10,17 +11,12 @@ redone by the next call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-from ..errors import SessionExpired, Unavailable
+from ..errors import Unavailable
 from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Message, Session
 from ..sessions.store import SessionStore, now_ms
 from .session_end import SessionEndPipeline
-
-T = TypeVar("T")
 
 
 class Resumer:
@@ -54,17 +50,9 @@ class Resumer:
             raise Unavailable(f"session {session_id!r} is being resumed or retired elsewhere; retry")
         return out
 
-    async def append_reviving(self, session_id: str, append: Callable[[], Awaitable[T]]) -> T:
-        """Runs ``append``; if it met the session expired (new messages: a retry of stored ones is answered
-        as it is), the session is taken up again, with its RESUMED event, and ``append`` runs again."""
-        for _ in range(3):
-            try:
-                return await append()
-            except SessionExpired:
-                await self._revive(session_id)
-        raise Unavailable(f"session {session_id!r} kept expiring under the append; retry")
-
-    async def _revive(self, session_id: str) -> None:
+    async def revive(self, session_id: str) -> None:
+        """Takes an expired session up again (ACTIVE, with its RESUMED event; a retired one comes back
+        from the archive first), so new messages may be appended to it."""
         if await self.ensure_hot(session_id):  # retired too: reloaded from the archive, with RESUMED
             return
         done = await self._pipeline.locked(

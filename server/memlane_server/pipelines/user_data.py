@@ -13,12 +13,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from ..context.traces import TraceStore
 from ..errors import Unavailable
 from ..ltm import MemoryService
+from ..ltm.history import MemoryHistory
 from ..sessions.checkpoints import CheckpointStore
 from ..sessions.fence import ErasureJournal, sessions_held
-from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
@@ -27,6 +26,13 @@ from .checkpoint_archive import export_checkpoints
 log = logging.getLogger("memlane")
 
 Record = tuple[str, dict[str, Any]]  # (kind, JSON-ready record)
+
+
+class SessionTraces(Protocol):
+    """A session's turn traces as export records (``context/traces.py TraceStore``: assembly writes and
+    reads them back with their turns; erasure goes with the session's keys)."""
+
+    def export(self, session_id: str) -> AsyncIterator[dict[str, Any]]: ...
 
 
 class UserProcedures(Protocol):
@@ -58,13 +64,13 @@ class UserData:
     def __init__(
         self,
         sessions: SessionStore,
-        traces: TraceStore,
+        traces: SessionTraces,
         memory: MemoryService | None,
         archive: ParquetArchive | None,
         *,
         checkpoints: CheckpointStore,
         caches: Sequence[Callable[[str, set[str]], None]] = (),
-        history: RedisMemoryHistory | None = None,
+        history: MemoryHistory | None = None,
         procedures: UserProcedures | None = None,
         journal: ErasureJournal | None = None,
     ) -> None:
@@ -101,13 +107,8 @@ class UserData:
             async for m in self._sessions.all_messages(sid):
                 yield "message", _message_record(with_session_defaults(m, user, channel))
         for sid in sids:
-            token = ""
-            while True:
-                page, token = await self._traces.list(sid, 100, token)
-                for t in page:
-                    yield "trace", asdict(t)
-                if not token:
-                    break
+            async for trace in self._traces.export(sid):
+                yield "trace", trace
         async for checkpoint in export_checkpoints(self._checkpoints, sids):
             yield "checkpoint", checkpoint
         if self._memory is not None:

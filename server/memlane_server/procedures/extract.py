@@ -1,4 +1,5 @@
-"""The procedure extractor: a few-shot example proposed from a session its agent marked successful.
+"""The procedure extractor: a few-shot example proposed from a session its agent marked successful
+(``pipelines/promote.py ExtractingPromoter`` proposes it when the session is promoted).
 
 Deliberately simple and honest. memlane cannot tell on its own whether a session went well, so it asks
 the one who can: the agent (or an operator) sets the session's metadata ``memlane.outcome`` to
@@ -14,15 +15,10 @@ records the session's user, so erasing that user erases the version.
 from __future__ import annotations
 
 import hashlib
-import logging
 
-from ..errors import MemlaneError
-from ..pipelines.promote import Promoter
 from ..sessions.model import Message, Role, Session, VisibilityKind
-from .model import Kind, Origin, Owner
-from .service import MAX_CONTENT_CHARS, ProcedureService, Proposal
-
-log = logging.getLogger(__name__)
+from ..sessions.procedure_model import Kind, Origin, Owner
+from .service import MAX_CONTENT_CHARS, Proposal
 
 OUTCOME_KEY = "memlane.outcome"
 SUCCESS = "success"
@@ -53,38 +49,25 @@ def example_from(messages: list[Message]) -> tuple[str, list[str]] | None:
     return content, [request.message_id, answer.message_id]
 
 
-class ExtractingPromoter:
-    """A ``Promoter`` that also proposes an example from successful sessions, then promotes as before."""
-
-    def __init__(self, inner: Promoter, procedures: ProcedureService) -> None:
-        self._inner = inner
-        self._procedures = procedures
-
-    async def promote(self, session: Session, messages: list[Message]) -> list[str]:
-        ids = await self._inner.promote(session, messages)
-        if session.metadata.get(OUTCOME_KEY, "").strip().lower() == SUCCESS:
-            await self._propose(session, messages)
-        return ids
-
-    async def _propose(self, session: Session, messages: list[Message]) -> None:
-        found = example_from(messages)
-        if found is None:
-            return
-        content, source_ids = found
-        proposal = Proposal(
-            owner=Owner(agent_id=session.agent_id),
-            procedure_id=procedure_id_for(session.session_id),
-            content=content,
-            kind=Kind.EXAMPLE,
-            title=f"Example from a successful session ({session.channel or 'default'} channel)",
-            reason="the session was marked successful (metadata memlane.outcome=success)",
-            origin=Origin.EXTRACTOR,
-            proposed_by=EXTRACTOR_NAME,
-            source_session_id=session.session_id,
-            source_message_ids=tuple(source_ids),
-            source_user_id=session.user_id,
-        )
-        try:
-            await self._procedures.propose(proposal)
-        except MemlaneError as exc:  # personal data, limits: the session's promotion still counts
-            log.info("no procedure proposed from the session", extra={"reason": str(exc)})
+def proposal_from(session: Session, messages: list[Message]) -> Proposal | None:
+    """The example a session marked successful proposes to its agent, or None (not marked, or no
+    framing request and closing answer among its session-wide turns)."""
+    if session.metadata.get(OUTCOME_KEY, "").strip().lower() != SUCCESS:
+        return None
+    found = example_from(messages)
+    if found is None:
+        return None
+    content, source_ids = found
+    return Proposal(
+        owner=Owner(agent_id=session.agent_id),
+        procedure_id=procedure_id_for(session.session_id),
+        content=content,
+        kind=Kind.EXAMPLE,
+        title=f"Example from a successful session ({session.channel or 'default'} channel)",
+        reason="the session was marked successful (metadata memlane.outcome=success)",
+        origin=Origin.EXTRACTOR,
+        proposed_by=EXTRACTOR_NAME,
+        source_session_id=session.session_id,
+        source_message_ids=tuple(source_ids),
+        source_user_id=session.user_id,
+    )

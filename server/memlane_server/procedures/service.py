@@ -17,10 +17,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..context.procedures import ProcedureText
 from ..errors import Conflict, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from ..sessions.procedure_model import (
+    ONCE_ACTIVE,
+    ActiveProcedure,
+    Kind,
+    Origin,
+    Owner,
+    Procedure,
+    State,
+    Version,
+)
 from ..sessions.procedures import ProcedureStore
-from .model import ONCE_ACTIVE, ActiveProcedure, Kind, Origin, Owner, Procedure, State, Version
 
 MAX_CONTENT_CHARS = 4000
 MAX_TITLE_CHARS = 200
@@ -191,16 +199,11 @@ class ProcedureService:
     async def active(self, owners: Sequence[Owner]) -> list[ActiveProcedure]:
         return await self._store.active(owners)
 
-    async def for_agent(self, agent_id: str, groups: Sequence[str]) -> list[ProcedureText]:
+    async def for_agent(self, agent_id: str, groups: Sequence[str]) -> list[ActiveProcedure]:
         """Assembly's ``ProcedureSource``: the active versions of this agent's and these groups'
         procedures, and of nobody else's."""
         owners = [Owner(agent_id=agent_id), *(Owner(group=g) for g in dict.fromkeys(groups) if g)]
-        return [
-            ProcedureText(
-                a.owner.agent_id, a.owner.group, a.procedure_id, a.version, a.title, int(a.kind), a.content
-            )
-            for a in await self._store.active(owners)
-        ]
+        return await self._store.active(owners)
 
     # --- per-user data: versions learned from a user's sessions
 

@@ -24,20 +24,17 @@ import dataclasses
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..config import CHOICES
 from ..errors import InvalidArgument
-from .model import Session
+from .model import CONTEXT_STRATEGIES, ChannelPolicy, Session
 
-# The strategy names a policy may give (the same words as the ``context_strategy`` setting).
-CONTEXT_STRATEGIES = CHOICES["context_strategy"]
-# Sessions created before strategies were validated recorded "summary": a summary plus recent turns.
-_LEGACY_STRATEGIES = {"summary": "hybrid"}
+# ChannelPolicy is defined beside Session (the record a session keeps) and read here as the book's unit.
+__all__ = ["BUILTIN_KINDS", "ChannelPolicy", "PolicyBook", "PolicyError", "parse_duration"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
@@ -62,44 +59,6 @@ def parse_duration(value: object, where: str) -> float:
     if seconds < 0:
         raise PolicyError(f"{where}: must not be negative")
     return seconds
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelPolicy:
-    """What one channel's sessions get. Durations in seconds; 0 expiry / retention means never."""
-
-    channel: str = ""  # "" for the default policy
-    kind: str = "default"
-    idle_after: float = 900.0  # active -> idle after this much quiet
-    expire_after: float = 3600.0  # idle/active -> expired (the alive key's TTL); 0: explicit close only
-    # How AssembleContext builds the history of this channel's sessions: one of CONTEXT_STRATEGIES, or ""
-    # for the server's ``context_strategy``. A request or the session's metadata may still override it.
-    context_strategy: str = ""
-    context_window_turns: int = 0  # the sliding window's size; 0: the server's ``context_window_turns``
-    hot_retention: float = 86400.0  # after archiving, messages stay in Redis this long
-    archive_retention: float = 365 * 86400.0  # archives older than this are deleted; 0 keeps them
-    promote: bool = True  # extract long-term memories at session end
-    learn: bool = True  # ... and while the session is open (pipelines/incremental.py); needs promote
-    work_item_key: str = ""  # metadata key a session must carry (e.g. "ticket_id"); "" = not bound
-    resume_turns: int = 20  # turns reloaded into Redis when a retired session is resumed
-
-    @property
-    def expire_after_seconds(self) -> int:
-        """The session TTL as the store keeps it: whole seconds, rounded up (a short policy still expires)."""
-        return int(-(-self.expire_after // 1))
-
-    def to_record(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> ChannelPolicy:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in record.items() if k in known}
-        strategy = values.get("context_strategy", "")
-        if strategy not in CONTEXT_STRATEGIES:
-            # A record written before validation: map the old word, else defer to the server setting.
-            values["context_strategy"] = _LEGACY_STRATEGIES.get(str(strategy), "")
-        return cls(**values)
 
 
 # The built-in kinds a channel starts from.

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from .channel_policies import ChannelPolicy
 from .model import (
     ArchivePointer,
+    ChannelPolicy,
     Message,
     PromotionState,
     Retirement,

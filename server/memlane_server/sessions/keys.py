@@ -87,6 +87,11 @@ class KeySpace:
             return key[len(head) : -len(tail)]
         return None
 
+    def session_pattern(self, session_id: str) -> str:
+        """A SCAN pattern matching every key in the session's hash tag (a check that none is left; erasure
+        deletes ``every_key_of``), with the id's glob characters escaped."""
+        return f"{self.prefix}:{{{_glob_escaped(session_id)}}}:*"
+
     def user_sessions(self, user_id: str) -> str:
         """ZSET: session ids of one user, scored by creation time."""
         return f"{self.prefix}:user:{{{user_id}}}:sessions"
@@ -94,8 +99,7 @@ class KeySpace:
     def user_pattern(self, user_id: str) -> str:
         """A SCAN pattern matching every per-user key (sessions index, LTM version, once-marks), with the
         id's glob characters escaped: a user id is the caller's string, never a pattern."""
-        escaped = "".join("\\" + ch if ch in "*?[]\\^-" else ch for ch in user_id)
-        return f"{self.prefix}:user:{{{escaped}}}:*"
+        return f"{self.prefix}:user:{{{_glob_escaped(user_id)}}}:*"
 
     def erasures(self) -> str:
         """HASH: user id -> when its erasure started (ms); a field outlives its erasure only if the
@@ -266,3 +270,7 @@ class KeySpace:
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""
         return f"{self.prefix}:*"
+
+
+def _glob_escaped(value: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\^-" else ch for ch in value)

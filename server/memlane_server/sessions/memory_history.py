@@ -1,4 +1,5 @@
-"""Versions and snapshots of users' long-term memory, in Redis (``ltm.history``'s protocols).
+"""Versions and snapshots of users' long-term memory, in Redis (``ltm/history.py``'s backends: the item
+documents arrive encoded and leave as stored, so this module knows no memory item).
 
 Why Redis: both are per-user and must go when the user goes. Under ``KeySpace.memory_versions`` (a
 STREAM per user, trimmed to ``ltm_versions_max_per_user``), ``memory_snapshots`` (a ZSET of names) and
@@ -13,14 +14,12 @@ items whose text changed since.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ..errors import AlreadyExists, InvalidArgument, ResourceExhausted
-from ..ltm.history import Change, ChangeReason, MemoryVersion, item_bytes, item_from_bytes
 from .keys import KeySpace
 
 META_FIELD = "\0meta"
@@ -36,6 +35,18 @@ return 1
 """
 
 
+class JournalEntry(NamedTuple):
+    """One stored version: where it stands in the user's journal, and its fields."""
+
+    cursor: str  # the stream entry id (a page token)
+    memory_id: str
+    reason: int
+    actor: str
+    at_ms: int
+    deleted: bool
+    item: bytes  # the item document as ``ltm.history.item_bytes`` wrote it
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -48,30 +59,33 @@ class RedisMemoryHistory:
         self._max_snapshots = max_snapshots
         self._reserve = redis.register_script(RESERVE)
 
-    # --- versions (HistoryLog)
+    # --- versions (ltm.history.JournalBackend)
 
-    async def record(self, user_id: str, actor: str, changes: Sequence[Change]) -> None:
-        if not changes or self._max_versions <= 0:
+    async def append(self, user_id: str, actor: str, entries: Sequence[tuple[str, int, bool, bytes]]) -> None:
+        """Journals (memory id, reason, deleted, item document) rows, oldest first."""
+        if not entries or self._max_versions <= 0:
             return
         stream = self._keys.memory_versions(user_id)
         async with self._redis.pipeline(transaction=False) as pipe:
-            for c in changes:
+            for memory_id, reason, deleted, item in entries:
                 fields: dict[Any, Any] = {
-                    "m": c.item.id,
-                    "r": int(c.reason),
+                    "m": memory_id,
+                    "r": reason,
                     "a": actor,
-                    "d": b"1" if c.deleted else b"",
-                    "i": item_bytes(c.item),
+                    "d": b"1" if deleted else b"",
+                    "i": item,
                 }
                 pipe.xadd(stream, fields, maxlen=self._max_versions, approximate=True)
             await pipe.execute()
 
-    async def versions(
+    async def entries(
         self, user_id: str, memory_id: str, after: str, limit: int
-    ) -> tuple[list[MemoryVersion], str]:
+    ) -> tuple[list[JournalEntry], str]:
+        """Oldest first, from after the cursor ``after`` (of ``memory_id`` only, unless empty); (page,
+        cursor of the next page or "")."""
         stream = self._keys.memory_versions(user_id)
         start = f"({after}" if after else "-"
-        out: list[MemoryVersion] = []
+        out: list[JournalEntry] = []
         while len(out) <= limit:
             try:
                 batch: Any = await self._redis.xrange(stream, min=start, max="+", count=500)
@@ -84,7 +98,7 @@ class RedisMemoryHistory:
                 f = {_s(k): v for k, v in raw.items()}
                 if memory_id and _s(f["m"]) != memory_id:
                     continue
-                out.append(_version(_s(entry_id), f))
+                out.append(_entry(_s(entry_id), f))
         page = out[:limit]
         return page, (page[-1].cursor if len(out) > limit else "")
 
@@ -133,7 +147,7 @@ class RedisMemoryHistory:
             deleted, removed = await pipe.execute()
         return bool(deleted or removed)
 
-    # --- export (erasure needs nothing here: these are per-user keys, see the module docstring)
+    # --- erasure needs nothing here: these are per-user keys (see the module docstring)
 
     async def sizes(self, user_id: str) -> dict[str, int]:
         """What erasure will remove, for its receipt."""
@@ -143,43 +157,14 @@ class RedisMemoryHistory:
             versions, snapshots = await pipe.execute()
         return {"redis.memory_versions": int(versions), "redis.memory_snapshots": int(snapshots)}
 
-    async def export(self, user_id: str) -> list[tuple[str, dict[str, Any]]]:
-        out: list[tuple[str, dict[str, Any]]] = []
-        after = ""
-        while True:
-            page, after = await self.versions(user_id, "", after, 500)
-            for v in page:
-                record = orjson.loads(item_bytes(v.item))
-                out.append(
-                    (
-                        "memory_version",
-                        {
-                            "memory_id": v.memory_id,
-                            "reason": v.reason.name.lower(),
-                            "changed_by": v.changed_by,
-                            "changed_at_ms": v.changed_at_ms,
-                            "deleted": v.deleted,
-                            "item": record,
-                        },
-                    )
-                )
-            if not after:
-                break
-        for meta in await self.metas(user_id):
-            desc = orjson.loads(meta)
-            items = await self.items(user_id, desc["snapshot_id"])
-            desc["items"] = [orjson.loads(raw) for _, raw in sorted(items.items())]
-            out.append(("memory_snapshot", desc))
-        return out
 
-
-def _version(entry_id: str, f: dict[str, Any]) -> MemoryVersion:
-    return MemoryVersion(
+def _entry(entry_id: str, f: dict[str, Any]) -> JournalEntry:
+    return JournalEntry(
         cursor=entry_id,
         memory_id=_s(f["m"]),
-        reason=ChangeReason(int(f["r"])),
-        changed_by=_s(f["a"]),
-        changed_at_ms=int(entry_id.split("-", 1)[0]),
-        item=item_from_bytes(f["i"]),
+        reason=int(f["r"]),
+        actor=_s(f["a"]),
+        at_ms=int(entry_id.split("-", 1)[0]),
         deleted=bool(f.get("d")),
+        item=bytes(f["i"]),
     )

@@ -1,4 +1,5 @@
-"""Procedures in Redis: one HASH of documents (every version) and one HASH of active versions per owner.
+"""Procedures in Redis: one HASH of documents (every version) and one HASH of active versions per owner,
+each a JSON document (``encode``; the model is ``procedure_model.py``).
 
 Why Redis and not LanceDB: procedures are few (tens per agent), are never searched by similarity (an
 agent's active procedures are injected whole, every turn), and change by state transitions that must be
@@ -13,13 +14,15 @@ inside hash tags, hash fields and ``ARGV``, never as script text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from ..infra.redis_lane import as_dict, hot
-from ..procedures.model import ActiveProcedure, Owner, Procedure, decode, decode_active, encode, encode_active
 from .keys import KeySpace
+from .procedure_model import ActiveProcedure, Kind, Origin, Owner, Procedure, State, Version
 
 # KEYS: docs, active.  ARGV: procedure id, the document read (or "" for none), the new document ("" to
 # delete it), its active version ("" for none). Writes only if nobody changed the document since it was
@@ -111,3 +114,41 @@ class ProcedureStore:
 
 def _order(owner: Owner) -> tuple[str, str]:
     return owner.tag, ""
+
+
+# --- the stored JSON form
+
+
+def encode(p: Procedure) -> bytes:
+    doc: dict[str, Any] = {
+        "owner": p.owner.tag,
+        "id": p.procedure_id,
+        "title": p.title,
+        "updated": p.updated_at_ms,
+        "versions": [asdict(v) for v in p.versions],
+    }
+    return orjson.dumps(doc)
+
+
+def decode(raw: bytes | str) -> Procedure:
+    doc = orjson.loads(raw)
+    versions = [
+        Version(**{**v, "state": State(v["state"]), "kind": Kind(v["kind"]), "origin": Origin(v["origin"])})
+        for v in doc["versions"]
+    ]
+    return Procedure(Owner.from_tag(doc["owner"]), doc["id"], doc["title"], versions, doc["updated"])
+
+
+def encode_active(p: Procedure) -> bytes:
+    """The active version alone, as the owner's ``active`` hash holds it ("" when none)."""
+    v = p.active
+    if v is None:
+        return b""
+    return orjson.dumps({"title": p.title, "version": v.version, "kind": int(v.kind), "content": v.content})
+
+
+def decode_active(owner: Owner, procedure_id: str, raw: bytes | str) -> ActiveProcedure:
+    doc = orjson.loads(raw)
+    return ActiveProcedure(
+        owner, procedure_id, doc["title"], int(doc["version"]), Kind(doc["kind"]), doc["content"]
+    )

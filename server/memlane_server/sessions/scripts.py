@@ -45,7 +45,7 @@ for i = 0, n - 1 do
     seqs[i + 1] = tonumber(redis.call('ZSCORE', KEYS[3], id))
   end
 end
--- An expired session takes new messages only once resumed (its RESUMED event: Resumer.append_reviving);
+-- An expired session takes new messages only once resumed (its RESUMED event: Resumer.revive);
 -- a retried batch stored before the expiry is answered as duplicates and revives nothing.
 if status == '$EXPIRED' then
   for i = 1, n do if not seqs[i] then return redis.error_reply('EXPIRED') end end

@@ -2,7 +2,9 @@
 
 The store is assembled from parts, one module each: what they share (store_base.py), messages
 (store_messages.py), lifecycle writes with their events (store_lifecycle.py), per-user erasure
-(store_erasure.py); this module holds the documents themselves (create, list, update).
+(store_erasure.py); this module holds the documents themselves (create, list, update). The parts share
+no changing state but the append path's memo (append_memo.py), which only its owner changes: the
+others tell it what changed.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
             if name in fields:
                 check_short(fields[name], f"session.{name}", self.limits)
         if fields:
-            self._meta_cache.pop(session_id, None)
+            self._memo.document_changed(session_id)
             probe = replace(current, **fields)
             enc = encode_session(probe)
             await self.redis.hset(self.keys.session(session_id).doc, mapping={n: enc[n] for n in fields})

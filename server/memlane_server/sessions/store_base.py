@@ -1,12 +1,13 @@
-"""What every part of the session store shares: the client, the registered scripts, reading a session
-document, and the mapping of script errors to the API's errors (sessions/store.py assembles the parts)."""
+"""What every part of the session store shares: the client, the registered scripts, the append path's
+memo (``append_memo.py``, its own state's one owner), reading a session document, and the mapping of
+script errors to the API's errors (sessions/store.py assembles the parts)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
@@ -15,6 +16,7 @@ from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound, Sess
 from ..infra.redis_lane import as_dict, hot
 from ..tokens import TokenCounter
 from . import scripts
+from .append_memo import AppendMemo
 from .codec import decode_session
 from .durability import Durability
 from .ids import check_id
@@ -30,13 +32,6 @@ from .outbox import OutboxWriter
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _SessionMeta(NamedTuple):
-    ttl_seconds: int
-    model: str
-    topology: Topology
-    group: str
 
 
 # A filtered listing reads at most this many messages per call and then returns a (maybe short) page.
@@ -64,10 +59,10 @@ class StoreBase:
         self.default_ttl_seconds = default_ttl_seconds
         self.default_topology = default_topology
         self._executor = executor
-        self._meta_cache: dict[str, _SessionMeta] = {}
         # redis-py leaves execute_command untyped; this is the bare, cheapest way to send one command.
         self._command = cast(Callable[..., Awaitable[Any]], redis.execute_command)
-        self._deadline_bumped: dict[str, int] = {}
+        # The only state the parts share that changes after construction; its owner changes it.
+        self._memo = AppendMemo(redis, keys)
         self._append = redis.register_script(scripts.APPEND)
         self._read = redis.register_script(scripts.READ_RANGE)
         self._transition = redis.register_script(scripts.TRANSITION)
@@ -95,29 +90,6 @@ class StoreBase:
                 pipe.hgetall(self.keys.session(sid).doc)
             rows = await pipe.execute()
         return [decode_session(h) if h else None for h in rows]
-
-    async def _session_meta(self, session_id: str) -> _SessionMeta:
-        """What the append path needs of the document. It changes rarely, so a small per-process cache
-        keeps appends at one round trip; UpdateSession invalidates it."""
-        meta = self._meta_cache.get(session_id)
-        if meta is None:
-            ttl, model, topology, group = cast(
-                list[bytes | None],
-                await self.redis.hmget(
-                    self.keys.session(session_id).doc, ["ttl_seconds", "model", "topology", "group"]
-                ),
-            )
-            meta = _SessionMeta(
-                int(ttl or 0),
-                (model or b"").decode(),
-                Topology(int(topology or Topology.SHARED)),
-                (group or b"").decode(),
-            )
-            if ttl is not None:
-                if len(self._meta_cache) > 10_000:
-                    self._meta_cache.clear()
-                self._meta_cache[session_id] = meta
-        return meta
 
     @staticmethod
     def _script_error(exc: ResponseError, session_id: str) -> Exception:

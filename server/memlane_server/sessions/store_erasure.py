@@ -8,8 +8,6 @@ from typing import Any, cast
 from ..infra.redis_persistence import PersistenceReport, rewrite_persistence
 from .ids import check_id
 from .outbox import decode_entry
-
-# Above this many characters per batch, token counting moves to the executor so the loop stays free.
 from .store_base import StoreBase
 
 
@@ -43,8 +41,7 @@ class ErasureOps(StoreBase):
                 counts["redis.sessions"] += int(sizes[3 * j])
                 counts["redis.messages"] += int(sizes[3 * j + 1])
                 counts["redis.traces"] += int(sizes[3 * j + 2])
-                self._meta_cache.pop(sid, None)
-                self._deadline_bumped.pop(sid, None)
+                self._memo.forget(sid)
         # Every per-user key (sessions index, LTM version, retry once-marks): their names hold the id.
         per_user = [k async for k in self.redis.scan_iter(match=self.keys.user_pattern(user_id), count=1000)]
         for i in range(0, len(per_user), 500):

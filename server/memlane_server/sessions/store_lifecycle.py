@@ -26,8 +26,6 @@ from .model import (
     SessionStatus,
 )
 from .outbox import NO_EVENT, PendingEvent
-
-# Above this many characters per batch, token counting moves to the executor so the loop stays free.
 from .store_base import StoreBase, now_ms
 
 # Status transitions a caller may ask for (UpdateSession / CloseSession); the lifecycle moves the rest.
@@ -105,7 +103,7 @@ class LifecycleOps(StoreBase):
         done = await self._evented(
             sid, event, lambda ev: self._retire(keys=keys, args=[archived_through, *ev, *fields])
         )
-        self._meta_cache.pop(sid, None)
+        self._memo.document_changed(sid)
         return bool(done)
 
     async def finish_resume(self, s: Session, resumed_at_ms: int, event: PendingEvent) -> None:
@@ -139,7 +137,7 @@ class LifecycleOps(StoreBase):
             deadline = int(await self._retime(keys=[k.doc, k.alive], args=[now_ms()]))
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
-        self._deadline_bumped.pop(session_id, None)  # its last bump may lie past the new deadline
+        self._memo.deadline_moved(session_id)  # its last bump may lie past the new deadline
         if deadline > 0:
             await self.redis.zadd(self.keys.deadlines(), {session_id: deadline})
         elif deadline == -1:

@@ -46,8 +46,6 @@ from .model import (
     Topology,
     VisibilityKind,
 )
-
-# Above this many characters per batch, token counting moves to the executor so the loop stays free.
 from .store_base import _SCAN_BUDGET, StoreBase, now_ms
 
 # Above this many characters per batch, token counting moves to the executor so the loop stays free.
@@ -152,7 +150,7 @@ class MessageOps(StoreBase):
         Messages without a visibility get the session topology's default; ``writer`` may only write as
         itself and into its own groups."""
         check_id(session_id, "session_id")
-        meta = await self._session_meta(session_id)
+        meta = await self._memo.meta(session_id)
         now = now_ms()
         fps: list[str] = []
         for i, m in enumerate(messages):
@@ -215,7 +213,7 @@ class MessageOps(StoreBase):
             except ResponseError as exc:
                 if not str(exc).startswith("TTL "):
                     raise
-                self._meta_cache.pop(session_id, None)
+                self._memo.document_changed(session_id)
                 args[1] = int(float(str(exc).split(" ", 1)[1]))
                 ttl_s = args[1] // 1000
         raise Unavailable(f"session {session_id!r}: its timeout kept changing under the append; retry")
@@ -238,23 +236,8 @@ class MessageOps(StoreBase):
         except ResponseError as exc:
             raise self._script_error(exc, session_id) from exc
         if ttl_s > 0:
-            await self._bump_deadline(session_id, now + ttl_s * 1000, ttl_s)
+            await self._memo.bump_deadline(session_id, now + ttl_s * 1000, ttl_s)
         return out
-
-    async def _bump_deadline(self, session_id: str, deadline_ms: int, ttl_s: int) -> None:
-        """Keeps the sweeper's deadline index roughly current without a write per append: the entry moves
-        only once a tenth of the TTL has passed since it was last moved. An entry may therefore be early,
-        never late; the sweeper confirms with the ``alive`` key (which every append refreshes exactly)
-        before it ends a session."""
-        last = self._deadline_bumped.get(session_id, 0)
-        if deadline_ms - last < ttl_s * 100:
-            return
-        if len(self._deadline_bumped) > 10_000:
-            self._deadline_bumped.clear()
-        self._deadline_bumped[session_id] = deadline_ms
-        # The append script has just proved the session exists; a session revived after expiry
-        # re-enters the index here.
-        await self.redis.zadd(self.keys.deadlines(), {session_id: deadline_ms})
 
     @staticmethod
     def _client_fields(m: Message) -> dict[str, Any]:

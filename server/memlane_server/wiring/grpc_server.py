@@ -161,7 +161,7 @@ def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
                 p.ltm,
                 p.extractor,
                 OnceMarks(p.redis, st.keys, "feedback"),
-                MemorySnapshots(p.ltm, st.memory_history, st.memory_history),
+                MemorySnapshots(p.ltm, st.memory_history.snapshots, st.memory_history),
             ),
             server,
         )

@@ -29,7 +29,7 @@ from ..pipelines import (
 )
 from ..pipelines.incremental import LearnConfig, Learner, LearnScheduler
 from ..pipelines.on_request import EndOnRequest
-from ..procedures import ExtractingPromoter
+from ..pipelines.promote import ExtractingPromoter
 from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import SessionEndQueue
 from ..sessions.events import EventLog
@@ -131,7 +131,7 @@ def _promoter(
     stores: Stores, ltm: MemoryService | None, extractor: Extractor | None, metrics: DomainMetrics
 ) -> Promoter | None:
     """Promotion into long-term memory, when there is one; successful sessions also propose an example
-    procedure for their agent (procedures/extract.py)."""
+    procedure for their agent (pipelines/promote.py, procedures/extract.py)."""
     if ltm is None or extractor is None:
         return None
     return ExtractingPromoter(

@@ -11,11 +11,11 @@ from ..embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, default_
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
 from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryService, MemoryTuning
+from ..ltm.history import HistoryLog
 from ..observability.domain import DomainMetrics
 from ..sessions.keys import KeySpace
 from ..sessions.lease import LeaseLock
 from ..sessions.ltm_versions import LtmVersions
-from ..sessions.memory_history import RedisMemoryHistory
 
 
 def embedding_spec(s: EmbeddingSettings) -> OnnxModelSpec:
@@ -63,7 +63,7 @@ def memory_service(
     embedder: Embedder,
     *,
     versions: LtmVersions,
-    history: RedisMemoryHistory,
+    history: HistoryLog,
 ) -> MemoryService:
     """The service over the table. ``versions``: every LTM write bumps the user's version in Redis, so
     cached profiles and this (or another) sidecar's LanceDB view are checked against it on the next

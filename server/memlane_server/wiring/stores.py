@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
-from ..procedures import Owner, ProcedureService, ProcedureStore
+from ..ltm.history import MemoryHistory
+from ..procedures import Owner, ProcedureService
 from ..sessions.checkpoints import CheckpointStore
 from ..sessions.durability import Durability
 from ..sessions.end_state import EndState
@@ -17,6 +18,7 @@ from ..sessions.keys import KeySpace
 from ..sessions.limits import Limits
 from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Topology
+from ..sessions.procedures import ProcedureStore
 from ..sessions.store import SessionStore
 from ..sessions.traces import TraceRecords
 from ..tokens import TokenCounter
@@ -28,7 +30,7 @@ class Stores:
     sessions: SessionStore
     checkpoints: CheckpointStore
     procedures: ProcedureService
-    memory_history: RedisMemoryHistory
+    memory_history: MemoryHistory  # over RedisMemoryHistory
     traces: TraceRecords
     end_state: EndState
 
@@ -62,11 +64,13 @@ def build_stores(
         sessions=sessions,
         checkpoints=CheckpointStore(redis, keys),
         procedures=ProcedureService(ProcedureStore(redis, keys), auto_approve=auto_approve, guard=find_pii),
-        memory_history=RedisMemoryHistory(
-            redis,
-            keys,
-            max_versions=settings.ltm.ltm_versions_max_per_user,
-            max_snapshots=settings.ltm.ltm_snapshots_max_per_user,
+        memory_history=MemoryHistory(
+            RedisMemoryHistory(
+                redis,
+                keys,
+                max_versions=settings.ltm.ltm_versions_max_per_user,
+                max_snapshots=settings.ltm.ltm_snapshots_max_per_user,
+            )
         ),
         traces=TraceRecords(redis, keys, settings.context.context_max_traces_per_session),
         end_state=EndState(redis, keys),

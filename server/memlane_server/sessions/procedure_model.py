@@ -1,13 +1,12 @@
-"""Procedures as the domain sees them (no proto, no Redis): owners, versions, states, and the JSON form a
-procedure is stored in. Enum values match ``memlane.v1`` enums."""
+"""Procedures as the domain sees them (no proto, no Redis): owners, versions, states, and the active
+version assembly injects. A leaf: the store (``sessions/procedures.py``, which holds their JSON form),
+the rules (``procedures/service.py``) and assembly (``context/procedures.py``) all read it. Enum values
+match ``memlane.v1`` enums."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import orjson
+from dataclasses import dataclass, field
 
 from ..errors import NotFound
 
@@ -110,37 +109,11 @@ class ActiveProcedure:
     kind: Kind
     content: str
 
+    @property
+    def agent_id(self) -> str:
+        """The owning agent, "" for a group's procedure."""
+        return self.owner.agent_id
 
-def encode(p: Procedure) -> bytes:
-    doc: dict[str, Any] = {
-        "owner": p.owner.tag,
-        "id": p.procedure_id,
-        "title": p.title,
-        "updated": p.updated_at_ms,
-        "versions": [asdict(v) for v in p.versions],
-    }
-    return orjson.dumps(doc)
-
-
-def decode(raw: bytes | str) -> Procedure:
-    doc = orjson.loads(raw)
-    versions = [
-        Version(**{**v, "state": State(v["state"]), "kind": Kind(v["kind"]), "origin": Origin(v["origin"])})
-        for v in doc["versions"]
-    ]
-    return Procedure(Owner.from_tag(doc["owner"]), doc["id"], doc["title"], versions, doc["updated"])
-
-
-def encode_active(p: Procedure) -> bytes:
-    """The active version alone, as the owner's ``active`` hash holds it ("" when none)."""
-    v = p.active
-    if v is None:
-        return b""
-    return orjson.dumps({"title": p.title, "version": v.version, "kind": int(v.kind), "content": v.content})
-
-
-def decode_active(owner: Owner, procedure_id: str, raw: bytes | str) -> ActiveProcedure:
-    doc = orjson.loads(raw)
-    return ActiveProcedure(
-        owner, procedure_id, doc["title"], int(doc["version"]), Kind(doc["kind"]), doc["content"]
-    )
+    @property
+    def group(self) -> str:
+        return self.owner.group
