@@ -16,10 +16,12 @@ from __future__ import annotations
 import datetime as dt
 
 from ..sessions.model import Message, Role, Session
+from .attribution import subject_metadata
+from .filler import is_filler, repeat_key
 from .keywords import keywords
 from .model import KIND_EPISODIC, ExtractedMemory
-from .picky import is_small_talk
 from .pii import redact
+from .when import resolve, time_keys, time_metadata
 
 _SPOKEN = (Role.USER, Role.ASSISTANT)
 MAX_TURN_CHARS = 1200
@@ -50,12 +52,17 @@ def date_keys(ms: int) -> list[str]:
 
 def build_episodes(messages: list[Message], session: Session) -> list[ExtractedMemory]:
     """One episode per spoken turn, keyed with its neighbours' keywords, the speaker and the date."""
-    # Greetings and pleasantries are not episodes: recalled, they crowd out the turns that answer.
-    spoken = [
-        m
-        for m in messages
-        if m.role in _SPOKEN and not m.transient and m.content.strip() and not is_small_talk(m.content)
-    ]
+    # Filler (small talk, bare questions and reactions: filler.py) and a speaker's exact repeats are
+    # not episodes: recalled, they crowd out the turns that answer, and each would cost an embedding.
+    spoken: list[Message] = []
+    said: set[str] = set()
+    for m in messages:
+        if m.role not in _SPOKEN or m.transient or not m.content.strip() or is_filler(m.content):
+            continue
+        key = repeat_key(_speaker(m), m.content)
+        if key not in said:
+            said.add(key)
+            spoken.append(m)
     texts = [redact(m.content.strip())[:MAX_TURN_CHARS] for m in spoken]
     own = [keywords(t, limit=OWN_KEYWORDS) for t in texts]
     episodes: list[ExtractedMemory] = []
@@ -71,14 +78,19 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
             if 0 <= j < len(spoken)
             for kw in own[j][:n]
         ]
+        # Relative times ("last May") resolved against the turn's day: keys right after its own date.
+        times = resolve(texts[i], when)
         episodes.append(
             ExtractedMemory(
                 kind=KIND_EPISODIC,
                 content=content,
-                keywords=list(dict.fromkeys([speaker, *date_keys(when), *own[i], *neighbours])),
+                keywords=list(
+                    dict.fromkeys([speaker, *date_keys(when), *time_keys(times), *own[i], *neighbours])
+                ),
                 importance=0.3,
                 source_message_ids=[msg.message_id],
                 occurred_at_ms=when,
+                metadata={**subject_metadata(msg.participant_name), **time_metadata(times)},
             )
         )
     return episodes
