@@ -20,6 +20,7 @@ from .attribution import subject_metadata
 from .filler import is_filler, repeat_key
 from .keywords import keywords
 from .model import KIND_EPISODIC, ExtractedMemory
+from .picky import is_small_talk
 from .pii import redact
 from .when import resolve, time_keys, time_metadata
 
@@ -52,21 +53,27 @@ def date_keys(ms: int) -> list[str]:
 
 def build_episodes(messages: list[Message], session: Session) -> list[ExtractedMemory]:
     """One episode per spoken turn, keyed with its neighbours' keywords, the speaker and the date."""
-    # Filler (small talk, bare questions and reactions: filler.py) and a speaker's exact repeats are
-    # not episodes: recalled, they crowd out the turns that answer, and each would cost an embedding.
-    spoken: list[Message] = []
+    # Greetings and pleasantries take no part. Filler (bare questions and reactions: filler.py) and a
+    # speaker's exact repeats are no episodes (recalled, they crowd out the turns that answer, and each
+    # would cost an embedding), but they still key their neighbours: a bare question's words are how
+    # its answer is found.
+    spoken = [
+        m
+        for m in messages
+        if m.role in _SPOKEN and not m.transient and m.content.strip() and not is_small_talk(m.content)
+    ]
     said: set[str] = set()
-    for m in messages:
-        if m.role not in _SPOKEN or m.transient or not m.content.strip() or is_filler(m.content):
-            continue
+    kept: list[bool] = []
+    for m in spoken:
         key = repeat_key(_speaker(m), m.content)
-        if key not in said:
-            said.add(key)
-            spoken.append(m)
+        kept.append(key not in said and not is_filler(m.content))
+        said.add(key)
     texts = [redact(m.content.strip())[:MAX_TURN_CHARS] for m in spoken]
     own = [keywords(t, limit=OWN_KEYWORDS) for t in texts]
     episodes: list[ExtractedMemory] = []
     for i, msg in enumerate(spoken):
+        if not kept[i]:
+            continue
         when = msg.created_at_ms or session.created_at_ms
         day = _day(when)
         speaker = _speaker(msg)
