@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import memlane
 from memlane.v1 import context_pb2 as cpb
@@ -63,14 +64,18 @@ def _talk(
 
 
 def _memories(
-    client: memlane.Client, user: str, kinds: Sequence[int] = (), *, retired: bool = False
+    client: memlane.Client,
+    user: str,
+    kinds: Sequence[mpb.MemoryKind.ValueType] = (),
+    *,
+    retired: bool = False,
 ) -> list[mpb.Memory]:
     flt = mpb.MemoryFilter(kinds=list(kinds), include_retired=retired)
     return list(client.list_memories(caller=_who(user), filter=flt, page_size=500).memories)
 
 
 def _assemble(
-    client: memlane.Client, sid: str, query: str, **fields: object
+    client: memlane.Client, sid: str, query: str, **fields: Any
 ) -> tuple[dict[int, cpb.ContextBlock], cpb.AssembleStats]:
     blocks: dict[int, cpb.ContextBlock] = {}
     stats: cpb.AssembleStats | None = None
