@@ -235,6 +235,16 @@ def test_an_episode_carrying_a_superseded_fact_is_down_ranked(client: memlane.Cl
     assert stale.score < hits[0].score
 
 
+def test_a_fact_retired_within_one_session_marks_its_episode(client: memlane.Client) -> None:
+    user = _user()
+    _talk(client, user, ["I live in Bangalore.", "Big news: I moved to Pune last month."])
+    episodes = {m.content: m for m in _memories(client, user, [mpb.MEMORY_KIND_EPISODIC])}
+    old = next(m for c, m in episodes.items() if "Bangalore" in c)
+    new = next(m for c, m in episodes.items() if "Pune" in c)
+    assert old.metadata.get("superseded_fact") and not new.metadata.get("superseded_fact")
+    assert new.metadata.get("resolved_time") == "2024-02"  # said on 4 March 2024
+
+
 def test_two_preferences_that_do_not_contradict_both_stay(client: memlane.Client) -> None:
     user = _user()
     _talk(client, user, ["I love hiking in the Alps.", "I really enjoy cooking Thai curries."])

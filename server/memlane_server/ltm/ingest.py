@@ -442,17 +442,16 @@ def _note_stated(stated: dict[str, list[MemoryItem]], draft: MemoryDraft, item: 
 
 def _link_episode(episode: MemoryItem, stated: dict[str, list[MemoryItem]], batch: _Batch) -> None:
     """Records the episode on the durable items its turn stated: retiring one of them finds it."""
-    for item in stated.get(episode.source_message_ids[0] if episode.source_message_ids else "", []):
+    facts = stated.get(episode.source_message_ids[0], []) if episode.source_message_ids else []
+    for item in facts:
         links = _linked_episodes(item)
-        if episode.id in links:
-            continue
-        item.metadata = {**item.metadata, LINKS_KEY: ",".join([*links, episode.id][-_MAX_LINKS:])}
-        batch.touch(item)
-    # A fact stated and retired within this very batch (an earlier draft): the episode is stale already.
-    for item in stated.get(episode.source_message_ids[0] if episode.source_message_ids else "", []):
-        if item.superseded_by:
-            episode.metadata = {**episode.metadata, STALE_KEY: item.id}
-            break
+        if episode.id not in links:
+            item.metadata = {**item.metadata, LINKS_KEY: ",".join([*links, episode.id][-_MAX_LINKS:])}
+            batch.touch(item)
+    # A fact stated and retired within this very batch (by a later draft): the episode is stale already.
+    retired = next((item for item in facts if item.superseded_by), None)
+    if retired is not None:
+        episode.metadata = {**episode.metadata, STALE_KEY: retired.id}
 
 
 def _linked_episodes(item: MemoryItem) -> list[str]:
