@@ -106,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["memory-off"],
         help="also assemble each question's context with and without long-term memory (an A/B baseline)",
     )
+    locomo.add_argument(
+        "--leave-one-out",
+        action="store_true",
+        help="also tune recall knobs on all conversations but one and score the one left out, in turn",
+    )
     golden = eval_sets.add_parser("golden", help="recall@k on your own golden set; exit 1 under a threshold")
     golden.add_argument(
         "--file", required=True, help="YAML golden set (format: memlane_server/eval/golden.py)"
@@ -183,7 +188,13 @@ def _run(argv: Sequence[str] | None) -> int:
                 return 2
         from .eval import run as run_eval
 
-        run_eval(args.data, json_out=args.json_out, redis_url=args.redis_url, compare=args.compare or "")
+        run_eval(
+            args.data,
+            json_out=args.json_out,
+            redis_url=args.redis_url,
+            compare=args.compare or "",
+            leave_one_out=args.leave_one_out,
+        )
         return 0
     try:
         settings = build_settings(flags_from(args), config_file=getattr(args, "config", None))

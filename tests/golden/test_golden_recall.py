@@ -52,6 +52,15 @@ class Case:
     extract: list[str] = field(default_factory=list)
     distractor: list[dict[str, Any]] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
+    # The case's items belong to a user of its own (its distractor still competes): for a value of a
+    # single-valued attribute, which another case's value of the same attribute would supersede.
+    own_user: bool = False
+    # At most one of the top five results names ``expect``: the fact is held once, however worded.
+    once: bool = False
+    # Speaker of the ``extract`` turns (a participant's name; empty: the user).
+    speaker: str = ""
+    # Turns with nothing to recall (through ExtractMemories with episodes): nothing may be stored.
+    filler: list[str] = field(default_factory=list)
 
 
 def load_cases() -> list[Case]:
@@ -81,22 +90,32 @@ def _create(client: memlane.Client, who: mpb.Caller, spec: dict[str, Any]) -> No
     )
 
 
-def _store_all(client: memlane.Client, who: mpb.Caller, cases: list[Case]) -> None:
+def _store_all(client: memlane.Client, who: dict[str, mpb.Caller], cases: list[Case]) -> None:
     # Distractors first: where a case's answer and its distractor tie, the answer must not win by
     # being newer.
     for case in cases:
         for spec in case.distractor:
-            _create(client, who, spec)
+            _create(client, who[case.id], spec)
     for case in cases:
         for spec in case.store:
-            _create(client, who, spec)
+            _create(client, who[case.id], spec)
         for i, text in enumerate(case.extract):
+            said = spb.Message(
+                message_id=f"{case.id}-{i}", role=spb.ROLE_USER, content=text, participant_name=case.speaker
+            )
             out = client.extract_memories(
-                caller=who,
-                session_id=f"golden-{case.id}-{i}",
-                messages=[spb.Message(message_id=f"{case.id}-{i}", role=spb.ROLE_USER, content=text)],
+                caller=who[case.id], session_id=f"golden-{case.id}-{i}", messages=[said]
             )
             assert out.memories, f"{case.id}: the extractor kept nothing of {text!r}"
+        for i, text in enumerate(case.filler):
+            said = spb.Message(message_id=f"{case.id}-f{i}", role=spb.ROLE_USER, content=text)
+            out = client.extract_memories(
+                caller=who[case.id],
+                session_id=f"golden-{case.id}-f{i}",
+                messages=[said],
+                include_episodes=True,
+            )
+            assert not out.memories, f"{case.id}: filler {text!r} was stored"
 
 
 @pytest.fixture(scope="module")
@@ -113,17 +132,23 @@ def golden_client(start_server: Any) -> Iterator[memlane.Client]:
 def measured(golden_client: memlane.Client) -> dict[str, dict[str, float]]:
     client = golden_client
     cases = load_cases()
-    who = mpb.Caller(user_id=f"golden-{uuid.uuid4().hex[:8]}", agent_id=AGENT)
+    shared = mpb.Caller(user_id=f"golden-{uuid.uuid4().hex[:8]}", agent_id=AGENT)
+    who = {
+        c.id: mpb.Caller(user_id=f"golden-{uuid.uuid4().hex[:8]}", agent_id=AGENT) if c.own_user else shared
+        for c in cases
+    }
     _store_all(client, who, cases)
     figures: dict[str, dict[str, float]] = {}
     misses: dict[str, list[str]] = {}
     for name, mode in MODES.items():
         at1 = at5 = 0
         for case in cases:
-            hits = client.search_memories(caller=who, query=case.query, limit=5, mode=mode).results
+            hits = client.search_memories(caller=who[case.id], query=case.query, limit=5, mode=mode).results
             contents = [h.memory.content for h in hits]
             for old in case.retired:
                 assert not any(old in c for c in contents), f"{case.id}: superseded {old!r} recalled"
+            if case.once:
+                assert sum(case.expect in c for c in contents) <= 1, f"{case.id}: held twice: {contents}"
             rank = next((i for i, c in enumerate(contents, 1) if case.expect in c), 0)
             at1 += rank == 1
             at5 += 1 <= rank <= 5

@@ -353,7 +353,7 @@ def test_first_block_arrives_before_a_slow_memory_section_completes(
             return [MemoryHit("p1", "Prefers email.", 1.0)]
 
         async def recall(
-            self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+            self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
         ) -> list[MemoryHit]:
             # Blocks until the client has seen the first block: only a streamed response can release it.
             # (a threading.Event: the client runs on the test's thread, the server on its own loop).

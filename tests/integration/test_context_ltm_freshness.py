@@ -34,15 +34,18 @@ def _who(user: str) -> mpb.Caller:
 
 
 def _seen(c: memlane.Client, sid: str, query: str) -> tuple[str, str]:
-    """What the model sees: the profile block's text and the recalled memories' text."""
+    """What the model sees: the profile block's text, and the recalled memories' text of an assembly
+    without the profile section (with it, a memory in the profile is not repeated among the recalled
+    ones, and recall's own freshness would go unchecked)."""
     profile = memories = ""
-    for part in c.assemble_context(session_id=sid, user_input=query):
-        for block in part.blocks:
-            text = "\n".join(m.content for m in block.messages)
-            if block.provenance == cpb.PROVENANCE_PROFILE:
-                profile = text
-            elif block.provenance == cpb.PROVENANCE_MEMORY:
-                memories = text
+    for omit in ([], [cpb.PROVENANCE_PROFILE]):
+        for part in c.assemble_context(session_id=sid, user_input=query, omit=omit):
+            for block in part.blocks:
+                text = "\n".join(m.content for m in block.messages)
+                if block.provenance == cpb.PROVENANCE_PROFILE and not omit:
+                    profile = text
+                elif block.provenance == cpb.PROVENANCE_MEMORY and omit:
+                    memories = text
     return profile, memories
 
 

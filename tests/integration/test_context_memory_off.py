@@ -38,6 +38,10 @@ def test_memory_and_summary_can_be_left_out_per_request(server: SidecarThread, u
     with memlane.Client(server.target, timeout=20) as c, memlane.Memlane(server.target, agent_id="bot") as m:
         m.remember(user_id, "The user chose the annual plan.")
         m.remember(user_id, "Prefers email.", kind=memlane.MemoryKind.MEMORY_KIND_PREFERENCE)
+        # Recalled, and not in the profile (which the memory block does not repeat): an episode.
+        m.remember(
+            user_id, "User: which plan? I chose the annual one.", kind=memlane.MemoryKind.MEMORY_KIND_EPISODIC
+        )
         sid = c.create_session(user_id=user_id, agent_id="bot").session.session_id
         c.append_messages(session_id=sid, messages=_turns(120))
         _blocks(c, sid, **WINDOW)  # no summary yet, history over budget: the gap is folded and stored

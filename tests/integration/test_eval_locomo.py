@@ -137,3 +137,24 @@ def test_compare_memory_off(tmp_path: Path, redis_url: str) -> None:
     # Positive control for the off side: session 2's evidence (the kiln, the race) is in its history.
     assert ab.memory_off.by_category[3] == [1.0] and ab.memory_off.by_category[2] == [1.0]
     assert "context A/B" in out.getvalue() and "overall 1-4" in out.getvalue()
+
+
+def test_leave_one_conversation_out(tmp_path: Path, redis_url: str) -> None:
+    """Two conversations: each fold chooses its knobs on the other one and is scored on its own."""
+    data = tmp_path / "two.json"
+    data.write_bytes(orjson.dumps([SAMPLE, {**SAMPLE, "sample_id": "tiny-2"}]))
+    out = io.StringIO()
+    report = run(data, json_out=tmp_path / "report.json", redis_url=redis_url, out=out, leave_one_out=True)
+    loo = report.leave_one_out
+    assert loo is not None
+    assert [f.held_out for f in loo.folds] == [0, 1]
+    assert all(f.chosen in loo.configs for f in loo.folds)
+    assert loo.configs[0] == {"keyword_weight": 1.5, "rrf_k": 4.0, "expansion_weight": 1.0}  # shipped first
+    # The two conversations are the same, so the held-out figure equals the tuned one in each fold.
+    assert all(f.held_out_score == f.tuned_on_rest for f in loo.folds)
+    assert loo.held_out().n == 10 and loo.shipped().n == 10
+    assert "leave-one-conversation-out" in out.getvalue()
+    saved = orjson.loads((tmp_path / "report.json").read_bytes())
+    assert len(saved["leave_one_out"]["folds"]) == 2
+    # Every stored item is counted (each is one embedded text): the six turns are no filler.
+    assert [c["episodic"] for c in saved["stored_per_conversation"]] == [6, 6]

@@ -227,6 +227,12 @@ def test_a_roomy_budget_fills_every_section(clients: dict[str, memlane.Client]) 
         c.create_memory(
             caller=mpb.Caller(user_id=user), kind=kind, content="User notes: order ORD-1234 plan."
         )
+    # Recalled but not in the profile (which the memory block does not repeat): an episode.
+    c.create_memory(
+        caller=mpb.Caller(user_id=user),
+        kind=mpb.MEMORY_KIND_EPISODIC,
+        content="User: the plan for order ORD-1234 was agreed on the call.",
+    )
     blocks = [
         b
         for item in c.assemble_context(

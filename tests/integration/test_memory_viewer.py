@@ -95,7 +95,10 @@ def seeded(viewer: SidecarThread) -> Seeded:
             content="Prefers email over phone calls.",
         ).memory.memory_id
         stats = None
-        for item in c.assemble_context(session_id=open_sid, user_input="how do I contact them by email?"):
+        # Without the profile section: a memory the profile injects is not repeated among the recalled.
+        for item in c.assemble_context(
+            session_id=open_sid, user_input="how do I contact them by email?", omit=[cpb.PROVENANCE_PROFILE]
+        ):
             if item.HasField("stats"):
                 stats = item.stats
         assert stats is not None

@@ -53,6 +53,8 @@ BuildProcedures = Callable[[Costing, Sequence[ProcedureText], int], Block]
 # Room the summary block's own heading takes, kept out of the summary's content budget.
 SUMMARY_HEADING_TOKENS = 24
 SUMMARIZED = (Strategy.HYBRID, Strategy.ROLLING_SUMMARY)
+# The rule that keeps a profile item out of the memory block, as the turn trace states it.
+PROFILE_REPEAT_REASON = "already in the profile block"
 
 
 @dataclass(slots=True)
@@ -151,6 +153,8 @@ class Composition:
         self._next = 0  # index into _ORDER of the next step
         self._no_summary = Provenance.SUMMARY in s.req.omit
         self._history: tuple[HistoryPlan, int, list[Message], list[int], int] | None = None
+        # What the profile block injected: the memory block never pays for (or shows) an item twice.
+        self._in_profile: frozenset[str] = frozenset()
         # The range background summarization should take next (set by the history step), if any.
         self.summary_due: SummaryRange | None = None
 
@@ -214,11 +218,28 @@ class Composition:
             else (Provenance.MEMORY, MEMORY_HEADING)
         )
         grant = self.ledger.grant(section)
+        if section == Section.MEMORY:
+            hits = self._not_in_profile(hits)
         block = hits_block(self.s.costing, provenance, heading, hits, grant)
+        if section == Section.PROFILE:
+            self._in_profile = frozenset(m.memory_id for m in block.memories)
         if len(block.memories) < len(hits):
             removed = len(hits) - len(block.memories)
             self.stats.truncations.append(Truncation(section, "over the section cap", items_removed=removed))
         return self._emit(section, grant, block)
+
+    def _not_in_profile(self, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
+        """Recalled hits minus those the profile block already holds, at most ``memory_limit`` of them.
+        Recall is asked for ``memory_limit`` spares (``Gather.start``), so the slots and tokens a
+        repeat would have taken go to the next hits; the trace names the rule and the repeats."""
+        limit = self.s.req.memory_limit or self._policy.memory_limit
+        fresh = [h for h in hits if h.memory_id not in self._in_profile]
+        repeats = len(hits) - len(fresh)
+        if repeats:
+            self.stats.truncations.append(
+                Truncation(Section.MEMORY, PROFILE_REPEAT_REASON, items_removed=repeats)
+            )
+        return fresh[:limit]
 
     def history(self, read: GatheredHistory) -> GapFold | None:
         """Decides which turns go verbatim and which fold into a gap summary; returns the fold needed

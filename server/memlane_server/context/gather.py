@@ -89,7 +89,9 @@ class Gatherer:
             _empty()
             if skip_ltm or not req.user_input or Provenance.MEMORY in req.omit
             else asyncio.create_task(
-                self._memory.recall(session.user_id, viewer, req.user_input, limit, session.channel)
+                self._memory.recall(
+                    session.user_id, viewer, req.user_input, limit, session.channel, spares=limit
+                )
             ),
             asyncio.create_task(self._history.read(session, s.strategy, s.window_turns, req.viewer, s.model)),
             asyncio.create_task(self._procedures.for_agent(agent, sorted(viewer.groups))),

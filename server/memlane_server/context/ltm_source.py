@@ -104,7 +104,7 @@ class LtmMemorySource:
         self._memory.drop_cached(user_id)  # and the recall index of the user's items
 
     async def recall(
-        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
     ) -> list[MemoryHit]:
         if not query.strip():
             return []
@@ -112,6 +112,8 @@ class LtmMemorySource:
         # nothing gets [] from the recall index without the query being embedded.
         await self._version(user_id)
         flt = MemoryFilter(episodes_from_channel=None if self._cross_channel else channel)
-        hits = await self._memory.search(RecallQuery(_who(user_id, viewer), query[-2000:], limit, filter=flt))
-        await self._memory.bump_usage([h.item.id for h in hits])
+        query_ = RecallQuery(_who(user_id, viewer), query[-2000:], limit + spares, filter=flt)
+        hits = await self._memory.search(query_)
+        # A use each for the first ``limit``: the spares are injected only in place of a repeat.
+        await self._memory.bump_usage([h.item.id for h in hits[:limit]])
         return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]

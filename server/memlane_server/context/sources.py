@@ -26,9 +26,10 @@ class MemorySource(Protocol):
         ...
 
     async def recall(
-        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
     ) -> list[MemoryHit]:
-        """Memories relevant to ``query``, best first; ``channel`` is where the conversation happens."""
+        """Memories relevant to ``query``, best first; ``channel`` is where the conversation happens.
+        Up to ``limit + spares``: the spares stand in for hits assembly already shows elsewhere."""
         ...
 
     def forget(self, user_id: str) -> None:
@@ -46,6 +47,6 @@ class NoMemory:
         return []
 
     async def recall(
-        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = ""
+        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
     ) -> list[MemoryHit]:
         return []

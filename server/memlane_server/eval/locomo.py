@@ -41,6 +41,8 @@ from ..tokens import TokenCounter
 from ..wiring.ltm import embedding_spec
 from .bm25 import BM25
 from .dataset import CATEGORIES, SCORED, Conversation, load, turn_messages
+from .loo import LeaveOneOut
+from .loo import evaluate as leave_one_out_eval
 from .memory_off import MemoryOffComparison
 from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile
 
@@ -89,6 +91,8 @@ class Report:
     ingest_s: float
     systems: list[SystemResult]
     memory_off: MemoryOffComparison | None = None  # --compare memory-off
+    leave_one_out: LeaveOneOut | None = None  # --leave-one-out
+    embedded: list[dict[str, int]] = field(default_factory=list)  # per conversation: items by kind
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +103,8 @@ class Report:
             "ingest_seconds": self.ingest_s,
             "systems": {s.name: s.to_json() for s in self.systems},
             **({"context_ab": self.memory_off.to_json()} if self.memory_off else {}),
+            **({"leave_one_out": self.leave_one_out.to_json()} if self.leave_one_out else {}),
+            "stored_per_conversation": self.embedded,
         }
 
     def print(self, out: TextIO = sys.stdout) -> None:
@@ -109,6 +115,10 @@ class Report:
             f" memlane ingest (replay + close + promote) {self.ingest_s:.1f} s"
             f" ({self.turns / max(self.ingest_s, 1e-9):.0f} turns/s)\n"
         )
+        if self.embedded:
+            # Each stored item is one embedded text: what ingest paid the model for.
+            per = "; ".join(", ".join(f"{k} {v}" for k, v in sorted(e.items())) for e in self.embedded)
+            w(f"memories stored (each one embedded text), per conversation: {per}\n")
         head = [f"@{b}tok" for b in BUDGETS] + [f"R@{k}" for k in CUTOFFS] + ["MRR", "n"]
         w(f"{'system':<10}{'category':<18}" + "".join(f"{h:>9}" for h in head) + "\n")
         for system in self.systems:
@@ -151,6 +161,22 @@ def _replay(client: memlane.Client, user_id: str, conv: Conversation) -> None:
         while state not in _DONE:  # another pipeline run holds the session: wait for it to finish
             time.sleep(0.05)
             state = client.get_session(session_id=session_id).session.promotion_state
+
+
+def _stored(client: memlane.Client, user_id: str) -> dict[str, int]:
+    """The user's items by kind (retired ones included: each was embedded once)."""
+    counts: dict[str, int] = {}
+    who, token = mpb.Caller(user_id=user_id, agent_id=AGENT), ""
+    while True:
+        page = client.list_memories(
+            caller=who, filter=mpb.MemoryFilter(include_retired=True), page_size=500, page_token=token
+        )
+        for m in page.memories:
+            name = mpb.MemoryKind.Name(m.kind).removeprefix("MEMORY_KIND_").lower()
+            counts[name] = counts.get(name, 0) + 1
+        token = page.next_page_token
+        if not token:
+            return counts
 
 
 def _ask(
@@ -213,6 +239,32 @@ def _baselines(
     return bm25_result, vector_result
 
 
+def _leave_one_out(
+    settings: Settings,
+    workdir: Path,
+    users: list[str],
+    conversations: list[Conversation],
+    tokens: TokenCounter,
+) -> LeaveOneOut:
+    """Over the table the (stopped) sidecar wrote in ``workdir``."""
+    table = Path(settings.ltm.ltm_uri) if settings.ltm.ltm_uri else workdir / "ltm"
+    embedder = OnnxEmbedder.load(
+        embedding_spec(settings.embedding), intra_op_threads=settings.embedding.embedding_threads
+    )
+    try:
+        return leave_one_out_eval(
+            table,
+            embedder,
+            users=users,
+            agent=AGENT,
+            conversations=conversations,
+            tokens=tokens,
+            limit=SEARCH_LIMIT,
+        )
+    finally:
+        asyncio.run(embedder.close())
+
+
 # ------------------------------------------------------------------------------------ entry point
 
 
@@ -224,10 +276,12 @@ def run(
     out: TextIO = sys.stdout,
     key_prefix: str = "",
     compare: str = "",
+    leave_one_out: bool = False,
 ) -> Report:
     """``key_prefix``: of every Redis key the run creates (default: a fresh ``eval<hex>``); on a given
     ``redis_url`` those keys are deleted at the end, whatever happens. ``compare="memory-off"``: also the
-    context A/B of ``memory_off.py``, printed after the table."""
+    context A/B of ``memory_off.py``, printed after the table. ``leave_one_out``: also the
+    leave-one-conversation-out evaluation of ``loo.py`` over the same ingest."""
     comparison = MemoryOffComparison() if compare == "memory-off" else None
     conversations = load(data)
     tokens = TokenCounter()
@@ -236,6 +290,8 @@ def run(
     with tempfile.TemporaryDirectory(prefix="memlane-eval-") as workdir:
         settings = eval_settings(Path(workdir), redis_url, key_prefix)
         ingest_s = 0.0
+        users: list[str] = []
+        embedded: list[dict[str, int]] = []
         try:
             with SidecarThread(settings) as sidecar, memlane.Client(sidecar.target, timeout=60) as client:
                 run_id = uuid.uuid4().hex[:6]
@@ -244,9 +300,11 @@ def run(
                     tqdm(conversations, desc="ingest and ask", unit="conv", disable=None)
                 ):
                     user_id = f"eval-{run_id}-{index}"
+                    users.append(user_id)
                     t = time.perf_counter()
                     _replay(client, user_id, conv)
                     ingest_s += time.perf_counter() - t
+                    embedded.append(_stored(client, user_id))
                     _ask(client, user_id, conv, tokens, memlane_result)
                     if comparison is not None:
                         comparison.ask(client, user_id, AGENT, conv)
@@ -254,6 +312,7 @@ def run(
             if redis_url:
                 drop_keys(redis_url, key_prefix)
         bm25_result, vector_result = _baselines(conversations, settings, tokens)
+        loo = _leave_one_out(settings, Path(workdir), users, conversations, tokens) if leave_one_out else None
     report = Report(
         data=str(data),
         conversations=len(conversations),
@@ -262,10 +321,14 @@ def run(
         ingest_s=ingest_s,
         systems=[memlane_result, bm25_result, vector_result],
         memory_off=comparison,
+        leave_one_out=loo,
+        embedded=embedded,
     )
     report.print(out)
     if comparison is not None:
         comparison.print(out)
+    if loo is not None:
+        loo.print(out)
     if json_out:
         Path(json_out).write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
     return report

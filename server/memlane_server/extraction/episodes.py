@@ -16,10 +16,13 @@ from __future__ import annotations
 import datetime as dt
 
 from ..sessions.model import Message, Role, Session
+from .attribution import subject_metadata
+from .filler import is_filler, repeat_key
 from .keywords import keywords
 from .model import KIND_EPISODIC, ExtractedMemory
 from .picky import is_small_talk
 from .pii import redact_head
+from .when import resolve, time_keys, time_metadata
 
 _SPOKEN = (Role.USER, Role.ASSISTANT)
 MAX_TURN_CHARS = 1200
@@ -52,7 +55,10 @@ def date_keys(ms: int) -> list[str]:
 
 def build_episodes(messages: list[Message], session: Session) -> list[ExtractedMemory]:
     """One episode per spoken turn, keyed with its neighbours' keywords, the speaker and the date."""
-    # Greetings and pleasantries are not episodes: recalled, they crowd out the turns that answer.
+    # Greetings and pleasantries take no part. Filler (bare questions and reactions: filler.py) and a
+    # speaker's exact repeats are no episodes (recalled, they crowd out the turns that answer, and each
+    # would cost an embedding), but they still key their neighbours: a bare question's words are how
+    # its answer is found.
     spoken = [
         m
         for m in messages
@@ -61,11 +67,19 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
         and m.content.strip()
         and not (len(m.content) <= SMALL_TALK_MAX_CHARS and is_small_talk(m.content))
     ]
+    said: set[str] = set()
+    kept: list[bool] = []
+    for m in spoken:
+        key = repeat_key(_speaker(m), m.content)
+        kept.append(key not in said and not is_filler(m.content))
+        said.add(key)
     # Cut before redacting: the patterns read a few hundred characters past the cut, not a 256 KB turn.
     texts = [redact_head(m.content.strip(), MAX_TURN_CHARS) for m in spoken]
     own = [keywords(t, limit=OWN_KEYWORDS) for t in texts]
     episodes: list[ExtractedMemory] = []
     for i, msg in enumerate(spoken):
+        if not kept[i]:
+            continue
         when = msg.created_at_ms or session.created_at_ms
         day = _day(when)
         speaker = _speaker(msg)
@@ -77,14 +91,19 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
             if 0 <= j < len(spoken)
             for kw in own[j][:n]
         ]
+        # Relative times ("last May") resolved against the turn's day: keys right after its own date.
+        times = resolve(texts[i], when)
         episodes.append(
             ExtractedMemory(
                 kind=KIND_EPISODIC,
                 content=content,
-                keywords=list(dict.fromkeys([speaker, *date_keys(when), *own[i], *neighbours])),
+                keywords=list(
+                    dict.fromkeys([speaker, *date_keys(when), *time_keys(times), *own[i], *neighbours])
+                ),
                 importance=0.3,
                 source_message_ids=[msg.message_id],
                 occurred_at_ms=when,
+                metadata={**subject_metadata(msg.participant_name), **time_metadata(times)},
             )
         )
     return episodes

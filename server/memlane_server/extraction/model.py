@@ -26,6 +26,9 @@ class ExtractedMemory:
     importance: float = 0.5
     source_message_ids: list[str] = field(default_factory=list)
     occurred_at_ms: int = 0
+    # Whose it is ("subject": a participant's name, absent for the user) and when a relative time
+    # it names falls ("resolved_time"); stored with the item (see ltm/ingest.py for the keys).
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .. import linear_regex
 from ..sessions.model import Message, Role, Session
+from .attribution import attributed, plain_sentence, speaker_of, subject_metadata
 from .keywords import keywords
 from .model import (
     KIND_FACT,
@@ -24,6 +25,7 @@ from .model import (
 )
 from .picky import is_chitchat, is_question, screen
 from .pii import find_pii
+from .when import resolve, time_metadata
 
 PROVIDER = "rules"
 
@@ -328,9 +330,11 @@ class RulesExtractor:
         for msg in messages:
             if msg.role is not Role.USER or msg.transient or not msg.content.strip():
                 continue
-            for sentence in _sentences(msg.content[:MAX_MESSAGE_CHARS]):
-                if is_chitchat(sentence) or is_question(sentence):
+            speaker = speaker_of(msg)
+            for said in _sentences(msg.content[:MAX_MESSAGE_CHARS]):
+                if is_chitchat(said) or is_question(said):
                     continue
+                sentence = plain_sentence(said)
                 if find_pii(sentence):
                     # What surrounds personal data is usually about it ("my email is x, I love it").
                     result.rejected_pii += 1
@@ -343,6 +347,8 @@ class RulesExtractor:
                     content = rule.render(m)
                     if not content or len(content) < 12:
                         continue
+                    # Whose it is: a named speaker's fact names them, not "User".
+                    content = attributed(content, speaker)
                     # Several facts may share a sentence ("I live in Pune and prefer metric"), but a
                     # span claimed by a more specific rule is not re-read by a looser one.
                     taken.append((m.start(), m.end()))
@@ -355,6 +361,10 @@ class RulesExtractor:
                             importance=rule.importance,
                             source_message_ids=[msg.message_id],
                             occurred_at_ms=msg.created_at_ms,
+                            metadata={
+                                **subject_metadata(speaker),
+                                **time_metadata(resolve(said, msg.created_at_ms)),
+                            },
                         )
                     )
         return screen(result)

@@ -46,6 +46,46 @@ def same_details(a: str, b: str) -> bool:
     return sa <= sb or sb <= sa
 
 
+_WORD = linear_regex.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Words that carry no detail: the subject placeholder, articles, auxiliaries, prepositions.
+_FILLER = frozenset({
+    "user", "user's", "the", "a", "an", "is", "are", "was", "were", "be", "been", "am", "in", "on", "at",
+    "of", "to", "for", "and", "or", "with", "by", "from", "as", "it", "its", "that", "this", "these",
+    "those", "my", "their", "his", "her", "our",
+})  # fmt: skip
+
+
+def detail_words(text: str, subject: str = "") -> set[str]:
+    """The words that say something: lowercased, without the subject's name, articles, auxiliaries and
+    prepositions, and with a final plural/third-person "s" dropped ("lives" and "live" are one)."""
+    skip = {w for w in _WORD.findall(subject.lower())}
+    out = set()
+    for w in _WORD.findall(text.lower()):
+        if w in _FILLER or w in skip:
+            continue
+        out.add(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
+    return out
+
+
+def restates(a: str, b: str, *, subject: str = "") -> bool:
+    """Whether one text names nothing the other does not: every detail word of one is in the other."""
+    wa, wb = detail_words(a, subject), detail_words(b, subject)
+    return bool(wa and wb) and (wa <= wb or wb <= wa)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    duplicate: float  # near-identical wording: the same details suffice
+    paraphrase: float  # other wording: no detail of one missing from the other
+
+
+def is_duplicate(sim: float, new: str, old: str, t: Thresholds, subject: str = "") -> bool:
+    """The same thing said twice: semantic similarity plus the names, values and details each names."""
+    if sim >= t.duplicate and same_details(new, old):
+        return True
+    return sim >= t.paraphrase and same_details(new, old) and restates(new, old, subject=subject)
+
+
 def decide(
     kind: MemoryKind,
     slot: str,
@@ -54,29 +94,37 @@ def decide(
     content: str,
     existing: list[MemoryItem],
     existing_vectors: npt.NDArray[np.float32],
-    duplicate_similarity: float,
+    thresholds: Thresholds,
+    existing_slots: list[str] | None = None,
+    subject: str = "",
 ) -> Decision:
-    """Compare one new item with the active items of the same user/agent.
+    """Compare one new item with the active items of the same user/agent and the same subject (the
+    caller passes only those).
 
-    - Same slot (a single-valued attribute such as location or units): near-identical wording merges;
-      anything else is a new value, so the old ones are superseded ("lives in Bangalore" -> "Pune").
-    - No slot: the most similar item of the same kind at or above the threshold absorbs it.
+    - Same slot (a single-valued attribute such as location or units; the item's own, else the one
+      ``slots.py`` recognises by meaning): the same thing said again merges; anything else is a new
+      value, so the old ones are superseded ("lives in Bangalore" -> "Pune").
+    - No slot: the most similar duplicate of the same kind absorbs it.
     Episodes never merge here: each is its own moment in time.
     """
     if kind is MemoryKind.EPISODIC or not existing:
         return Decision(Action.INSERT)
+    slots = existing_slots if existing_slots is not None else [e.slot for e in existing]
     sims = existing_vectors @ vector
     same_kind = [i for i, item in enumerate(existing) if item.kind is kind]
     if slot:
-        same_slot = [i for i, item in enumerate(existing) if item.slot == slot]
+        same_slot = [i for i, s in enumerate(slots) if s == slot]
         if same_slot:
             best = max(same_slot, key=lambda i: float(sims[i]))
-            if float(sims[best]) >= duplicate_similarity and same_details(content, existing[best].content):
+            if is_duplicate(float(sims[best]), content, existing[best].content, thresholds, subject):
                 return Decision(Action.MERGE, target=existing[best])
             return Decision(Action.SUPERSEDE, retire=[existing[i] for i in same_slot])
     for i in sorted(same_kind, key=lambda i: -float(sims[i])):
-        if float(sims[i]) < duplicate_similarity:
+        if float(sims[i]) < min(thresholds.duplicate, thresholds.paraphrase):
             break
-        if same_details(content, existing[i].content):
+        # An item of another attribute is not the same thing, however alike the words.
+        if slot and slots[i] and slots[i] != slot:
+            continue
+        if is_duplicate(float(sims[i]), content, existing[i].content, thresholds, subject):
             return Decision(Action.MERGE, target=existing[i])
     return Decision(Action.INSERT)

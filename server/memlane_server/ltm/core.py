@@ -11,6 +11,7 @@ from ..embedding import Embedder
 from ..errors import InvalidArgument
 from .history import Change, HistoryLog
 from .hot import HotIndex
+from .slots import SlotReader
 from .store import LanceMemoryStore
 from .tuning import MemoryTuning
 from .usage import UsageRecorder
@@ -55,6 +56,8 @@ class MemoryCore:
         # decide "insert" for the same fact; unrelated users rarely share a stripe.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._hot = HotIndex(store, max_bytes=hot_index_mb << 20)
+        # Slots recognised by meaning, for items that name none (ltm/slots.py).
+        self._slots = SlotReader(embedder, min_similarity=self._policy.slot_similarity)
         # Every change to an item is journaled there as a version (who, when, why): see ltm/history.py.
         self._history = history
 

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from ..errors import AlreadyExists, InvalidArgument
 from . import audience, filters
-from .conflicts import Action, Decision, decide
+from .conflicts import Action, Decision, Thresholds, decide, restates
 from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
 from .history import Change, ChangeReason
 from .model import (
@@ -26,7 +26,7 @@ from .model import (
     Owner,
     new_memory_id,
 )
-from .ranking import prune_score
+from .ranking import STALE_KEY, prune_score
 from .tuning import default_scope
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ class MemoryWriter(MemoryCore):
         if not accepted:
             return []
         vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
+        if any(k is not MemoryKind.EPISODIC for _, k, _ in accepted):
+            await self._slots.ready()
         now = self._clock()
         async with self._locks[hash((user_id, owner.agent_id)) % LOCK_STRIPES]:
             results = await self._ingest_locked(owner, accepted, vectors, now, reason)
@@ -95,6 +97,8 @@ class MemoryWriter(MemoryCore):
         peers, seen_turns = await self._load_peers(owner, accepted, now)
         batch = _Batch()
         results: list[IngestResult] = []
+        # Which durable items each turn of this batch stated, to link the turn's episode to them.
+        stated: dict[str, list[MemoryItem]] = {}
         for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
             prior = seen_turns.get(draft.source_message_ids[0]) if _is_turn_episode(draft, kind) else None
             if prior is not None:
@@ -103,15 +107,40 @@ class MemoryWriter(MemoryCore):
             decision = self._decision(draft, kind, content, vector, peers)
             if decision.action is Action.MERGE and decision.target is not None:
                 target = decision.target
-                self._merge_into(target, draft, kind=kind, content=content, vector=vector, now=now)
-                peers.matrix[peers.items.index(target)] = vector
+                kept = self._merge_into(
+                    target,
+                    draft,
+                    kind=kind,
+                    content=content,
+                    vector=vector,
+                    now=now,
+                    session=owner.source_session_id,
+                )
+                peers.matrix[peers.items.index(target)] = kept
+                peers.slots[peers.items.index(target)] = target.slot or self._slots.infer(kept[None, :])[0]
                 batch.touch(target)
                 results.append(IngestResult(target, IngestOutcome.MERGED))
+                _note_stated(stated, draft, target)
                 continue
             item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
+            slot = "" if kind is MemoryKind.EPISODIC else item.slot or self._slots.infer(vector[None, :])[0]
             results.append(
-                _insert(item, decision.retire, kind=kind, vector=vector, now=now, peers=peers, batch=batch)
+                _insert(
+                    item,
+                    decision.retire,
+                    kind=kind,
+                    vector=vector,
+                    slot=slot,
+                    now=now,
+                    peers=peers,
+                    batch=batch,
+                )
             )
+            if kind is MemoryKind.EPISODIC:
+                _link_episode(item, stated, batch)
+            else:
+                _note_stated(stated, draft, item)
+        await self._mark_stale_episodes(batch, now)
 
         stored = [i for i in batch.new_items.values() if i.is_active(now) or i.superseded_by]
         await self._store.add(stored)
@@ -141,7 +170,35 @@ class MemoryWriter(MemoryCore):
                 & filters.is_("source_session_id", owner.source_session_id)
             )
             seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
-        return _Peers(existing, matrix), seen_turns
+        slots = [e.slot for e in existing]
+        unslotted = [i for i, s in enumerate(slots) if not s]
+        if unslotted:
+            for i, slot in zip(unslotted, self._slots.infer(matrix[unslotted]), strict=True):
+                slots[i] = slot
+        return _Peers(existing, matrix, slots), seen_turns
+
+    async def _mark_stale_episodes(self, batch: _Batch, now: int) -> None:
+        """Episodes that carry a fact retired by this batch say what is no longer true: each is marked
+        with the fact it carried (``STALE_KEY``), which recall down-ranks (``stale_episode_factor``).
+        They stay episodes: what was said then is still what was said then."""
+        retired = [i for i in batch.changed.values() if i.superseded_by and i.kind is not MemoryKind.EPISODIC]
+        links = {eid: old.id for old in retired for eid in _linked_episodes(old)}
+        if not links:
+            return
+        known = {i.id: i for i in batch.new_items.values()}
+        missing = [eid for eid in links if eid not in known]
+        for start in range(0, len(missing), DELETE_BATCH):
+            # With vectors: the rows are written back whole.
+            chunk = filters.with_ids(missing[start : start + DELETE_BATCH])
+            for fetched in await self._store.fetch(chunk, with_vector=True):
+                known[fetched.id] = fetched
+        for eid, fact_id in links.items():
+            ep = known.get(eid)
+            if ep is None or not ep.is_active(now) or ep.metadata.get(STALE_KEY):
+                continue
+            ep.metadata = {**ep.metadata, STALE_KEY: fact_id}
+            ep.updated_at_ms = now
+            batch.touch(ep)
 
     def _decision(
         self,
@@ -153,7 +210,13 @@ class MemoryWriter(MemoryCore):
     ) -> Decision:
         # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
         existing = peers.items
-        allowed = [i for i, e in enumerate(existing) if audience.may_supersede(draft, e)]
+        # Never one person's fact against another's: compare only items of the same subject.
+        who = subject_of(draft.metadata)
+        allowed = [
+            i
+            for i, e in enumerate(existing)
+            if audience.may_supersede(draft, e) and subject_of(e.metadata) == who
+        ]
         among = partial(
             _decide,
             draft,
@@ -162,7 +225,10 @@ class MemoryWriter(MemoryCore):
             vector,
             existing=existing,
             matrix=peers.matrix,
-            similarity=self._policy.duplicate_similarity,
+            slots=peers.slots,
+            thresholds=Thresholds(self._policy.duplicate_similarity, self._policy.paraphrase_similarity),
+            slot=draft.slot or ("" if kind is MemoryKind.EPISODIC else self._slots.infer(vector[None, :])[0]),
+            subject=who,
         )
         decision = among(peers=allowed)
         if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
@@ -201,7 +267,7 @@ class MemoryWriter(MemoryCore):
             source_message_ids=list(draft.source_message_ids)[: self._policy.max_source_ids],
             channel=owner.channel,
             valid_until_ms=extra.valid_until_ms if extra else 0,
-            metadata=dict(extra.metadata) if extra else {},
+            metadata={k: v for k, v in draft.metadata.items() if k != LINKS_KEY},
             vector=vector.tolist(),
         )
 
@@ -214,17 +280,31 @@ class MemoryWriter(MemoryCore):
         content: str,
         vector: npt.NDArray[np.float32],
         now: int,
-    ) -> None:
-        """Newest wording wins; importance and usage carry over; provenance accumulates."""
-        target.content = content
-        target.kind = kind
-        target.vector = vector.tolist()
+        session: str,
+    ) -> npt.NDArray[np.float32]:
+        """Newest wording wins, unless the older names more (a paraphrase that drops "France" from
+        "Lives in Lyon, France." keeps the fuller wording); importance and usage carry over;
+        provenance (message ids, the sessions it came from) accumulates. Returns the vector kept."""
+        fuller_old = restates(content, target.content) and len(target.content) > len(content)
+        if not fuller_old:
+            target.content = content
+            target.kind = kind
+            target.vector = vector.tolist()
         target.slot = draft.slot or target.slot
+        meta = {k: v for k, v in draft.metadata.items() if k != LINKS_KEY}
+        sessions = [s for s in target.metadata.get(SESSIONS_KEY, "").split(",") if s]
+        for sid in (target.source_session_id, session):
+            if sid and sid not in sessions:
+                sessions.append(sid)
+        if len(sessions) > 1:
+            meta[SESSIONS_KEY] = ",".join(sessions[-self._policy.max_source_ids :])
+        target.metadata = {**target.metadata, **meta}
         target.importance = max(target.importance, clamp(draft.importance))
         target.keywords = clean_keywords([*draft.keywords, *target.keywords])
         ids = list(dict.fromkeys([*target.source_message_ids, *draft.source_message_ids]))
         target.source_message_ids = ids[-self._policy.max_source_ids :]
         target.updated_at_ms = now
+        return np.asarray(target.vector, dtype=np.float32)
 
     async def _enforce_caps(self, owner: Owner, active_facts: list[MemoryItem], now: int) -> list[MemoryItem]:
         """Hard cap per (user, agent): drop the lowest prune scores over the cap, right away; returns them."""
@@ -251,6 +331,7 @@ class _Peers:
 
     items: list[MemoryItem]
     matrix: npt.NDArray[np.float32]
+    slots: list[str]  # per item: its slot, else the one recognised by meaning, else ""
 
 
 @dataclass(slots=True)
@@ -289,6 +370,7 @@ def _insert(
     *,
     kind: MemoryKind,
     vector: npt.NDArray[np.float32],
+    slot: str,
     now: int,
     peers: _Peers,
     batch: _Batch,
@@ -305,9 +387,11 @@ def _insert(
         keep = [i for i, e in enumerate(peers.items) if e.id != old.id]
         peers.items = [peers.items[i] for i in keep]
         peers.matrix = peers.matrix[keep]
+        peers.slots = [peers.slots[i] for i in keep]
     if kind is not MemoryKind.EPISODIC:
         peers.items.append(item)
         peers.matrix = np.vstack([peers.matrix, vector[None, :]])
+        peers.slots.append(slot)
     outcome = IngestOutcome.SUPERSEDED if retired_ids else IngestOutcome.CREATED
     return IngestResult(item, outcome, retired_ids)
 
@@ -321,18 +405,57 @@ def _decide(
     peers: list[int],
     existing: list[MemoryItem],
     matrix: npt.NDArray[np.float32],
-    similarity: float,
+    slots: list[str],
+    thresholds: Thresholds,
+    slot: str,
+    subject: str,
 ) -> Decision:
-    """``decide`` over the ``peers`` (indexes into ``existing`` and its vector ``matrix``)."""
+    """``decide`` over the ``peers`` (indexes into ``existing``, its vector ``matrix`` and ``slots``)."""
     return decide(
         kind,
-        draft.slot,
+        slot,
         vector,
         content=content,
         existing=[existing[i] for i in peers],
         existing_vectors=matrix[peers],
-        duplicate_similarity=similarity,
+        existing_slots=[slots[i] for i in peers],
+        thresholds=thresholds,
+        subject=subject,
     )
+
+
+# Metadata an item carries about where it came from and what it links to.
+SUBJECT_KEY = "subject"  # whose fact it is: a participant's name; absent: the user
+SESSIONS_KEY = "source_sessions"  # every session a merged item came from, oldest first
+LINKS_KEY = "episodes"  # a durable item: the episodes of the turns that stated it
+_MAX_LINKS = 16
+
+
+def subject_of(metadata: dict[str, str]) -> str:
+    return metadata.get(SUBJECT_KEY, "").strip().lower()
+
+
+def _note_stated(stated: dict[str, list[MemoryItem]], draft: MemoryDraft, item: MemoryItem) -> None:
+    for mid in draft.source_message_ids:
+        stated.setdefault(mid, []).append(item)
+
+
+def _link_episode(episode: MemoryItem, stated: dict[str, list[MemoryItem]], batch: _Batch) -> None:
+    """Records the episode on the durable items its turn stated: retiring one of them finds it."""
+    facts = stated.get(episode.source_message_ids[0], []) if episode.source_message_ids else []
+    for item in facts:
+        links = _linked_episodes(item)
+        if episode.id not in links:
+            item.metadata = {**item.metadata, LINKS_KEY: ",".join([*links, episode.id][-_MAX_LINKS:])}
+            batch.touch(item)
+    # A fact stated and retired within this very batch (by a later draft): the episode is stale already.
+    retired = next((item for item in facts if item.superseded_by), None)
+    if retired is not None:
+        episode.metadata = {**episode.metadata, STALE_KEY: retired.id}
+
+
+def _linked_episodes(item: MemoryItem) -> list[str]:
+    return [e for e in item.metadata.get(LINKS_KEY, "").split(",") if e]
 
 
 def embedding_text(content: str, keywords: Sequence[str]) -> str:

@@ -15,6 +15,9 @@ from .model import MemoryItem, ScoredMemory, ScoreParts
 from .store import Hit
 from .tuning import DAY_MS, MemoryTuning
 
+# Set by ingest on an episode that carries a superseded fact (the fact's id).
+STALE_KEY = "superseded_fact"
+
 
 @dataclass(slots=True)
 class _Candidate:
@@ -84,6 +87,8 @@ def fuse_and_rank(
             + policy.weight_usage * p.usage
             + policy.weight_importance * p.importance
         )
+        if cand.item.metadata.get(STALE_KEY):  # an episode whose fact was superseded (ingest.py)
+            p.final *= policy.stale_episode_factor
         if p.final >= min_score:
             scored.append(ScoredMemory(cand.item, p.final, p))
     # Ties (rare) go to the newer item, then the id, so results are deterministic.

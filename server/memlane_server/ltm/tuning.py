@@ -19,6 +19,13 @@ class MemoryTuning:
     max_episodes_per_agent: int = 5000
     # Conflicts: cosine at or above this, same user/agent/kind, is "the same thing said again".
     duplicate_similarity: float = 0.9
+    # A paraphrase that names nothing the other does not ("User lives in Lyon." / "Lives in Lyon,
+    # France."): one item at this cosine or above (conflicts.py).
+    paraphrase_similarity: float = 0.75
+    # An item without a slot states a slot's attribute at this cosine to its description (slots.py).
+    slot_similarity: float = 0.5
+    # Recall score factor of an episode whose fact was superseded (it says what is no longer true).
+    stale_episode_factor: float = 0.5
     # Recall: candidates fetched from each retriever before fusion and re-ranking.
     candidates: int = 40
     # A small k keeps first places far apart: each retriever's top hit is usually the one that matters.

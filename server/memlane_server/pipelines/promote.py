@@ -110,6 +110,7 @@ class LtmPromoter:
                 memory_id=mid,
                 scope=audience.scope,
                 group=audience.group,
+                metadata=dict(d.metadata),
             )
             for d, mid in zip(drafts, ids, strict=True)
             if mid not in existing
