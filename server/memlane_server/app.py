@@ -213,9 +213,7 @@ class Sidecar:
         self._maintenance = maintenance = wiring_ltm.maintenance(s.ltm, self.ltm)  # started with the jobs
         self._closes["ltm maintenance"] = maintenance.close
         if self._memory is None:
-            self._memory = LtmMemorySource(
-                self.ltm, cross_channel_episodes=s.ltm.ltm_cross_channel_episodes, versions=versions
-            )
+            self._memory = LtmMemorySource(self.ltm, cross_channel_episodes=s.ltm.ltm_cross_channel_episodes)
 
     def _extractor(self) -> Extractor:
         extractor, http = build_extractor(self.settings.extraction, self.registry)

@@ -204,11 +204,11 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command in ("serve", "worker"):
         # Imported here so `memlane --help` works on a client-only install without the server extras.
         from .lazy_modules import defer_unused_packages
-        from .preflight import StartError, check
+        from .preflight import START_ERRORS, check
 
         try:  # before the server's imports (seconds): a start that cannot work says so at once
             asyncio.run(check(settings, listens=args.command == "serve"))
-        except StartError as exc:
+        except START_ERRORS as exc:
             print(f"memlane: {exc}", file=sys.stderr)
             return 2
 
@@ -241,7 +241,7 @@ def _run(argv: Sequence[str] | None) -> int:
         runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
         try:
             asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
-        except (ConfigError, StartError) as exc:  # what was started is stopped by then
+        except (ConfigError, *START_ERRORS) as exc:  # what was started is stopped by then
             print(f"memlane: {exc}", file=sys.stderr)
             return 2
         finally:

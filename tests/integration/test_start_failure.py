@@ -86,7 +86,7 @@ def _one_line_refusal(out: subprocess.CompletedProcess[str], says: str) -> None:
         ("grpc port in use", ": in use"),
         ("admin port in use", "admin_listen"),
         ("read-only data dir", "is not writable"),
-        ("malformed channel policy file", "channel_policies_file"),
+        ("malformed channel policy file", "channels.yaml: channels: expected a mapping"),
     ],
 )
 def test_a_start_that_cannot_work_says_why_in_one_line_before_loading_anything(

@@ -302,3 +302,20 @@ def test_the_serving_process_serves_its_workers_metrics(
     ]
     assert promote and {s.labels.get("worker") for s in promote} == {"0"}
     assert sum(s.value for s in promote) >= 1
+
+
+def test_a_search_sees_what_a_worker_just_promoted(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The serving process read the user's memories before the worker wrote (its view cached); the
+    search after the session end still finds the new facts: the version token says the view is old."""
+    a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **QUIET)
+    processes.append(a)
+    who = memlane.Caller(user_id="u-fresh", agent_id="a1")
+    with memlane.Client(a.target, timeout=60) as c:
+        c.create_memory(caller=who, kind=memlane.MemoryKind.MEMORY_KIND_FACT, content="User plays the cello.")
+        before = c.search_memories(caller=who, query="where did the user move?", limit=10).results
+        assert not any("Lisbon" in h.memory.content for h in before)  # read (and cached) before the write
+        c.promote_session(session_id=_session(c, "u-fresh"), close=True)
+        after = c.search_memories(caller=who, query="where did the user move?", limit=10).results
+        assert any("Lisbon" in h.memory.content for h in after), [h.memory.content for h in after]

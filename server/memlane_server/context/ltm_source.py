@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 
 from ..access.identity import Caller
 from ..ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
-from ..sessions.ltm_versions import LtmVersions
 from .sources import MemoryHit
 
 # The profile changes when a session ends (promotion) or an item is edited, not between two turns;
@@ -16,7 +14,6 @@ from .sources import MemoryHit
 # user's LTM version; the TTL only bounds what no write announces (an item reaching its valid_until).
 PROFILE_TTL_S = 5.0
 _PROFILE_CACHE_SIZE = 4096
-_SEEN_SIZE = 4096
 
 
 def _who(user_id: str, viewer: Caller) -> Visibility:
@@ -28,28 +25,19 @@ class LtmMemorySource:
     """What it returns gets injected, so each returned item counts one use (batched, off the hot path).
 
     ``cross_channel_episodes`` False keeps raw conversation (episodic items) inside the channel it was
-    said in, while facts and preferences follow the user across channels. With ``versions`` (the app
-    always passes them) a write on any sidecar takes effect on the next assembly here.
+    said in, while facts and preferences follow the user across channels. A write in any process (a
+    worker, another sidecar) takes effect on the next assembly here (``ltm/freshness.py``).
     """
-
-    # How long a remembered version counts as known (then the view is refreshed anyway).
-    SEEN_TTL_S = 3600.0
 
     def __init__(
         self,
         memory: MemoryService,
         *,
         cross_channel_episodes: bool = False,
-        versions: LtmVersions | None = None,
     ) -> None:
         self._memory = memory
         self._cross_channel = cross_channel_episodes
-        self._versions = versions
         self._profiles: OrderedDict[tuple[object, ...], tuple[float, bytes, list[MemoryHit]]] = OrderedDict()
-        # user -> (version this sidecar's view is current with, until when that is trusted)
-        self._seen: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
-        # One version read per user in flight: profile and recall of one assembly share it.
-        self._reads: dict[str, asyncio.Future[bytes]] = {}
         self.profile_hits = 0  # profile cache lookups, read by metrics
         self.profile_misses = 0
 
@@ -58,25 +46,9 @@ class LtmMemorySource:
         return self._memory
 
     async def _version(self, user_id: str) -> bytes:
-        """The user's current LTM version; on a change, this sidecar's view of the store is refreshed
-        and its cached profiles of the user dropped before anything is read."""
-        if self._versions is None:
-            return b""
-        read = self._reads.get(user_id)
-        if read is None:
-            read = self._reads[user_id] = asyncio.ensure_future(self._versions.read(user_id))
-            read.add_done_callback(lambda _f: self._reads.pop(user_id, None))
-        version = await asyncio.shield(read)
-        seen = self._seen.get(user_id)
-        now = time.monotonic()
-        if seen is None or seen[0] != version or seen[1] <= now:
-            await self._memory.store.refresh()
-            self.forget(user_id)
-            self._seen[user_id] = (version, now + self.SEEN_TTL_S)
-            self._seen.move_to_end(user_id)
-            while len(self._seen) > _SEEN_SIZE:
-                self._seen.popitem(last=False)
-        return version
+        """The user's current LTM version; on a change, this process's view of the store is refreshed
+        (``ltm/freshness.py``) before anything is read, and cached profiles of another version miss."""
+        return await self._memory.freshness.current(user_id)
 
     async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:
         version = await self._version(user_id)
@@ -100,7 +72,6 @@ class LtmMemorySource:
     def forget(self, user_id: str) -> None:
         for key in [k for k in self._profiles if k[0] == user_id]:
             del self._profiles[key]
-        self._seen.pop(user_id, None)  # the user id itself is the user's data
         self._memory.drop_cached(user_id)  # and the recall index of the user's items
 
     async def recall(

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from ..embedding import Embedder
 from ..errors import InvalidArgument
+from .freshness import Freshness, Versions
 from .history import Change, HistoryLog
 from .hot import HotIndex
 from .slots import SlotReader
@@ -42,6 +43,7 @@ class MemoryCore:
         on_change: Callable[[str], Awaitable[None]] | None = None,
         hot_index_mb: int = 64,
         history: HistoryLog | None = None,
+        versions: Versions | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -56,6 +58,8 @@ class MemoryCore:
         # decide "insert" for the same fact; unrelated users rarely share a stripe.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._hot = HotIndex(store, max_bytes=hot_index_mb << 20)
+        # Reads see what other processes wrote (a worker's promotions): ltm/freshness.py.
+        self.freshness = Freshness(versions, refresh=store.refresh, drop=self._hot.forget)
         # Slots recognised by meaning, for items that name none (ltm/slots.py).
         self._slots = SlotReader(embedder, min_similarity=self._policy.slot_similarity)
         # Every change to an item is journaled there as a version (who, when, why): see ltm/history.py.
@@ -95,6 +99,7 @@ class MemoryCore:
     def drop_cached(self, user_id: str) -> None:
         """Forget what is held in memory about the user (their data changed, maybe elsewhere)."""
         self._hot.forget(user_id)
+        self.freshness.forget(user_id)
 
     async def _changed(self, *user_ids: str) -> None:
         for user_id in user_ids:

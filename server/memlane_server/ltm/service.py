@@ -56,6 +56,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
         if not 1 <= query.limit <= MAX_LIMIT:
             raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT}")
+        await self.freshness.current(query.who.user_id)
         now = self._clock()
         where = filters.recall_filter(query.who, query.filter, now)
         n = max(self._policy.candidates, query.limit)
@@ -119,6 +120,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""
         max_items = max_items or self._policy.profile_max_items
         max_chars = max_chars or self._policy.profile_max_chars
+        await self.freshness.current(who.user_id)
         now = self._clock()
         flt = MemoryFilter(kinds=[MemoryKind.INSTRUCTION, MemoryKind.PREFERENCE, MemoryKind.FACT])
         hot = await self._hot.view(who)
@@ -157,6 +159,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
 
     async def get(self, who: Visibility, memory_id: str) -> MemoryItem:
         """One item the caller may read, retired ones included (the viewer shows history)."""
+        await self.freshness.current(who.user_id)
         found = await self._store.fetch(readable(who) & filters.with_id(memory_id), limit=1)
         if not found:
             raise NotFound(f"memory {memory_id} not found")
@@ -166,6 +169,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         self, who: Visibility, flt: MemoryFilter, *, page_size: int = 0, page_token: str = ""
     ) -> MemoryPage:
         """Newest first, keyset-paginated (a token stays valid while items are added or deleted)."""
+        await self.freshness.current(who.user_id)
         where = filters.narrowed(readable(who), flt, self._clock())
         return await list_page(self._store, who, flt, where, size=page_size, token=page_token)
 

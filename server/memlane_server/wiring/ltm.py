@@ -84,6 +84,7 @@ def memory_service(
         on_change=versions.bump,
         history=history,
         hot_index_mb=s.ltm_hot_index_mb,
+        versions=versions,
     )
 
 
