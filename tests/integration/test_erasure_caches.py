@@ -33,9 +33,9 @@ def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
     recounts = context._history._recounts
     memory = context._memory
     assert isinstance(memory, LtmMemorySource)
-    seen = memory._seen
     ltm = server.sidecar.ltm
     assert ltm is not None
+    seen = ltm.freshness._seen  # the versions this process's view was current with (ltm/freshness.py)
     assert any(k[0] == sid for k in recounts) and user_id in seen  # positive control
     assert ltm.hot_index.holds(user_id)  # recall loaded the user's in-memory index entry
     client.forget_user(user_id=user_id)
