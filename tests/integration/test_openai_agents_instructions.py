@@ -23,6 +23,14 @@ async def test_instructions_carry_profile_memories_and_summary(
     caller = mpb.Caller(user_id=user)
     client.create_memory(caller=caller, kind=mpb.MEMORY_KIND_PREFERENCE, content="Prefers metric units")
     client.create_memory(caller=caller, kind=mpb.MEMORY_KIND_FACT, content="Is allergic to peanuts")
+    # Recalled, never in the profile (an episode of the session's channel, where episodes stay): the
+    # memories section has something of its own, since a memory the profile holds is not injected twice.
+    client.create_memory(
+        caller=caller,
+        kind=mpb.MEMORY_KIND_EPISODIC,
+        content="Asked for nut-free snack ideas because of the peanut allergy",
+        channel="openai-agents",
+    )
     session = MemlaneSession(f"oa-{uuid.uuid4()}", server.target, user_id=user)
     model = ScriptedModel([[text("Hello!", "m1")], [text("Avoid peanuts.", "m2")], [text("Noted.", "m3")]])
 
@@ -36,7 +44,8 @@ async def test_instructions_carry_profile_memories_and_summary(
     first, second = model.sent[0].instructions or "", model.sent[1].instructions or ""
     assert first.startswith("You are a careful food assistant.\n\n")
     assert "What is known about the user:\n- Prefers metric units" in first
-    assert "Relevant memories from earlier conversations:" in second and "allergic to peanuts" in second
+    assert "Relevant memories from earlier conversations:" in second and "nut-free snack" in second
+    assert "allergic to peanuts" in second  # from the profile, once
     # The conversation is not repeated in the instructions: the SDK sends it as items.
     assert "Hello there" not in second and model.sent[1].input[0] == {
         "role": "user",

@@ -75,11 +75,12 @@ class _Relay:
 
     async def _reset(self) -> int:
         clients, self._clients = self._clients, []
-        for writer in clients:
+        live = [w for w in clients if not w.transport.is_closing()]  # a client that left needs no reset
+        for writer in live:
             sock = writer.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
-        return len(clients)
+        return len(live)
 
     def reset(self) -> int:
         return self._call(self._reset())
