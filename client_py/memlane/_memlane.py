@@ -6,7 +6,8 @@
         messages = m.context("chat-1", "what happened to my order?")  # OpenAI chat format
 
 Sessions are created on first use; ``context`` returns the assembled window (system prompt, profile,
-recalled memories, summary, recent turns) as chat messages ready for a chat-completions call.
+recalled memories, summary, recent turns, then the new question) as chat messages ready for a
+chat-completions call.
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ class _Known:
 
 def _context_request(session_id: str, user_input: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return {"session_id": session_id, "user_input": user_input, **options}
+
+
+def _with_input(chat: list[ChatMessage], user_input: str, include: bool) -> list[ChatMessage]:
+    """The window ends with the new question, ready to send: the server charged it to the budget. Not
+    twice when it was added first (then it is already the session's last turn)."""
+    if not include or not user_input:
+        return chat
+    if chat and chat[-1].get("role") == "user" and chat[-1].get("content") == user_input:
+        return chat
+    return [*chat, {"role": "user", "content": user_input}]
 
 
 class Memlane:
@@ -104,13 +115,18 @@ class Memlane:
             self._ensure_session(user_id, session_id)
             return list(self.client.append_messages(session_id=session_id, messages=batch).results)
 
-    def context(self, session_id: str, user_input: str = "", **options: Any) -> list[ChatMessage]:
-        """The assembled context as OpenAI chat messages. ``user_input``: the new turn (the recall query;
-        add it first to have it in the history). ``options``: any AssembleContextRequest field, such as
-        ``model``, ``context_window_tokens``, ``reserved_output_tokens`` or ``system_prompt``."""
+    def context(
+        self, session_id: str, user_input: str = "", *, include_input: bool = True, **options: Any
+    ) -> list[ChatMessage]:
+        """The assembled context as OpenAI chat messages, ready for the model call. ``user_input``: the
+        new turn (the recall query), returned as the last user message unless ``include_input=False``
+        (or it was added to the session first: it is then there once, as the last turn). It is not
+        stored: ``add`` it with the reply to keep it in the history. ``options``: any
+        AssembleContextRequest field, such as ``model``, ``context_window_tokens``,
+        ``reserved_output_tokens`` or ``system_prompt``."""
         stream = self.client.assemble_context(**_context_request(session_id, user_input, options))
         responses: list[AssembleContextResponse] = list(stream)
-        return chat_from_context(responses)
+        return _with_input(chat_from_context(responses), user_input, include_input)
 
     def search(self, user_id: str, query: str, *, limit: int = 10) -> list[ScoredMemory]:
         """Long-term memories of the user this agent may read, best first, with their score parts."""
@@ -182,11 +198,13 @@ class AsyncMemlane:
             reply = await self.client.append_messages(session_id=session_id, messages=batch)
         return list(reply.results)
 
-    async def context(self, session_id: str, user_input: str = "", **options: Any) -> list[ChatMessage]:
+    async def context(
+        self, session_id: str, user_input: str = "", *, include_input: bool = True, **options: Any
+    ) -> list[ChatMessage]:
         """See ``Memlane.context``."""
         stream = self.client.assemble_context(**_context_request(session_id, user_input, options))
         responses: list[AssembleContextResponse] = [r async for r in stream]
-        return chat_from_context(responses)
+        return _with_input(chat_from_context(responses), user_input, include_input)
 
     async def search(self, user_id: str, query: str, *, limit: int = 10) -> list[ScoredMemory]:
         """See ``Memlane.search``."""

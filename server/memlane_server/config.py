@@ -46,8 +46,12 @@ class ServerSettings:
     shutdown_grace_seconds: float = 5.0
     # Admission (api/admission.py): calls in flight per RPC method ("*": any other), 0 = ungated; beyond
     # that up to admission_max_queue wait admission_max_wait_ms, the rest get RESOURCE_EXHAUSTED at once.
+    # WatchSessionEvents: each stream holds one Redis connection in XREAD BLOCK, so its limit keeps half of
+    # the Redis pool (64, infra/redis_pool.py) for every other call (measured: 1,000 ungated streams took
+    # the whole pool and GetSession failed with "Too many connections").
     admission_limits: str = (
-        "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,Embed=2,*=64"
+        "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,Embed=2,"
+        "WatchSessionEvents=32,*=64"
     )
     admission_max_queue: int = 8
     admission_max_wait_ms: int = 100

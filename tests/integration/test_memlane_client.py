@@ -46,16 +46,19 @@ def test_the_common_path(server: SidecarThread) -> None:
         assert [h.memory.memory_id for h in hits][:1] == [memory_id]
         assert hits[0].parts is not None
 
-        chat = m.context(sid, "how should we contact them about order 4417?", system_prompt="Be brief.")
+        question = "how should we contact them about order 4417?"
+        chat = m.context(sid, question, system_prompt="Be brief.")
         assert chat[0] == {"role": "system", "content": "Be brief."}
-        # The conversation comes back exactly as it was added (tool calls and content parts included).
-        tail = chat[-4:]
+        # The new question comes last, ready to send; before it, the conversation exactly as it was added
+        # (tool calls and content parts included).
+        assert chat[-1] == {"role": "user", "content": question}
+        tail = chat[-5:-1]
         assert tail[0] == {"role": "user", "content": "My order 4417 arrived damaged."}
         assert tail[1] == TOOL_CALL
         assert tail[2] == {"role": "tool", "tool_call_id": "call_1", "content": "refund queued"}
         assert tail[3]["content"] == [{"type": "text", "text": "Refund on its way."}]
         # Recalled memories arrive as system messages before the conversation.
-        assert any(c["role"] == "system" and "Prefers email" in str(c.get("content")) for c in chat[1:-4])
+        assert any(c["role"] == "system" and "Prefers email" in str(c.get("content")) for c in chat[1:-5])
 
         # Erasure needs the admin role, which an agent named by its header does not hold.
         with pytest.raises(memlane.PermissionDeniedError, match="admin"):
@@ -88,9 +91,10 @@ async def test_the_async_common_path(server: SidecarThread) -> None:
             memory_id
         ]
         chat = await m.context(sid, "where do I live?")
-        assert chat[-2:] == [
+        assert chat[-3:] == [
             {"role": "user", "content": "I live in Porto."},
             {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "where do I live?"},
         ]
         async with AsyncMemlane(server.target) as operator:
             assert sum((await operator.forget_user(user)).values()) > 0
@@ -105,9 +109,9 @@ def test_the_readme_quick_start_runs(server: SidecarThread, capsys: pytest.Captu
     exec(compile(code.replace('"127.0.0.1:50051"', repr(server.target)), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "Prefers email over phone calls." in out  # search found it
-    assert (
-        "'role': 'user', 'content': 'My order 4417 arrived damaged.'" in out
-    )  # context ended with the turns
+    assert "'role': 'user', 'content': 'My order 4417 arrived damaged.'" in out  # the turns
+    # ... and last, the new question, as the README says.
+    assert out.rstrip().endswith("{'role': 'user', 'content': 'where is my replacement?'}]")
 
 
 def test_the_high_level_clients_speak_as_their_agent(server: SidecarThread) -> None:
@@ -139,3 +143,33 @@ def test_the_high_level_clients_speak_as_their_agent(server: SidecarThread) -> N
         assert "A's private plan" in str(said(a2.context(sid)))
     with Memlane(server.target) as anyone:
         assert "A's private plan" in str(said(anyone.context(sid)))
+
+
+def test_context_ends_with_the_question_once_unless_left_out(server: SidecarThread) -> None:
+    user, sid = f"u-{uuid.uuid4().hex[:8]}", f"chat-{uuid.uuid4().hex[:8]}"
+    turns: list[memlane.ChatMessage] = [
+        {"role": "user", "content": "My parcel is late."},
+        {"role": "assistant", "content": "Let me check."},
+    ]
+    ask = {"role": "user", "content": "any news?"}
+    with Memlane(server.target, agent_id="support-bot") as m:
+        m.add(user, sid, turns)
+        assert m.context(sid, "any news?")[-3:] == [*turns, ask]
+        # Left out on request: the window ends with the stored turns, as before.
+        assert m.context(sid, "any news?", include_input=False)[-2:] == turns
+        assert m.context(sid)[-2:] == turns  # no question, nothing added
+        # Nothing stored by context(): the session still holds the two turns.
+        assert m.client.get_session(session_id=sid).session.message_count == 2
+        # Added first (the old advice): the question is there once, as the last turn.
+        m.add(user, sid, [ask])
+        chat = m.context(sid, "any news?")
+        assert chat[-3:] == [*turns, ask]
+        assert sum(1 for c in chat if c == ask) == 1
+
+    async def async_windows() -> tuple[list[memlane.ChatMessage], list[memlane.ChatMessage]]:
+        async with AsyncMemlane(server.target, agent_id="support-bot") as am:
+            return await am.context(sid, "and now?"), await am.context(sid, "and now?", include_input=False)
+
+    with_it, without = asyncio.run(async_windows())
+    assert with_it[-2:] == [ask, {"role": "user", "content": "and now?"}]
+    assert without[-1] == ask

@@ -7,7 +7,8 @@ RESOURCE_EXHAUSTED and a ``retry-after-ms`` trailer (the kind's recent service t
 treats as retryable with backoff. Expensive kinds get small limits of their own, so a flood of assemblies
 never takes the slots of cheap calls (GetSession, AppendMessages...) and the gRPC health service is not
 gated at all. A server stream holds its slot until it ends, so streams are gated only when named
-(AssembleContext, ExportUserData); the ``*`` default never covers WatchSessionEvents, which lives long.
+(AssembleContext, ExportUserData, WatchSessionEvents); the ``*`` default never covers a stream. A
+WatchSessionEvents stream lives until its caller hangs up, so a drain does not wait for it.
 
 Runs as the outermost interceptor: a shed call costs no decoding, authentication or handler work. It
 also refuses new calls with UNAVAILABLE once the sidecar starts draining (SIGTERM), while the calls
@@ -28,6 +29,8 @@ from ..observability.metrics import RpcMetrics
 from .status import trailer
 
 DEFAULT_KIND = "*"
+# Streams that follow events until the caller hangs up: a drain would wait its whole grace for them.
+_FOLLOWERS = frozenset({"WatchSessionEvents"})
 
 
 def parse_limits(spec: str) -> dict[str, int]:
@@ -202,8 +205,11 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
     def _gated_stream(
         self, name: str, gate: Gate, inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+        follows = name in _FOLLOWERS
+
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            self._enter()
+            if not follows:
+                self._enter()
             try:
                 await self._admit(name, gate, context)
                 held = time.perf_counter()
@@ -213,6 +219,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                 finally:
                     gate.leave(time.perf_counter() - held)
             finally:
-                self._exit()
+                if not follows:
+                    self._exit()
 
         return stream

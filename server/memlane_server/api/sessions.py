@@ -19,6 +19,7 @@ from ..pipelines.on_request import EndOnRequest
 from ..sessions.edits import MessageEditor
 from ..sessions.events import SessionEvent
 from ..sessions.lifecycle import Lifecycle
+from ..sessions.limits import check_batch_count
 from ..sessions.model import Message, Role, Session, SessionStatus
 from ..sessions.removal import MessageRemover
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
@@ -179,6 +180,7 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
         self, request: spb.AppendMessagesRequest, context: _Ctx
     ) -> spb.AppendMessagesResponse:
         sid, writer = request.session_id, current_caller()
+        check_batch_count(len(request.messages), self._store.limits)
         for _ in range(_REVIVALS):
             # Built afresh for every attempt: an attempt fills in ids, times and defaults, and the stored
             # fingerprint must be the caller's batch as sent.

@@ -21,6 +21,14 @@ log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], Awaitable[bool]]
 MAX_BODY = 64 * 1024  # forms only: a few fields
+# A request head (and a form body) must arrive within this: a slowloris trickling a byte a second is hung
+# up on, not served for ever.
+HEAD_TIMEOUT_S = 5.0
+# Connections still sending their head, at most: past it the oldest is closed for the newcomer, so idle
+# connections cannot hold file descriptors without bound, yet a probe (/healthz) always gets in.
+MAX_READING = 256
+# A reply the client does not read (a stalled /metrics download) is dropped after this.
+WRITE_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -51,7 +59,9 @@ def _peer_host(writer: asyncio.StreamWriter) -> str:
 
 
 async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest:
-    async with asyncio.timeout(5):  # not wait_for: on 3.11 it can swallow the server's shutdown cancel
+    async with asyncio.timeout(
+        HEAD_TIMEOUT_S
+    ):  # not wait_for: on 3.11 it can swallow the server's shutdown cancel
         head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, target, *_ = lines[0].split(" ")
@@ -66,7 +76,7 @@ async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     if length > MAX_BODY:
         raise ValueError("request body too large")
     if length:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(HEAD_TIMEOUT_S):
             body = await reader.readexactly(length)
         if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
             form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
@@ -92,6 +102,7 @@ class HttpEndpoint:
         self._apps: dict[str, App] = {}
         self._server: asyncio.Server | None = None
         self._more_metrics: MetricsSource | None = None
+        self._reading: dict[asyncio.StreamWriter, None] = {}  # oldest first
 
     def serve_metrics_of(self, source: MetricsSource) -> None:
         """``/metrics`` also serves what ``source`` gives, each sample labelled with its process."""
@@ -132,15 +143,25 @@ class HttpEndpoint:
         return HttpResponse("404 Not Found", "text/plain", b"not found\n")
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._reading) >= MAX_READING:
+            oldest = next(iter(self._reading))
+            del self._reading[oldest]
+            oldest.close()  # its pending read ends (IncompleteReadError) and its handler returns
+        self._reading[writer] = None
         try:
-            response = await self._route(await _read_request(reader, writer))
+            try:
+                request = await _read_request(reader, writer)
+            finally:
+                self._reading.pop(writer, None)
+            response = await self._route(request)
             head = (
                 f"HTTP/1.1 {response.status}\r\nContent-Type: {response.content_type}\r\n"
                 f"Content-Length: {len(response.body)}\r\n"
                 + "".join(f"{k}: {v}\r\n" for k, v in response.headers.items())
             )
             writer.write(head.encode("latin-1") + b"Connection: close\r\n\r\n" + response.body)
-            await writer.drain()
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await writer.drain()
         except (
             TimeoutError,
             asyncio.IncompleteReadError,

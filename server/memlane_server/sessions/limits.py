@@ -22,6 +22,26 @@ class Limits:
     max_text_field_bytes: int = 1024  # names, agent ids, groups, metadata values, list entries
 
 
+# How deeply a native object may nest: far beyond any chat format (a few levels; a tool's JSON schema a
+# few dozen), and well under the ~1,000 frames at which Python's json (the client reading it back,
+# memlane/_chat.py) raises RecursionError. orjson alone refuses only past 1,024.
+MAX_NATIVE_DEPTH = 128
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of a parsed JSON value (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            deepest = max(deepest, depth + 1)
+            stack.extend((item, depth + 1) for item in v)
+    return deepest
+
+
 # The accepted range of a caller-given time (``created_at_unix_ms``): from 2000-01-01T00:00:00Z to one
 # day past the server's clock. Outside it a time is a bug (seconds sent as ms, a year 10000) that would
 # fail later work (archive partitions, Parquet timestamps) long after the write was acknowledged.
@@ -95,16 +115,22 @@ def message_bytes(m: Message) -> int:
     return sum(len(s.encode()) for s in strings)
 
 
-def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
-    """Validates a batch before anything is written. Raises on the first bad message."""
-    if not messages:
+def check_batch_count(count: int, limits: Limits) -> None:
+    """The batch's length alone: checked before its messages are converted, so 100,000 tiny ones are
+    refused at once rather than after a second and a half of the event loop building them."""
+    if not count:
         raise InvalidArgument("messages must not be empty", field="messages", reason="REQUIRED")
-    if len(messages) > limits.max_batch_messages:
+    if count > limits.max_batch_messages:
         raise ResourceExhausted(
-            f"batch has {len(messages)} messages; at most {limits.max_batch_messages} per call",
+            f"batch has {count} messages; at most {limits.max_batch_messages} per call",
             field="messages",
             reason="BATCH_TOO_LARGE",
         )
+
+
+def check_batch(messages: list[Message], limits: Limits, now_ms: int) -> None:
+    """Validates a batch before anything is written. Raises on the first bad message."""
+    check_batch_count(len(messages), limits)
     total = 0
     seen: set[str] = set()
     for i, m in enumerate(messages):
@@ -178,13 +204,19 @@ def _check_message(m: Message, f: str, limits: Limits, now_ms: int) -> int:
                 reason="REQUIRED",
             )
         try:
-            orjson.loads(m.native_json)
+            native = orjson.loads(m.native_json)
         except orjson.JSONDecodeError as exc:
             raise InvalidArgument(
                 f"{f}.native.json is not valid JSON: {exc}",
                 field=f"{f}.native.json",
                 reason="INVALID_JSON",
             ) from exc
+        if json_depth(native) > MAX_NATIVE_DEPTH:
+            raise InvalidArgument(
+                f"{f}.native.json nests deeper than {MAX_NATIVE_DEPTH} levels",
+                field=f"{f}.native.json",
+                reason="TOO_DEEP",
+            )
     for name in ("source_agent_id", "participant_name", "user_id", "channel", "visibility_group"):
         check_short(getattr(m, name), f"{f}.{name}", limits)
     check_metadata(m.metadata, f"{f}.metadata", limits)
