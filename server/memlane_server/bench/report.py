@@ -83,8 +83,8 @@ class Report:
         print(f"  {name}: {per_s:.1f}/s", file=sys.stderr, flush=True)
         return row
 
-    def memory(self, name: str, mb: float, *, at_most: float) -> Row:
-        row = Row(name, "MB", mb)
+    def memory(self, name: str, mb: float, *, at_most: float, note: str = "") -> Row:
+        row = Row(name, "MB", mb, note=note)
         self._judge(row, [(f"<= {at_most:g} MB", mb <= at_most)])
         print(f"  {name}: {mb:.0f} MB", file=sys.stderr, flush=True)
         return row

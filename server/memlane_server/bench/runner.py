@@ -97,9 +97,16 @@ class Process:
         )
 
     def rss_mb(self) -> float:
-        """Resident memory of the process and its children (a sidecar's worker processes) together."""
+        """Resident memory of the process and its children (a sidecar's worker processes) added up: pages
+        the processes share (the libraries) are counted once per process."""
         assert self.proc is not None
-        return sum(_rss_mb(pid) for pid in [self.proc.pid, *_children(self.proc.pid)])
+        return sum(_status_mb(pid, "VmRSS:") for pid in [self.proc.pid, *_children(self.proc.pid)])
+
+    def pss_mb(self) -> float:
+        """Memory of the process and its children together, each shared page counted once (PSS: a page
+        shared by n processes counts 1/n in each): what the pod holds."""
+        assert self.proc is not None
+        return sum(_rollup_mb(pid, "Pss:") for pid in [self.proc.pid, *_children(self.proc.pid)])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -111,14 +118,18 @@ class Process:
                 self.proc.wait()
 
 
-def _rss_mb(pid: int) -> float:
+def _status_mb(pid: int, field: str, name: str = "status") -> float:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     except OSError:  # gone meanwhile
         pass
     return 0.0
+
+
+def _rollup_mb(pid: int, field: str) -> float:
+    return _status_mb(pid, field, "smaps_rollup")
 
 
 def _children(pid: int) -> list[int]:

@@ -125,7 +125,12 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
         phases.set_postfix_str("core RPCs")
         with Sidecar(f"{tmp}/core", redis_url, "--ltm-enabled", "false") as core:
             _core(report, core.target, echo, n, seconds)
-            report.memory("RSS after load: sidecar without LTM", core.proc.rss_mb(), at_most=200)
+            report.memory(
+                "memory after load (PSS, all processes): sidecar without LTM",
+                core.proc.pss_mb(),
+                at_most=200,
+                note=f"RSS added up: {core.proc.rss_mb():.0f} MB",
+            )
         phases.update()
         for size in sizes:
             data = f"{tmp}/ltm{size}"
@@ -154,9 +159,10 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
                     isolation(report, ltm.target)
                     phases.update()
                     report.memory(
-                        f"RSS after load: sidecar with LTM ({size:,} items), all its processes",
-                        ltm.proc.rss_mb(),
+                        f"memory after load (PSS, all processes): sidecar with LTM ({size:,} items)",
+                        ltm.proc.pss_mb(),
                         at_most=500,
+                        note=f"RSS added up: {ltm.proc.rss_mb():.0f} MB",
                     )
         if not quick:  # the same session-end row with two worker processes (1 is the default above)
             phases.set_postfix_str("session end, 2 workers")
