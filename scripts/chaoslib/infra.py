@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 import memlane
+from memlane_server.bench.runner import children_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -286,16 +287,7 @@ class Sidecar:
         if not self.alive():
             return []
         assert self.proc is not None
-        out = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    stat = (entry / "stat").read_text()
-                except OSError:
-                    continue
-                if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
-                    out.append(int(entry.name))
-        return out
+        return children_of(self.proc.pid)
 
     def kill9(self) -> None:
         if self.alive():

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import memlane
 from memlane import Message, PromotionState, Role
+from memlane_server.bench.runner import children_of
 from memlane_server.sessions.end_queue import GROUP
 from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
@@ -54,16 +55,7 @@ def _consumer_pids(r: Any, prefix: str) -> set[int]:
 
 
 def _children(pid: int) -> set[int]:
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.add(int(entry.name))
-    return out
+    return set(children_of(pid))
 
 
 def _session(c: memlane.Client, user: str, turns: int = 20) -> str:

@@ -100,13 +100,13 @@ class Process:
         """Resident memory of the process and its children (a sidecar's worker processes) added up: pages
         the processes share (the libraries) are counted once per process."""
         assert self.proc is not None
-        return sum(_status_mb(pid, "VmRSS:") for pid in [self.proc.pid, *_children(self.proc.pid)])
+        return sum(_status_mb(pid, "VmRSS:") for pid in [self.proc.pid, *children_of(self.proc.pid)])
 
     def pss_mb(self) -> float:
         """Memory of the process and its children together, each shared page counted once (PSS: a page
         shared by n processes counts 1/n in each): what the pod holds."""
         assert self.proc is not None
-        return sum(_rollup_mb(pid, "Pss:") for pid in [self.proc.pid, *_children(self.proc.pid)])
+        return sum(_rollup_mb(pid, "Pss:") for pid in [self.proc.pid, *children_of(self.proc.pid)])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -132,7 +132,8 @@ def _rollup_mb(pid: int, field: str) -> float:
     return _status_mb(pid, field, "smaps_rollup")
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a sidecar's worker processes), from /proc (Linux)."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
