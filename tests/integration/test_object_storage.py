@@ -161,18 +161,21 @@ def _fragments(uri: str) -> int:
 
 
 def test_a_reader_on_a_cleaned_up_version_reads_on(start_server: ServerFactory, s3: S3Server) -> None:
-    """A's handle stays on the version it wrote (no version checks: the widest staleness window). B
-    compacts A's row and its own into one fragment, then erases its user: that rewrites the fragment and
-    deletes every older version's files, those A reads among them. A's next search finds them gone and
-    re-reads the latest."""
+    """A's handle stays on the version it wrote (no periodic checks: the widest staleness window; A has
+    read the user since its write, so the user's version token, unchanged by B's writes of another
+    user, asks for no refresh either). B compacts A's row and its own into one fragment, then erases its
+    user: that rewrites the fragment and deletes every older version's files, those A reads among them.
+    A's next search finds them gone and re-reads the latest."""
     tag = uuid.uuid4().hex[:8]
     uri = s3.uri(tag, "ltm")
     shared = {"key_prefix": f"t{uuid.uuid4().hex[:10]}", "ltm_uri": uri}
-    a = start_server(**shared, ltm_read_consistency_seconds=-1)
+    # The table read path itself: no in-memory recall entry between A's searches and the table.
+    a = start_server(**shared, ltm_read_consistency_seconds=-1, ltm_hot_index_mb=0)
     b = start_server(**shared, ltm_optimize_interval_seconds=0.2, ltm_optimize_after_writes=1)
     reader, doomed = mpb.Caller(user_id=f"reader-{tag}"), mpb.Caller(user_id=f"doomed-{tag}")
     with memlane.Client(a.target, timeout=60) as ca, memlane.Client(b.target, timeout=60) as cb:
         made = ca.create_memory(caller=reader, kind=mpb.MEMORY_KIND_FACT, content="User grows basil.")
+        assert ca.search_memories(caller=reader, query="basil").results  # A's view is current with it
         cb.create_memory(caller=doomed, kind=mpb.MEMORY_KIND_FACT, content="User grows thyme.")
         wait_for(lambda: _fragments(uri) == 1, timeout=30)
         assert a.sidecar.ltm is not None and a.sidecar.ltm.store.contention.stale_reads_retried == 0
