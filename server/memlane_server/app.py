@@ -428,7 +428,3 @@ async def _parent_gone(parent_pid: int, stop: asyncio.Event) -> None:
 
 
 _PARENT_CHECK_S = 1.0
-
-
-async def serve(settings: Settings) -> None:
-    await run_until_signalled(Sidecar(settings))

@@ -2,8 +2,10 @@
 
 Public face (built by ``app.py``):
 
-- ``SessionEndPipeline``: the idempotent steps for one session (``handle_job``, ``force``, ``retire``).
-- ``SessionEndWorker``: the background jobs (queue consumer, retirement, archive retention).
+- ``SessionEndPipeline``: the idempotent steps for one session (``handle_job``, ``retire``).
+- ``SessionEndWorker``: a worker's background jobs (the job streams' consumer: session end, learning,
+  summaries; retirement, archive retention). ``on_request.EndOnRequest``: PromoteSession, a forced job
+  waited for.
 - ``Resumer.ensure_hot(session_id)``: call before serving a session; reloads a retired one.
 - ``ArchiveStore`` / ``ParquetArchive``: cold storage; ``Promoter`` / ``LtmPromoter``: promotion.
 """
