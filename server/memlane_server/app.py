@@ -29,7 +29,8 @@ from .api.admission import AdmissionInterceptor
 from .config import Settings
 from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
-from .embedding import Embedder
+from .embedding import Embedder, OnnxEmbedder
+from .embedding.remote import EmbeddingServer
 from .extraction import Extractor
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
@@ -78,6 +79,7 @@ CloseStep = Literal[
     "ltm",  # flushes pending usage bumps
     "ltm store",
     "extractor http",
+    "embedding server",  # the workers' sockets (the workers are stopped by then)
     "embedder",
     "redis pool",
     "embedded redis",
@@ -92,6 +94,8 @@ class Sidecar:
     bound gRPC endpoints (ports resolved when a listen address asks for port 0). Each part, once built,
     registers how it is drained or closed, so ``stop`` after a failed ``start`` closes what exists."""
 
+    # Whether this process answers calls (every append counts tokens) or only runs background jobs.
+    _serves_requests = True
     # Set by start(); tests and tools read them from a started sidecar.
     redis: RedisClient
     stores: Stores
@@ -164,7 +168,9 @@ class Sidecar:
         parts (built, not started)."""
         s = self.settings
         await self._connect()
-        tokens = await asyncio.to_thread(TokenCounter, s.sessions.default_encoding)
+        tokens = await asyncio.to_thread(
+            TokenCounter, s.sessions.default_encoding, preload=self._serves_requests
+        )
         self.stores = build_stores(
             self.redis, tokens, s, executor=self._executor, auto_approve=self._auto_approves
         )
@@ -310,7 +316,13 @@ class Sidecar:
         erasures.start()
         p = self.settings.pipeline
         if p.pipeline_enabled and p.worker_processes > 0:
-            pool = WorkerPool(self.settings, redis_url=self._redis_url, processes=p.worker_processes)
+            # One model per pod: the workers embed through this process's model.
+            embedding = EmbeddingServer(self._embedder) if isinstance(self._embedder, OnnxEmbedder) else None
+            if embedding is not None:
+                self._closes["embedding server"] = embedding.close
+            pool = WorkerPool(
+                self.settings, redis_url=self._redis_url, processes=p.worker_processes, embedding=embedding
+            )
             self._drains["workers"] = lambda: pool.stop(self._stop_deadline)
             await pool.start()
             if self._admin is not None:

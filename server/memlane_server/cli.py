@@ -88,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--parent-pid", type=int, default=0, help="stop when this process is gone (set by memlane serve)"
     )
+    worker.add_argument(
+        "--embedder-fd",
+        type=int,
+        default=-1,
+        help="embed through the serving process's model over this inherited socket (set by memlane serve)",
+    )
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
@@ -238,7 +244,11 @@ def _run(argv: Sequence[str] | None) -> int:
             except ConfigError as exc:
                 print(f"memlane: {exc}", file=sys.stderr)
                 return 2
-        runtime = Sidecar(settings) if args.command == "serve" else Worker(settings)
+        runtime = (
+            Sidecar(settings)
+            if args.command == "serve"
+            else Worker(settings, embedder_fd=getattr(args, "embedder_fd", -1))
+        )
         try:
             asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
         except (ConfigError, *START_ERRORS) as exc:  # what was started is stopped by then

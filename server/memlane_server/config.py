@@ -183,7 +183,9 @@ class EmbeddingSettings:
     embedding_dims: int = 384
     embedding_pooling: str = "mean"  # mean | cls | none
     embedding_sha256: str = ""  # checked at start when set (always for the packaged model)
-    embedding_threads: int = 2  # ONNX Runtime intra-op threads
+    embedding_threads: int = 2  # threads embedding bulk work at a lower CPU priority (queries: one more)
+    embedding_maths: str = "auto"  # auto | int8 | as-shipped (embedding/int8.py)
+    embedding_cache_dir: str = ""  # where the int8 conversion is cached; empty: ~/.cache/memlane/models
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +297,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "context_fallback": ("gap_summary", "drop_oldest"),
     "summarizer": ("extractive", "openai", "client"),
     "embedding_pooling": ("mean", "cls", "none"),
+    "embedding_maths": ("auto", "int8", "as-shipped"),
     "extractor": ("rules", "openai"),
     "procedure_approval": ("human", "auto"),
 }

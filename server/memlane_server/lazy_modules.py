@@ -6,6 +6,10 @@ builds pydantic validators for all its methods at import: about 5 s of a 2-core 
 client memlane never calls (it opens local or object-store tables, not a REST namespace). The package is
 registered without running its ``__init__`` (its submodules, such as the models, import as usual); the
 first attribute read from the package itself runs it in full, so nothing can observe the difference.
+
+``onnxruntime`` is deferred the same way: a worker process of ``memlane serve`` embeds through the serving
+process's model (embedding/remote.py) and never touches it, which keeps its library (about 20 MB) out of
+the worker's memory; the serving process runs it in full when it loads the model.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import importlib.util
 import sys
 import types
 
-_DEFERRED = ("lance_namespace_urllib3_client",)
+_DEFERRED = ("lance_namespace_urllib3_client", "onnxruntime")
 
 
 class _Deferred(types.ModuleType):

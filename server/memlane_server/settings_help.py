@@ -77,7 +77,12 @@ HELP: dict[str, str] = {
     "embedding_dims": "Dimensions of the embedding model's vectors.",
     "embedding_pooling": "How token vectors become one sentence vector.",
     "embedding_sha256": "Expected SHA-256 of the model file, checked at start.",
-    "embedding_threads": "ONNX Runtime intra-op threads.",
+    "embedding_threads": "Threads that embed bulk work (session end, learning, large Embed calls) at a"
+    " lower CPU priority; query vectors have a thread of their own.",
+    "embedding_maths": "int8: the model converted to int8 maths once and cached (a third of the memory,"
+    " about twice as fast); as-shipped: the file as it is; auto: int8 for the packaged model.",
+    "embedding_cache_dir": "Directory of the cached int8 conversion; empty: $XDG_CACHE_HOME/memlane/models"
+    " or ~/.cache/memlane/models.",
     "extractor": "Who extracts long-term memories from turns: offline rules or an OpenAI-compatible LLM.",
     "extractor_base_url": "Base URL of the OpenAI-compatible extractor.",
     "extractor_model": "Model name of the OpenAI-compatible extractor.",

@@ -5,9 +5,10 @@ providers, the session-end parts) and starts only the background jobs: the job s
 (session end and learning during the session), retirement, archive retention and the LTM table's
 upkeep. No gRPC port; ``/metrics`` and ``/healthz`` on ``admin_listen`` when set.
 
-``memlane serve`` starts ``worker_processes`` of these beside its serving process (``worker_pool.py``);
-a cluster runs them as a Deployment beside thin sidecars (``pipeline_enabled: false``), all against the
-same Redis, LanceDB table and archive.
+``memlane serve`` starts ``worker_processes`` of these beside its serving process (``worker_pool.py``),
+each embedding through the serving process's model (``--embedder-fd``: one model per pod); a cluster
+runs them as a Deployment beside thin sidecars (``pipeline_enabled: false``), all against the same Redis,
+LanceDB table and archive, each with a model of its own.
 """
 
 from __future__ import annotations
@@ -15,16 +16,26 @@ from __future__ import annotations
 import logging
 
 from .app import Sidecar
-from .config import ConfigError
+from .config import ConfigError, Settings
+from .embedding.remote import RemoteEmbedder
 
 log = logging.getLogger("memlane")
 
 
 class Worker(Sidecar):
+    _serves_requests = False
+
+    def __init__(self, settings: Settings, *, embedder_fd: int = -1) -> None:
+        super().__init__(settings)
+        self._embedder_fd = embedder_fd  # -1: no serving process to embed through (a worker Deployment)
+
     async def start(self) -> None:
         if not self.settings.redis.redis_url:
             raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
         await self._preflight(listens=False)
+        if self._embedder_fd >= 0 and self.settings.ltm.ltm_enabled:
+            self._embedder = remote = await RemoteEmbedder.connect(self._embedder_fd)
+            self._closes["embedder"] = remote.close
         await self._foundation()
         await self._start_admin(with_viewer=False)
         await self._start_background()

@@ -7,6 +7,13 @@ socket too). Children run at a lower CPU priority: on a small pod the serving pr
 first, so a request's latency does not depend on how much background work is queued; idle cores still
 go to the workers. A child that dies is started again (its jobs are taken over from the queue after the
 claim timeout, as for any dead worker).
+
+One model per pod: with long-term memory on, each child gets one end of a socket pair and embeds through
+this process's model (``embedding/remote.py``) instead of loading its own copy.
+
+Children are started with ``subprocess.Popen`` (a vfork and exec, off the event loop) and watched through
+a pidfd: uvloop's own spawn forks the whole process and runs every library's fork handlers, so gRPC and
+LanceDB warned at every start (and a fork of a process running their threads can deadlock).
 """
 
 from __future__ import annotations
@@ -17,12 +24,15 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
+from typing import IO
 
 import orjson
 
 from .config import ENV_PREFIX, Settings, setting_fields
+from .embedding.remote import EmbeddingServer
 
 log = logging.getLogger("memlane")
 
@@ -69,15 +79,47 @@ async def _get(port: int, path: str) -> bytes:
     return body if head.startswith(b"HTTP/1.1 200") else b""
 
 
+async def _exited(proc: subprocess.Popen[bytes]) -> int:
+    """The child's exit status, once it exits: waits on a pidfd, without a thread or a SIGCHLD handler."""
+    if proc.poll() is not None:
+        return proc.returncode
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        return proc.wait()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(pidfd, readable)
+    try:
+        await gone
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return proc.wait()
+
+
 class WorkerPool:
-    def __init__(self, settings: Settings, *, redis_url: str, processes: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis_url: str,
+        processes: int,
+        embedding: EmbeddingServer | None = None,
+    ) -> None:
         self._settings, self._redis_url = settings, redis_url
+        self._embedding = embedding
         # Workers serve their metrics on loopback only when this process serves its own.
         self._with_metrics = bool(settings.server.admin_listen)
         self._metrics_ports: dict[int, int] = {}
         self._grace = settings.server.shutdown_grace_seconds
         self._count = processes
-        self._procs: dict[int, asyncio.subprocess.Process] = {}
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         # The children read their settings from stdin only: a MEMLANE_* variable of this process must not
@@ -86,7 +128,7 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self._procs.values() if p.returncode is None]
+        return [p.pid for p in self._procs.values() if p.poll() is None]
 
     async def start(self) -> None:
         for i in range(self._count):
@@ -95,41 +137,49 @@ class WorkerPool:
 
     async def metrics(self) -> list[tuple[str, bytes]]:
         """Each live worker's metrics (text exposition), named by its index."""
-        live = [(i, port) for i, port in self._metrics_ports.items() if self._procs[i].returncode is None]
+        live = [(i, port) for i, port in self._metrics_ports.items() if self._procs[i].poll() is None]
         texts = await asyncio.gather(*(_get(port, "/metrics") for _, port in live))
         return [(str(i), text) for (i, _), text in zip(live, texts, strict=True) if text]
 
-    async def _spawn(self, i: int) -> asyncio.subprocess.Process:
+    async def _spawn(self, i: int) -> subprocess.Popen[bytes]:
         admin = ""
         if self._with_metrics:  # a fresh port each start: a dead child's may still be held a moment
             self._metrics_ports[i] = port = _free_loopback_port()
             admin = f"127.0.0.1:{port}"
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "memlane_server.cli",
-            "worker",
-            "--config",
-            "-",
-            "--parent-pid",
-            str(os.getpid()),
-            stdin=asyncio.subprocess.PIPE,
-            env=self._env,
-        )
+        args = [sys.executable, "-m", "memlane_server.cli", "worker", "--config", "-"]
+        args += ["--parent-pid", str(os.getpid())]
+        mine: socket.socket | None = None
+        theirs: socket.socket | None = None
+        if self._embedding is not None:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            args += ["--embedder-fd", str(theirs.fileno())]
+        try:
+            proc = await asyncio.to_thread(
+                subprocess.Popen,
+                args,
+                stdin=subprocess.PIPE,
+                env=self._env,
+                pass_fds=(theirs.fileno(),) if theirs is not None else (),
+            )
+        finally:
+            if theirs is not None:
+                theirs.close()  # the child holds its own copy; the pair closes when the child exits
+        if mine is not None and self._embedding is not None:
+            self._embedding.serve(mine)
         with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
             nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS)
             os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
         assert proc.stdin is not None
-        proc.stdin.write(worker_settings(self._settings, self._redis_url, admin))
-        await proc.stdin.drain()
-        proc.stdin.close()
+        settings = worker_settings(self._settings, self._redis_url, admin)
+        with contextlib.suppress(BrokenPipeError):  # a child dead at once is restarted by _supervise
+            await asyncio.to_thread(_write_and_close, proc.stdin, settings)
         log.info("started a worker process", extra={"worker": i, "pid": proc.pid})
         return proc
 
     async def _supervise(self, i: int) -> None:
         failures = 0
         while True:
-            rc = await self._procs[i].wait()
+            rc = await _exited(self._procs[i])
             if self._stopping:
                 return
             delay = _RESTART_BACKOFF_S[min(failures, len(_RESTART_BACKOFF_S) - 1)]
@@ -150,18 +200,25 @@ class WorkerPool:
         self._stopping = True
         for t in self._tasks:
             t.cancel()
-        live = [p for p in self._procs.values() if p.returncode is None]
+        live = [p for p in self._procs.values() if p.poll() is None]
         for p in live:
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGTERM)
-        waits = [asyncio.ensure_future(p.wait()) for p in live]
+        waits = [asyncio.ensure_future(_exited(p)) for p in live]
         if waits:
             left = (deadline - time.monotonic()) if deadline else self._grace
             _, late = await asyncio.wait(waits, timeout=max(left, 0.0) + _STOP_MARGIN_S)
             for p in live:
-                if p.returncode is None:
+                if p.poll() is None:
                     log.error("a worker process did not stop in time; killing it", extra={"pid": p.pid})
                     with contextlib.suppress(ProcessLookupError):
                         p.kill()
             if late:
                 await asyncio.wait(late, timeout=5.0)
+
+
+def _write_and_close(pipe: IO[bytes], data: bytes) -> None:
+    try:
+        pipe.write(data)
+    finally:
+        pipe.close()

@@ -64,12 +64,18 @@ def _episode_texts(k: int) -> list[str]:
 
 def model_ceiling(sessions: int) -> float:
     """Sessions a second the embedding model alone allows on this machine: the episodes of ``sessions``
-    sessions embedded in the model's batches, in this process, with the sidecar's thread count."""
+    sessions embedded in the model's bulk lane, in this process, with the sidecar's thread count."""
     texts = [t for k in range(sessions) for t in _episode_texts(k)]
-    model = OnnxEmbedder.load(default_spec(), intra_op_threads=Settings().embedding.embedding_threads)
-    t0 = time.perf_counter()
-    model._run(texts)  # the worker thread's own call, without the event loop around it
-    return sessions / (time.perf_counter() - t0)
+    model = OnnxEmbedder.load(default_spec(), bulk_threads=Settings().embedding.embedding_threads)
+
+    async def embed_all() -> float:
+        t0 = time.perf_counter()
+        await model.embed(texts, bulk=True)
+        took = time.perf_counter() - t0
+        await model.close()
+        return took
+
+    return sessions / asyncio.run(embed_all())
 
 
 def session_end(report: Report, target: str, sessions: int, *, label: str = "") -> None:

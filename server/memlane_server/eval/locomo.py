@@ -220,7 +220,7 @@ def _baselines(
 ) -> tuple[SystemResult, SystemResult]:
     bm25_result, vector_result = SystemResult("bm25"), SystemResult("vector")
     embedder = OnnxEmbedder.load(
-        embedding_spec(settings.embedding), intra_op_threads=settings.embedding.embedding_threads
+        embedding_spec(settings.embedding), bulk_threads=settings.embedding.embedding_threads
     )
     try:
         for conv in conversations:
@@ -249,7 +249,7 @@ def _leave_one_out(
     """Over the table the (stopped) sidecar wrote in ``workdir``."""
     table = Path(settings.ltm.ltm_uri) if settings.ltm.ltm_uri else workdir / "ltm"
     embedder = OnnxEmbedder.load(
-        embedding_spec(settings.embedding), intra_op_threads=settings.embedding.embedding_threads
+        embedding_spec(settings.embedding), bulk_threads=settings.embedding.embedding_threads
     )
     try:
         return leave_one_out_eval(

@@ -24,9 +24,13 @@ MESSAGE_OVERHEAD_TOKENS = 4
 class TokenCounter:
     """Counts tokens for models. Encodings load lazily and are shared process-wide."""
 
-    def __init__(self, default_encoding: str = DEFAULT_ENCODING) -> None:
+    def __init__(self, default_encoding: str = DEFAULT_ENCODING, *, preload: bool = True) -> None:
+        """``preload``: build the default encoding now (fail at start, not on the first request). A
+        process that counts tokens only now and then (a worker process) leaves it to the first count:
+        a built encoding holds about 50 MB."""
         self.default_encoding = default_encoding
-        load_encoding(default_encoding)  # fail at start, not on the first request
+        if preload:
+            load_encoding(default_encoding)
 
     def encoding(self, model: str = "") -> tiktoken.Encoding:
         return load_encoding(encoding_for_model(model, self.default_encoding))
