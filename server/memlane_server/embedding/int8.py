@@ -8,9 +8,10 @@ one-text query in about half the time, 0.987 to 0.993 cosine to the fp32 vectors
 docs/benchmarks.md). Per-tensor QInt8 was faster still but drifted to cosine 0.96.
 
 The conversion needs the ``onnx`` package and a few seconds; it runs in a child process
-(``int8_convert.py``), so neither onnx nor the fp32 graph ever stays in a sidecar's memory. The result is cached under a name made of the source's sha256, this recipe and the
-ONNX Runtime version, with its own sha256 beside it (checked at every load, like the packaged model's).
-Processes that start together wait on one lock file and convert once.
+(``int8_convert.py``), so neither onnx nor the fp32 graph ever stays in a sidecar's memory. The result
+is cached under a name made of the source's sha256, this recipe and the ONNX Runtime version, with its
+own sha256 beside it (checked at every load, like the packaged model's). Processes that start together
+wait on one lock file and convert once. Each text runs alone (``OnnxModelSpec.runs_alone``).
 """
 
 from __future__ import annotations
