@@ -30,6 +30,7 @@ from .config import Settings
 from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
 from .embedding import Embedder, OnnxEmbedder
+from .embedding.admission import EmbeddingAdmission
 from .embedding.remote import EmbeddingServer
 from .extraction import Extractor
 from .infra.embedded_redis import EmbeddedRedis
@@ -281,6 +282,12 @@ class Sidecar:
             self.metrics,
             self._health,
             self._user_data,
+            EmbeddingAdmission(
+                max_length=self._embedder.max_length if isinstance(self._embedder, OnnxEmbedder) else 256,
+                max_call_tokens=s.embedding.embedding_max_call_tokens,
+                max_inflight_tokens=s.embedding.embedding_max_inflight_tokens,
+                max_wait_s=s.server.admission_max_wait_ms / 1000,  # as long as a call waits at its gate
+            ),
         )
         services = grpc_server.add_servicers(server, served)
         for address in filter(None, (a.strip() for a in s.server.listen.split(","))):

@@ -186,6 +186,10 @@ class EmbeddingSettings:
     embedding_threads: int = 2  # threads embedding bulk work at a lower CPU priority (queries: one more)
     embedding_maths: str = "auto"  # auto | int8 | as-shipped (embedding/int8.py)
     embedding_cache_dir: str = ""  # where the int8 conversion is cached; empty: ~/.cache/memlane/models
+    embedding_max_call_tokens: int = (
+        32_768  # what one call's texts may cost the model (embedding/admission.py)
+    )
+    embedding_max_inflight_tokens: int = 65_536  # callers' embedding work in flight, all calls together
 
 
 @dataclass(frozen=True, slots=True)

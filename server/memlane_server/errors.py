@@ -13,6 +13,8 @@ class MemlaneError(Exception):
     """Root of every domain error. ``str(err)`` is safe to show to the caller."""
 
     reason = "ERROR"
+    # When set, the caller may retry after this many milliseconds (a RetryInfo detail and a trailer).
+    retry_after_ms: int | None = None
 
     def __init__(self, message: str, *, field: str = "", reason: str = "") -> None:
         super().__init__(message)

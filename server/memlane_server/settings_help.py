@@ -81,6 +81,10 @@ HELP: dict[str, str] = {
     " lower CPU priority; query vectors have a thread of their own.",
     "embedding_maths": "int8: the model converted to int8 maths once and cached (a third of the memory,"
     " about twice as fast); as-shipped: the file as it is; auto: int8 for the packaged model.",
+    "embedding_max_call_tokens": "Most tokens the model may read for one call's texts (Embed, CreateMemory,"
+    " UpdateMemory, ExtractMemories); a costlier call is refused at once.",
+    "embedding_max_inflight_tokens": "Most tokens of callers' embedding work in flight; past it a call waits"
+    " briefly, then is refused with a retry hint.",
     "embedding_cache_dir": "Directory of the cached int8 conversion; empty: $XDG_CACHE_HOME/memlane/models"
     " or ~/.cache/memlane/models.",
     "extractor": "Who extracts long-term memories from turns: offline rules or an OpenAI-compatible LLM.",

@@ -158,3 +158,54 @@ def test_embed_has_its_own_admission_gate(no_queue: SidecarThread, user_id: str)
     results, sid = asyncio.run(run())
     assert results.count("shed") >= 1 and results.count("ok") >= 2, results
     assert sid
+
+
+def test_an_embed_call_over_its_cost_is_refused_before_any_work(server: SidecarThread) -> None:
+    """250 texts of 63 KB would hold the model for a minute: refused at once, naming the limit."""
+    with memlane.Client(server.target, timeout=120, retry=memlane.NO_RETRY) as c:
+        huge = [_long_text(f"huge {i}", 63 * 1024) for i in range(250)]
+        with pytest.raises(memlane.ResourceExhaustedError, match="embedding_max_call_tokens") as refused:
+            c.embed(texts=huge)
+        assert refused.value.reason == "EMBEDDING_TOO_LARGE" and refused.value.field == "texts"
+        assert refused.value.retry_after is None  # a retry cannot help: the call itself is too costly
+        # Positive control: as many short texts, and a few of the long ones, are embedded.
+        assert len(c.embed(texts=[f"short {i}" for i in range(250)]).embeddings) == 250
+        assert len(c.embed(texts=huge[:8]).embeddings) == 8
+
+
+@pytest.fixture(scope="module")
+def small_budget(start_server: ServerFactory) -> SidecarThread:
+    # Room for one costly call in flight, and no per-method gate, so only the embedding budget sheds; a
+    # call that finds no room is refused at once instead of waiting for it.
+    return start_server(
+        admission_limits="Embed=0,*=64",
+        admission_max_wait_ms=0,
+        embedding_max_call_tokens=8192,
+        embedding_max_inflight_tokens=8192,
+    )
+
+
+def test_callers_embedding_work_in_flight_is_bounded(small_budget: SidecarThread, user_id: str) -> None:
+    texts = [_long_text(f"budget {k}", 2048) for k in range(32)]  # 32 x 256 tokens: the whole budget
+
+    async def one(c: memlane.AsyncClient, i: int) -> str:
+        try:
+            await c.embed(texts=[f"{i} {t}" for t in texts])
+            return "ok"
+        except memlane.ResourceExhaustedError as exc:
+            assert exc.reason == "EMBEDDING_BUSY" and exc.retry_after is not None
+            assert "embedding_max_inflight_tokens" in str(exc)
+            return "shed"
+
+    async def run() -> list[str]:
+        async with memlane.AsyncClient(small_budget.target, timeout=120, retry=memlane.NO_RETRY) as c:
+            return list(await asyncio.gather(*(one(c, i) for i in range(6))))
+
+    results = asyncio.run(run())
+    # One call holds the whole budget while it runs, and a call finding no room does not wait: of calls
+    # sent together, the first is admitted and the others, arriving while it embeds, are refused.
+    assert results.count("shed") >= 1 and results.count("ok") >= 1, results
+    # Positive control: one after the other, every call is admitted.
+    with memlane.Client(small_budget.target, timeout=120, retry=memlane.NO_RETRY) as c:
+        for i in range(3):
+            assert len(c.embed(texts=[f"seq {i} {t}" for t in texts]).embeddings) == 32

@@ -1,14 +1,18 @@
-"""The embedder's batches: bulk work of several callers shares a model run, and queries go first."""
+"""The embedder's batches and lanes: bulk work of several callers shares a model run; queries have a
+thread of their own, so a query never waits behind bulk work; bulk threads run at a lower priority."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from memlane_server.embedding import OnnxEmbedder, default_spec
+from memlane_server.embedding.onnx import BULK_NICENESS
 
 
 class Recording(OnnxEmbedder):
@@ -47,3 +51,50 @@ async def test_a_batch_never_grows_past_the_batch_size(recording: Recording) -> 
     await asyncio.gather(*(recording.embed(t) for t in texts))
     assert sorted(recording.runs) == [20, 20, 20]  # two callers' 20 would make 40: over the size
     await recording.close()
+
+
+class Gated(OnnxEmbedder):
+    """The real model, whose bulk runs wait at a gate the test opens (queries run as usual)."""
+
+    gate = threading.Event()
+    bulk_running = threading.Event()
+
+    def _run(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        if threading.current_thread().name.startswith("memlane-embed-bulk"):
+            self.bulk_running.set()
+            self.gate.wait(timeout=120)
+        return super()._run(texts)
+
+
+async def test_a_query_never_waits_behind_bulk_work() -> None:
+    model = Gated.load(default_spec(), bulk_threads=1)
+    assert isinstance(model, Gated)
+    Gated.gate.clear()
+    Gated.bulk_running.clear()
+    bulk = asyncio.ensure_future(model.embed([f"episode {i}: the invoice is INV-{i}" for i in range(40)]))
+    await asyncio.to_thread(Gated.bulk_running.wait, 60)  # the bulk lane's only thread is held
+    query = await asyncio.wait_for(model.embed(["where do I live?"]), 60)  # answered meanwhile
+    assert query.shape == (1, model.ndims) and not bulk.done()
+    Gated.gate.set()
+    vectors = await bulk
+    # Positive control: the held work finishes, and a text's vector is the same in either lane.
+    again = await model.embed(["episode 0: the invoice is INV-0"])
+    np.testing.assert_array_equal(vectors[0], again[0])
+    await model.close()
+
+
+async def test_bulk_threads_run_at_a_lower_priority() -> None:
+    model = OnnxEmbedder.load(default_spec(), bulk_threads=2)
+    seen: dict[str, int] = {}
+
+    def nice_of_this_thread() -> None:
+        seen[threading.current_thread().name] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(model._bulk.executor, nice_of_this_thread)
+    await loop.run_in_executor(model._query.executor, nice_of_this_thread)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    bulk = [n for name, n in seen.items() if name.startswith("memlane-embed-bulk")]
+    query = [n for name, n in seen.items() if name.startswith("memlane-embed-query")]
+    assert bulk == [min(19, mine + BULK_NICENESS)] and query == [mine]
+    await model.close()

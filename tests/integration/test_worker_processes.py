@@ -96,9 +96,21 @@ def test_session_end_runs_in_a_worker_process(
     if workers:
         assert a.proc.pid not in pids
         assert pids <= _children(a.proc.pid)
+        # One model per pod: the worker promoted through the serving process's model and never loaded
+        # ONNX Runtime; the serving process did (positive control of the check itself).
+        (worker,) = _children(a.proc.pid) - {p for p in _children(a.proc.pid) if _is_redis(p)}
+        assert not _maps_onnxruntime(worker) and _maps_onnxruntime(a.proc.pid)
     else:
         assert pids == {a.proc.pid}
     r.close()
+
+
+def _maps_onnxruntime(pid: int) -> bool:
+    return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def _is_redis(pid: int) -> bool:
+    return "redis" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
 
 
 def test_a_killed_worker_is_replaced_and_its_session_ends_once(

@@ -216,7 +216,8 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         for kind, code in _CODES:
             if isinstance(exc, kind):
                 message = str(exc)
-                return code, message, trailer(code, message, exc.reason, field=exc.field)
+                hint = exc.retry_after_ms
+                return code, message, trailer(code, message, exc.reason, field=exc.field, retry_after_ms=hint)
         if isinstance(exc, TimeoutError):
             code, message = (
                 grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -12,6 +12,7 @@ from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import memory_pb2_grpc as mpb_grpc
 
 from ..access.identity import AGENT, GROUP, SESSION, Caller, current_caller
+from ..embedding.admission import EmbeddingAdmission
 from ..errors import InvalidArgument, PermissionDenied
 from ..extraction import Extractor, build_episodes
 from ..ids import check_id
@@ -32,6 +33,7 @@ from ..ltm import (
     Visibility,
     default_scope,
 )
+from ..ltm.vectors import check_texts
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_timestamp
 from ..sessions.model import Session
 from ..sessions.once import OnceMarks
@@ -188,10 +190,18 @@ def _check_bounds(keywords: Sequence[str], metadata: Mapping[str, str], prefix: 
 
 
 class MemoryServicer(mpb_grpc.MemoryServiceServicer):
-    def __init__(self, memory: MemoryService, extractor: Extractor, feedback_marks: OnceMarks) -> None:
+    def __init__(
+        self,
+        memory: MemoryService,
+        extractor: Extractor,
+        feedback_marks: OnceMarks,
+        admission: EmbeddingAdmission,
+    ) -> None:
         self._memory = memory
         self._extractor = extractor
         self._feedback_marks = feedback_marks
+        # What callers' texts may cost the model, per call and in flight (embedding/admission.py).
+        self._admission = admission
 
     async def SearchMemories(
         self, request: mpb.SearchMemoriesRequest, context: _Ctx
@@ -221,7 +231,9 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         )
 
     async def Embed(self, request: mpb.EmbedRequest, context: _Ctx) -> mpb.EmbedResponse:
-        vectors = await self._memory.embed(list(request.texts))
+        check_texts(request.texts)  # the call's own bounds first: they name the text at fault
+        async with self._admission.admit(request.texts, "texts"):
+            vectors = await self._memory.embed(list(request.texts))
         return mpb.EmbedResponse(
             embeddings=[mpb.Embedding(values=v.tolist()) for v in vectors],
             dimensions=int(vectors.shape[1]),
@@ -264,7 +276,8 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             valid_until_ms=request.valid_until_unix_ms,
         )
         owner = Owner(who.user_id, who.agent_id, request.channel, request.source_session_id)
-        result = await self._memory.create(owner, draft)
+        async with self._admission.admit([request.content], "content"):
+            result = await self._memory.create(owner, draft)
         return mpb.CreateMemoryResponse(
             memory=memory_to_pb(result.item),
             outcome=_OUTCOME_TO_PB[result.outcome],
@@ -315,7 +328,10 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         if patch.scope is not None:
             current = await self._memory.get(who, m.memory_id)
             _check_scope_write(current_caller(), patch.scope, current.agent_id, current.group, "memory")
-        item = await self._memory.update(who, m.memory_id, patch)
+        async with self._admission.admit(
+            [patch.content] if patch.content is not None else [], "memory.content"
+        ):
+            item = await self._memory.update(who, m.memory_id, patch)
         return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
 
     async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:
@@ -386,7 +402,9 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
                 )
             return response
         owner = Owner(who.user_id, who.agent_id, request.channel, request.session_id)
-        for r in await self._memory.ingest(owner, drafts):
+        async with self._admission.admit([d.content for d in drafts], "messages"):
+            results = await self._memory.ingest(owner, drafts)
+        for r in results:
             response.memories.add(
                 memory=memory_to_pb(r.item),
                 outcome=_OUTCOME_TO_PB[r.outcome],

@@ -10,6 +10,7 @@ import grpc
 from memlane.v1 import memory_pb2 as mpb
 
 from .. import linear_regex
+from ..embedding.admission import EmbeddingAdmission
 from ..errors import InvalidArgument, Unavailable
 from ..extraction import Extractor
 from ..ids import check_id
@@ -205,7 +206,8 @@ class MemoryServicerWithHistory(MemoryHistoryMixin, MemoryServicer):
         memory: MemoryService,
         extractor: Extractor,
         feedback_marks: OnceMarks,
+        admission: EmbeddingAdmission,
         snapshots: MemorySnapshots | None,
     ) -> None:
-        super().__init__(memory, extractor, feedback_marks)
+        super().__init__(memory, extractor, feedback_marks, admission)
         self._snapshots = snapshots

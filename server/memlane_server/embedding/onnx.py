@@ -160,6 +160,11 @@ class OnnxEmbedder:
         return self._spec.ndims
 
     @property
+    def max_length(self) -> int:
+        """Tokens the model reads of a text at most."""
+        return self._spec.max_length
+
+    @property
     def cache(self) -> VectorCache:
         return self._cache
 

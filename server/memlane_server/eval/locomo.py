@@ -17,6 +17,7 @@ embedding model as the sidecar.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -34,7 +35,7 @@ from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 
 from ..background import SidecarThread
-from ..config import Settings, build_settings
+from ..config import ENV_PREFIX, Settings, build_settings
 from ..embedding import OnnxEmbedder
 from ..sessions.scratch import drop_keys
 from ..tokens import TokenCounter
@@ -208,7 +209,9 @@ def eval_settings(workdir: Path, redis_url: str, key_prefix: str) -> Settings:
             "learn_every_turns": 0,
             "learn_idle_seconds": 0,
         },
-        env={},
+        # The model under evaluation may be chosen as the sidecar's is (MEMLANE_EMBEDDING_MATHS=as-shipped
+        # compares the model's own fp32 maths with the default int8); nothing else of the environment.
+        env={k: v for k, v in os.environ.items() if k.startswith(f"{ENV_PREFIX}EMBEDDING_")},
     )
 
 

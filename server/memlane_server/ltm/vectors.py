@@ -29,6 +29,12 @@ def query_vector(values: Sequence[float], ndims: int) -> npt.NDArray[np.float32]
 
 
 async def embed(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    check_texts(texts)
+    return await embedder.embed(list(texts))
+
+
+def check_texts(texts: Sequence[str]) -> None:
+    """The Embed call's own bounds: texts present, at most ``MAX_EMBED_TEXTS``, each within its bytes."""
     if not texts:
         raise InvalidArgument("texts must not be empty")
     if len(texts) > MAX_EMBED_TEXTS:
@@ -36,4 +42,3 @@ async def embed(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.floa
     for i, t in enumerate(texts):
         if len(t.encode("utf-8", "surrogatepass")) > MAX_EMBED_TEXT_BYTES:
             raise InvalidArgument(f"texts[{i}] is longer than {MAX_EMBED_TEXT_BYTES} bytes")
-    return await embedder.embed(list(texts))

@@ -39,6 +39,7 @@ from ..api.procedures import ProcedureServicer
 from ..api.sessions import SessionServicer
 from ..config import ServerSettings
 from ..context import ContextAssembler
+from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
 from ..infra.redis_pool import UNAVAILABLE_ERRORS, RedisClient
 from ..ltm import MemoryService
@@ -89,6 +90,7 @@ class Served:
     metrics: DomainMetrics
     health: health.aio.HealthServicer
     user_data: UserData
+    embedding_admission: EmbeddingAdmission
 
 
 def user_data(
@@ -161,6 +163,7 @@ def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
                 p.ltm,
                 p.extractor,
                 OnceMarks(p.redis, st.keys, "feedback"),
+                p.embedding_admission,
                 MemorySnapshots(p.ltm, st.memory_history.snapshots, st.memory_history),
             ),
             server,
