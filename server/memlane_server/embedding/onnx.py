@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -60,19 +61,13 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BULK_NICENESS))
 
 
-class _Lane:
-    """Jobs of one priority, run by ``threads`` consumers on an executor of as many threads."""
+class _Queue:
+    """A lane's jobs of one event loop, and its consumers there. An embedder may serve several loops
+    (the eval's baselines, tests' sidecars in threads): a future is only ever resolved on its own loop."""
 
-    def __init__(self, name: str, threads: int, *, lower_priority: bool) -> None:
-        self.name = name
-        self.threads = threads
-        self.queue: deque[_Job] = deque()
-        self.executor = ThreadPoolExecutor(
-            threads,
-            thread_name_prefix=f"memlane-embed-{name}",
-            initializer=_lower_priority if lower_priority else None,
-        )
-        self.wakeup: asyncio.Event | None = None
+    def __init__(self) -> None:
+        self.jobs: deque[_Job] = deque()
+        self.wakeup = asyncio.Event()
         self.consumers: list[asyncio.Task[None]] = []
 
     def take(self, batch_size: int) -> list[_Job]:
@@ -80,13 +75,29 @@ class _Lane:
         each with a short last chunk) share a batch, so the model runs full batches."""
         jobs: list[_Job] = []
         size = 0
-        while self.queue and (not jobs or size + len(self.queue[0].texts) <= batch_size):
-            job = self.queue.popleft()
+        while self.jobs and (not jobs or size + len(self.jobs[0].texts) <= batch_size):
+            job = self.jobs.popleft()
             if job.future.cancelled():
                 continue
             size += len(job.texts)
             jobs.append(job)
         return jobs
+
+
+class _Lane:
+    """Jobs of one priority, run by ``threads`` consumers (per loop) on an executor of as many threads."""
+
+    def __init__(self, name: str, threads: int, *, lower_priority: bool) -> None:
+        self.name = name
+        self.threads = threads
+        self.executor = ThreadPoolExecutor(
+            threads,
+            thread_name_prefix=f"memlane-embed-{name}",
+            initializer=_lower_priority if lower_priority else None,
+        )
+        self.queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
+            weakref.WeakKeyDictionary()
+        )
 
 
 class OnnxEmbedder:
@@ -201,25 +212,26 @@ class OnnxEmbedder:
 
     def _submit(self, lane: _Lane, texts: list[str]) -> asyncio.Future[npt.NDArray[np.float32]]:
         loop = asyncio.get_running_loop()
-        if lane.wakeup is None:
-            lane.wakeup = asyncio.Event()
-        lane.consumers = [t for t in lane.consumers if not t.done()]
-        while len(lane.consumers) < lane.threads:
-            lane.consumers.append(loop.create_task(self._consume(lane), name=f"memlane-embed-{lane.name}"))
+        queue = lane.queues.get(loop)
+        if queue is None:
+            lane.queues[loop] = queue = _Queue()
+        queue.consumers = [t for t in queue.consumers if not t.done()]
+        while len(queue.consumers) < lane.threads:
+            task = loop.create_task(self._consume(lane, queue), name=f"memlane-embed-{lane.name}")
+            queue.consumers.append(task)
         job = _Job(texts, loop.create_future())
-        lane.queue.append(job)
-        lane.wakeup.set()
+        queue.jobs.append(job)
+        queue.wakeup.set()
         return job.future
 
-    async def _consume(self, lane: _Lane) -> None:
+    async def _consume(self, lane: _Lane, queue: _Queue) -> None:
         """One of the lane's consumers: takes a batch, runs it on the lane's executor, hands out rows."""
         loop = asyncio.get_running_loop()
-        assert lane.wakeup is not None
         while True:
-            jobs = lane.take(self._batch_size)
+            jobs = queue.take(self._batch_size)
             if not jobs:
-                lane.wakeup.clear()
-                await lane.wakeup.wait()
+                queue.wakeup.clear()
+                await queue.wakeup.wait()
                 continue
             texts = [t for j in jobs for t in j.texts]
             try:
@@ -288,15 +300,19 @@ class OnnxEmbedder:
         return result
 
     async def close(self) -> None:
+        """Stops this loop's consumers (an embedder shared by several loops is closed by its owner's)."""
         self._closed = True
+        loop = asyncio.get_running_loop()
         for lane in (self._query, self._bulk):
-            for task in lane.consumers:
-                task.cancel()
-            for task in lane.consumers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            while lane.queue:
-                job = lane.queue.popleft()
-                if not job.future.done():
-                    job.future.set_exception(RuntimeError("embedder is closed"))
+            queue = lane.queues.pop(loop, None)
+            if queue is not None:
+                for task in queue.consumers:
+                    task.cancel()
+                for task in queue.consumers:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                while queue.jobs:
+                    job = queue.jobs.popleft()
+                    if not job.future.done():
+                        job.future.set_exception(RuntimeError("embedder is closed"))
             lane.executor.shutdown(wait=True)
