@@ -19,12 +19,12 @@ from .config import ObservabilitySettings, Settings
 from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
 from .context.model import AssembleStats, Section
-from .embedding import Embedder
+from .embedding import Embedder, OnnxEmbedder
 from .ltm import MemoryService
 from .ltm.model import MemoryItem, MemoryKind
 from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
-from .observability.domain import CacheCollector, DomainMetrics, Probe, Sampler
+from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
 from .observability.process import new_registry
 from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
 from .sessions.end_queue import SessionEndQueue
@@ -149,6 +149,8 @@ def register_caches(
     if cache is not None:
         sources["recall_embedding"] = lambda: (cache.hits, cache.misses)
     CacheCollector(registry, sources)
+    if isinstance(embedder, OnnxEmbedder):
+        EmbeddingCollector(registry, embedder.texts_by_lane)
 
 
 def record_assembly(metrics: DomainMetrics, stats: AssembleStats) -> None:

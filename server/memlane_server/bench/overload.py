@@ -64,20 +64,24 @@ async def _flood(target: str, user: str, seconds: float) -> dict[str, Any]:
     return {"served": served, "cheap": cheap, "shed": shed, "failed": failed, "elapsed": elapsed}
 
 
-def overload(report: Report, echo: Callable[[int], Latency], target: str, user: str, seconds: float) -> None:
+def overload(
+    report: Report, echo: Callable[[int], Latency], target: str, user: str, seconds: float, *, label: str = ""
+) -> None:
     """The load rows: served iterations per second (append + assemble), assembly p50/p99, a cheap call's
-    latency meanwhile, and how many calls the gates shed."""
+    latency meanwhile, and how many calls the gates shed. ``label`` names a sidecar other than the
+    default one."""
     out = asyncio.run(_flood(target, user, seconds))
     base = echo(100)
     served = out["served"] or [float("nan")]
     p50, p99 = percentiles(served)
-    name = f"append + assemble with LTM, {CLIENTS} clients"
+    name = f"append + assemble with LTM, {CLIENTS} clients" + (f", {label}" if label else "")
     report.latency(
         Latency(f"AssembleContext under load ({name})", p50, p99, len(out["served"])), base, p99_ms=150
     )
     report.rate(f"load: {name}, iterations served", len(out["served"]) / out["elapsed"], at_least=200)
+    suffix = f" ({label})" if label else ""
     if out["cheap"]:
         p50, p99 = percentiles(out["cheap"])
-        report.latency(Latency("GetSession during that load", p50, p99, len(out["cheap"])), base)
-    report.rate("load: AssembleContext shed by admission", out["shed"] / out["elapsed"])
-    report.rate("load: calls failed otherwise", out["failed"] / out["elapsed"])
+        report.latency(Latency(f"GetSession during that load{suffix}", p50, p99, len(out["cheap"])), base)
+    report.rate(f"load: AssembleContext shed by admission{suffix}", out["shed"] / out["elapsed"])
+    report.rate(f"load: calls failed otherwise{suffix}", out["failed"] / out["elapsed"])

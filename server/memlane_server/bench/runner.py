@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import grpc
 
@@ -90,10 +91,14 @@ class Process:
                 time.sleep(0.02)
             return int(port_file.read_text())
 
-    def start(self) -> None:
-        # Not a pipe nobody reads: a chatty child (its worker processes share stderr) would block on it.
+    def start(self, *, stderr: IO[bytes] | None = None) -> None:
+        """``stderr``: a file that keeps what the process writes there (else it is thrown away). Not a
+        pipe nobody reads: a chatty child (its worker processes share stderr) would block on it."""
         self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.args,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr if stderr is not None else subprocess.DEVNULL,
         )
 
     def rss_mb(self) -> float:

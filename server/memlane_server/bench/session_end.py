@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import memlane
 from memlane import Message, Role
@@ -78,9 +79,18 @@ def model_ceiling(sessions: int) -> float:
     return sessions / asyncio.run(embed_all())
 
 
-def session_end(report: Report, target: str, sessions: int, *, label: str = "") -> None:
+def session_end(
+    report: Report,
+    target: str,
+    sessions: int,
+    *,
+    label: str = "",
+    texts: Callable[..., float] | None = None,
+) -> None:
     """``label`` names a sidecar other than the default one (its rows are apart); the model's ceiling
-    is measured with the default's rows."""
+    is measured with the default's rows. ``texts``: the sidecar's counter reader, for the texts its model
+    ran per session ending (learning during the session included: every text of these sessions)."""
+    before = texts("memlane_embedding_texts") if texts else 0.0
     suffix = f", {label}" if label else ""
     if not label:
         report.rate(
@@ -97,8 +107,13 @@ def session_end(report: Report, target: str, sessions: int, *, label: str = "") 
             sessions,
         )
     )
+    note = ""
+    if texts:
+        per_session = (texts("memlane_embedding_texts") - before) / sessions
+        note = f"texts embedded per session: {per_session:.1f} ({TURNS} turns)"
     report.rate(
         f"session end with promotion, {sessions} sessions ending at once{suffix}",
         sessions / elapsed,
         at_least=TARGET_PER_S,
+        note=note,
     )

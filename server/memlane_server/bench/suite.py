@@ -8,11 +8,13 @@ import os
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
 import memlane
@@ -20,6 +22,7 @@ from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
 from ..sessions.scratch import drop_keys
+from .embedding_load import flood, huge_call
 from .isolation import isolation
 from .ltm_data import populate
 from .overload import overload
@@ -46,6 +49,7 @@ class Sidecar:
     def __init__(self, data_dir: str, redis_url: str, *flags: str) -> None:
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
+        self.admin_port = free_port()  # /metrics: the rows that count what the sidecar did read it
         self.redis_url, self.key_prefix = redis_url, f"bench{self.port}"
         self.proc = Process(
             [
@@ -56,7 +60,7 @@ class Sidecar:
                 "--listen",
                 self.target,
                 "--admin-listen",
-                "",
+                f"127.0.0.1:{self.admin_port}",
                 "--data-dir",
                 data_dir,
                 "--redis-url",
@@ -82,6 +86,16 @@ class Sidecar:
                     if time.monotonic() > deadline or (self.proc.proc and self.proc.proc.poll() is not None):
                         raise RuntimeError("the sidecar did not start") from None
                     time.sleep(0.1)
+
+    def counter(self, name: str, **labels: str) -> float:
+        """A counter of this sidecar's /metrics (its workers' merged in), summed over the other labels."""
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=10).read()
+        total = 0.0
+        for family in text_string_to_metric_families(body.decode()):
+            for sample in family.samples:
+                if sample.name == f"{name}_total" and labels.items() <= sample.labels.items():
+                    total += sample.value
+        return total
 
     def __exit__(self, *exc: object) -> None:
         self.proc.stop()
@@ -116,7 +130,7 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
     )
     # One step per phase; a bar on a terminal only (disable=None), figures still go to stderr as they come.
     phases = tqdm(
-        total=2 + 2 * len(sizes) + 4 + (0 if quick else 1), desc="bench", unit="phase", disable=None
+        total=2 + 2 * len(sizes) + 6 + (0 if quick else 1), desc="bench", unit="phase", disable=None
     )
     with _echo() as echo, tempfile.TemporaryDirectory(prefix="memlane-bench-") as tmp, phases:
         phases.set_postfix_str("start-up")
@@ -150,7 +164,7 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
                     )
                     phases.update()
                     phases.set_postfix_str("session end")
-                    session_end(report, ltm.target, 6 if quick else 24)
+                    session_end(report, ltm.target, 6 if quick else 24, texts=ltm.counter)
                     phases.update()
                     phases.set_postfix_str("load")
                     overload(report, echo, ltm.target, "assembler", seconds)
@@ -158,12 +172,26 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
                     phases.set_postfix_str("isolation")
                     isolation(report, ltm.target)
                     phases.update()
+                    phases.set_postfix_str("embedding limits")
+                    huge_call(report, ltm.target)
+                    flood(report, ltm.target, "searcher", seconds)
+                    phases.update()
                     report.memory(
                         f"memory after load (PSS, all processes): sidecar with LTM ({size:,} items)",
                         ltm.proc.pss_mb(),
                         at_most=500,
                         note=f"RSS added up: {ltm.proc.rss_mb():.0f} MB",
                     )
+            phases.set_postfix_str("thin serving process")
+            _thin(
+                report,
+                f"{tmp}/thin",
+                redis_url=redis_url,
+                ltm=f"{tmp}/ltm{sizes[-1]}/ltm",
+                echo=echo,
+                seconds=seconds,
+            )
+            phases.update()
         if not quick:  # the same session-end row with two worker processes (1 is the default above)
             phases.set_postfix_str("session end, 2 workers")
             with Sidecar(f"{tmp}/two-workers", redis_url, "--worker-processes", "2") as two:
@@ -173,6 +201,23 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
     if json_out:
         Path(json_out).write_text(report.to_json())
     return report
+
+
+def _thin(
+    report: Report, data: str, *, redis_url: str, ltm: str, echo: Callable[[int], Latency], seconds: float
+) -> None:
+    """The serving process alone, as a thin sidecar of the worker-Deployment topology runs it (no worker
+    processes, no background jobs), on the largest table, after the load rows' traffic."""
+    flags = ("--worker-processes", "0", "--pipeline-enabled", "false", "--ltm-uri", ltm)
+    with Sidecar(data, redis_url, *flags) as thin:
+        overload(report, echo, thin.target, "assembler", seconds, label="thin serving process")
+        assert thin.proc.proc is not None
+        report.memory(
+            "memory after load: the serving process alone (thin sidecar: no workers, pipeline off; RSS)",
+            thin.proc.rss_mb(),
+            at_most=200,
+            note=f"PSS {thin.proc.pss_mb():.0f} MB",
+        )
 
 
 def _core(report: Report, target: str, echo: Callable[[int], Latency], n: int, seconds: float) -> None:

@@ -98,6 +98,7 @@ class _Lane:
         self.queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
             weakref.WeakKeyDictionary()
         )
+        self.texts = 0  # texts run so far (the memlane_embedding_texts metric)
 
 
 class OnnxEmbedder:
@@ -170,6 +171,9 @@ class OnnxEmbedder:
     def ndims(self) -> int:
         return self._spec.ndims
 
+    def texts_by_lane(self) -> dict[str, int]:
+        return {lane.name: lane.texts for lane in (self._query, self._bulk)}
+
     @property
     def max_length(self) -> int:
         """Tokens the model reads of a text at most."""
@@ -234,6 +238,7 @@ class OnnxEmbedder:
                 await queue.wakeup.wait()
                 continue
             texts = [t for j in jobs for t in j.texts]
+            lane.texts += len(texts)
             try:
                 vectors = await loop.run_in_executor(lane.executor, self._run, texts)
             except Exception as exc:  # hand the model's failure to every waiting caller

@@ -204,6 +204,26 @@ class CacheCollector(Collector):
         yield misses
 
 
+class EmbeddingCollector(Collector):
+    """Texts the embedding model ran, by lane (query, bulk), read at scrape time from ``source``: a
+    worker's texts count in the serving process's bulk lane, where the one model runs them."""
+
+    def __init__(self, registry: CollectorRegistry, source: Callable[[], Mapping[str, int]]) -> None:
+        self._source = source
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        texts = CounterMetricFamily(
+            "memlane_embedding_texts", "Texts the embedding model ran, by lane.", labels=["lane"]
+        )
+        for lane, count in sorted(self._source().items()):
+            texts.add_metric([lane], count)
+        yield texts
+
+
 class Sampler:
     """Runs each probe every ``interval_s`` (the first time at once). A failing probe counts an error
     and leaves its gauges at their last value; it never stops the others."""
