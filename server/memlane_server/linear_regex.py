@@ -116,9 +116,22 @@ def compile(pattern: str, *, ignore_case: bool = False) -> Pattern:
     so a pattern that could backtrack never compiles."""
     options = re2.Options()
     options.case_sensitive = not ignore_case
-    compiled = cast(Pattern, re2.compile(unicode_classes(pattern), options))
+    spelt = unicode_classes(pattern)
+    compiled = cast(Pattern, re2.compile(spelt, options))
+    size = int(getattr(compiled, "programsize", 0))
+    if size > _LARGE_PROGRAM:
+        # Unicode classes under ignore-case make programs of tens of thousands of instructions, whose
+        # automaton outgrows RE2's default 8 MB on a long text: RE2 then says "DFA out of memory" on
+        # stderr and falls back to a slower engine. The cache grows only as a text needs it.
+        options.max_mem = min(_MAX_MEM, size * _BYTES_PER_INSTRUCTION)
+        compiled = cast(Pattern, re2.compile(spelt, options))
     _COMPILED.append(compiled)
     return compiled
+
+
+_LARGE_PROGRAM = 8_000  # instructions; below this the default memory holds any text we match
+_BYTES_PER_INSTRUCTION = 1024
+_MAX_MEM = 64 * 1024 * 1024
 
 
 # A single character class (an escape like \w, or [...] without nested brackets) repeated with "+".

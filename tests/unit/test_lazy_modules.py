@@ -22,3 +22,23 @@ def test_the_namespace_client_loads_only_when_used() -> None:
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=120
     ).stdout.split()
     assert out == ["False", "ApiClient", "True"]
+
+
+_WORKER_PROBE = """
+import sys
+from memlane_server.lazy_modules import defer_unused_packages
+defer_unused_packages()
+import memlane_server.worker  # what a worker process of memlane serve imports
+print(type(sys.modules["onnxruntime"]).__name__)
+import onnxruntime
+print(onnxruntime.SessionOptions.__name__, type(sys.modules["onnxruntime"]).__name__)
+"""
+
+
+def test_onnxruntime_loads_only_where_a_model_runs() -> None:
+    """A worker process embeds through the serving process's model: importing it leaves ONNX Runtime
+    unloaded; the first use (the serving process's model load) runs it in full."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER_PROBE], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert out == ["_Deferred", "SessionOptions", "module"]

@@ -159,3 +159,41 @@ def test_unicode_classes_match_pythons() -> None:
     assert linear_regex.unicode_classes(r"[^\w.]\S") == r"[^\p{L}\p{N}_.][^\t-\r\x{1c}-\x{20}\x{85}\p{Z}]"
     with pytest.raises(ValueError):
         linear_regex.unicode_classes(r"[\W]")
+
+
+_DFA_PROBE = """
+import os
+from memlane_server import linear_regex
+from memlane_server.extraction.rules import RulesExtractor  # compiles the extractor's patterns
+from memlane_server.extraction import keywords, picky, pii  # noqa: F401
+text = open(os.environ["PROBE_TEXT"]).read()
+for p in list(linear_regex._COMPILED):
+    for _ in p.finditer(text):
+        pass
+"""
+
+
+def test_no_pattern_outgrows_its_automaton_memory(tmp_path: Path) -> None:
+    """RE2 says "DFA out of memory" on stderr (and falls back to a slower engine) when a pattern's
+    automaton outgrows its memory budget: the ignore-case Unicode patterns did on a long conversation.
+    Run in a fresh interpreter, as RE2 writes to the process's own stderr."""
+    import os
+    import subprocess
+    import sys
+
+    turns = [
+        "My favourite band is the one that played at the festival last summer, and honestly it is great!",
+        "I went hiking with my sister near the lake; Caroline said she loves painting sunsets.",
+        "¿Qué tal? Ça va — my fave café is Zürich's Grünfeld, and my favorite food is ramen.",
+    ]
+    path = tmp_path / "long.txt"
+    path.write_text(" ".join(turns[i % 3] + f" turn {i}." for i in range(4000)))
+    done = subprocess.run(
+        [sys.executable, "-c", _DFA_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PROBE_TEXT": str(path)},
+        check=True,
+    )
+    assert "DFA out of memory" not in done.stderr, done.stderr[-500:]
