@@ -9,6 +9,9 @@ make backtracking engines blow up, and the functions that run them on a whole tu
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -177,10 +180,6 @@ def test_no_pattern_outgrows_its_automaton_memory(tmp_path: Path) -> None:
     """RE2 says "DFA out of memory" on stderr (and falls back to a slower engine) when a pattern's
     automaton outgrows its memory budget: the ignore-case Unicode patterns did on a long conversation.
     Run in a fresh interpreter, as RE2 writes to the process's own stderr."""
-    import os
-    import subprocess
-    import sys
-
     turns = [
         "My favourite band is the one that played at the festival last summer, and honestly it is great!",
         "I went hiking with my sister near the lake; Caroline said she loves painting sunsets.",
