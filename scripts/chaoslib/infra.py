@@ -283,7 +283,8 @@ class Sidecar:
         return self.proc is not None and self.proc.poll() is None
 
     def worker_pids(self) -> list[int]:
-        """The worker processes this sidecar started (its children)."""
+        """The processes this sidecar started (its children): its worker processes and its model
+        process; a kill of either must lose nothing."""
         if not self.alive():
             return []
         assert self.proc is not None

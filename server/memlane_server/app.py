@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -23,21 +22,22 @@ from typing import Literal, get_args
 import grpc
 from grpc_health.v1 import health, health_pb2
 
-from . import preflight, telemetry
+from . import children, preflight, telemetry
 from .access.policy import PolicyFile
 from .api.admission import AdmissionInterceptor
 from .config import Settings
 from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
-from .embedding import Embedder, OnnxEmbedder
+from .embedding import Embedder
 from .embedding.admission import EmbeddingAdmission
-from .embedding.remote import EmbeddingServer
+from .embedding.remote import RemoteEmbedder
 from .extraction import Extractor
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect
 from .infra.redis_timing import time_commands
 from .ltm import MemoryMaintenance, MemoryService
+from .model_process import ModelProcess
 from .observability.domain import Sampler
 from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
@@ -51,8 +51,8 @@ from .viewer import viewer_for
 from .wiring import access, grpc_server
 from .wiring import ltm as wiring_ltm
 from .wiring.context import build_context
+from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_session_end
-from .wiring.ltm import load_embedder
 from .wiring.providers import build_extractor, build_summarizer
 from .wiring.stores import Stores, build_stores
 from .worker_pool import WorkerPool
@@ -80,8 +80,8 @@ CloseStep = Literal[
     "ltm",  # flushes pending usage bumps
     "ltm store",
     "extractor http",
-    "embedding server",  # the workers' sockets (the workers are stopped by then)
     "embedder",
+    "model process",  # after the workers and this process stopped asking it
     "redis pool",
     "embedded redis",
     "data dir lock",
@@ -97,6 +97,13 @@ class Sidecar:
 
     # Whether this process answers calls (every append counts tokens) or only runs background jobs.
     _serves_requests = True
+
+    @property
+    def _shares_model(self) -> bool:
+        """Worker processes will embed too: the model runs in a process of its own, once."""
+        p = self.settings.pipeline
+        return p.pipeline_enabled and p.worker_processes > 0
+
     # Set by start(); tests and tools read them from a started sidecar.
     redis: RedisClient
     stores: Stores
@@ -129,6 +136,7 @@ class Sidecar:
         self._executor = ThreadPoolExecutor(
             settings.server.executor_threads, thread_name_prefix="memlane-cpu"
         )
+        self._model: ModelProcess | None = None  # with worker processes: the pod's one model
         self._drains: dict[DrainStep, Close] = {}  # registered as each part is built
         self._closes: dict[CloseStep, Close] = {}
 
@@ -200,7 +208,14 @@ class Sidecar:
 
     async def _open_ltm(self) -> None:
         s = self.settings
-        if self._embedder is None:
+        if self._embedder is None and self._shares_model:
+            # One model per pod: this process and its workers embed through the model process.
+            self._model = model = ModelProcess(s)
+            self._closes["model process"] = model.stop
+            await model.start()
+            self._embedder = remote = await RemoteEmbedder.connect(model.socket, bulk=False)
+            self._closes["embedder"] = remote.close
+        elif self._embedder is None:
             self._embedder = embedder = await load_embedder(s.embedding)
             self._closes["embedder"] = embedder.close
         store = await wiring_ltm.open_store(
@@ -283,7 +298,7 @@ class Sidecar:
             self._health,
             self._user_data,
             EmbeddingAdmission(
-                max_length=self._embedder.max_length if isinstance(self._embedder, OnnxEmbedder) else 256,
+                max_length=getattr(self._embedder, "max_length", _DEFAULT_MAX_LENGTH),
                 max_call_tokens=s.embedding.embedding_max_call_tokens,
                 max_inflight_tokens=s.embedding.embedding_max_inflight_tokens,
                 max_wait_s=s.server.admission_max_wait_ms / 1000,  # as long as a call waits at its gate
@@ -323,12 +338,11 @@ class Sidecar:
         erasures.start()
         p = self.settings.pipeline
         if p.pipeline_enabled and p.worker_processes > 0:
-            # One model per pod: the workers embed through this process's model.
-            embedding = EmbeddingServer(self._embedder) if isinstance(self._embedder, OnnxEmbedder) else None
-            if embedding is not None:
-                self._closes["embedding server"] = embedding.close
             pool = WorkerPool(
-                self.settings, redis_url=self._redis_url, processes=p.worker_processes, embedding=embedding
+                self.settings,
+                redis_url=self._redis_url,
+                processes=p.worker_processes,
+                embedder_socket=self._model.socket if self._model is not None else "",
             )
             self._drains["workers"] = lambda: pool.stop(self._stop_deadline)
             await pool.start()
@@ -390,6 +404,7 @@ class Sidecar:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+_DEFAULT_MAX_LENGTH = 256  # the admission's token estimate without a model (long-term memory off)
 _ERASURE_RESUME_S = 10.0  # how often half-done erasures are looked for (one HKEYS when there are none)
 
 # One shutdown step's limit: a step that needs longer is stuck (its name is logged) and skipped.
@@ -425,7 +440,7 @@ async def run_until_signalled(runtime: Sidecar, *, parent_pid: int = 0) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    orphaned = asyncio.create_task(_parent_gone(parent_pid, stop)) if parent_pid else None
+    orphaned = asyncio.create_task(children.parent_gone(parent_pid, stop)) if parent_pid else None
     try:
         await runtime.start()
         await stop.wait()
@@ -434,16 +449,3 @@ async def run_until_signalled(runtime: Sidecar, *, parent_pid: int = 0) -> None:
         if orphaned is not None:
             orphaned.cancel()
         await runtime.stop()
-
-
-async def _parent_gone(parent_pid: int, stop: asyncio.Event) -> None:
-    # Polled, as nothing signals it portably: a process is re-parented once its parent dies.
-    while True:
-        await asyncio.sleep(_PARENT_CHECK_S)
-        if os.getppid() != parent_pid:
-            break
-    log.warning("the serving process is gone; stopping this worker")
-    stop.set()
-
-
-_PARENT_CHECK_S = 1.0

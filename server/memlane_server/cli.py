@@ -89,10 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         "--parent-pid", type=int, default=0, help="stop when this process is gone (set by memlane serve)"
     )
     worker.add_argument(
-        "--embedder-fd",
-        type=int,
-        default=-1,
-        help="embed through the serving process's model over this inherited socket (set by memlane serve)",
+        "--embedder-socket",
+        default="",
+        help="embed through the model process on this Unix socket (set by memlane serve)",
     )
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
@@ -247,7 +246,7 @@ def _run(argv: Sequence[str] | None) -> int:
         runtime = (
             Sidecar(settings)
             if args.command == "serve"
-            else Worker(settings, embedder_fd=getattr(args, "embedder_fd", -1))
+            else Worker(settings, embedder_socket=getattr(args, "embedder_socket", ""))
         )
         try:
             asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))

@@ -8,12 +8,9 @@ first, so a request's latency does not depend on how much background work is que
 go to the workers. A child that dies is started again (its jobs are taken over from the queue after the
 claim timeout, as for any dead worker).
 
-One model per pod: with long-term memory on, each child gets one end of a socket pair and embeds through
-this process's model (``embedding/remote.py``) instead of loading its own copy.
-
-Children are started with ``subprocess.Popen`` (a vfork and exec, off the event loop) and watched through
-a pidfd: uvloop's own spawn forks the whole process and runs every library's fork handlers, so gRPC and
-LanceDB warned at every start (and a fork of a process running their threads can deadlock).
+One model per pod: with long-term memory on, each child embeds through the model process
+(``model_process.py``, ``--embedder-socket``) instead of loading its own copy. How children start and
+end: ``children.py``.
 """
 
 from __future__ import annotations
@@ -27,18 +24,16 @@ import socket
 import subprocess
 import sys
 import time
-from typing import IO
 
 import orjson
 
+from . import children
 from .config import ENV_PREFIX, Settings, setting_fields
-from .embedding.remote import EmbeddingServer
 
 log = logging.getLogger("memlane")
 
 # Niceness added to the workers': enough that the serving process wins a contended core nearly always.
 WORKER_NICENESS = 10
-_RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
 # A child gets this much longer than the grace period to hand its jobs back before it is killed.
 _STOP_MARGIN_S = 2.0
 _METRICS_TIMEOUT_S = 2.0  # a scrape waits this long for a busy worker's metrics, then goes without
@@ -79,30 +74,6 @@ async def _get(port: int, path: str) -> bytes:
     return body if head.startswith(b"HTTP/1.1 200") else b""
 
 
-async def _exited(proc: subprocess.Popen[bytes]) -> int:
-    """The child's exit status, once it exits: waits on a pidfd, without a thread or a SIGCHLD handler."""
-    if proc.poll() is not None:
-        return proc.returncode
-    loop = asyncio.get_running_loop()
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except ProcessLookupError:
-        return proc.wait()
-    gone: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not gone.done():
-            gone.set_result(None)
-
-    loop.add_reader(pidfd, readable)
-    try:
-        await gone
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    return proc.wait()
-
-
 class WorkerPool:
     def __init__(
         self,
@@ -110,10 +81,10 @@ class WorkerPool:
         *,
         redis_url: str,
         processes: int,
-        embedding: EmbeddingServer | None = None,
+        embedder_socket: str = "",
     ) -> None:
         self._settings, self._redis_url = settings, redis_url
-        self._embedding = embedding
+        self._embedder_socket = embedder_socket  # the model process's, or "" (no long-term memory)
         # Workers serve their metrics on loopback only when this process serves its own.
         self._with_metrics = bool(settings.server.admin_listen)
         self._metrics_ports: dict[int, int] = {}
@@ -148,41 +119,20 @@ class WorkerPool:
             admin = f"127.0.0.1:{port}"
         args = [sys.executable, "-m", "memlane_server.cli", "worker", "--config", "-"]
         args += ["--parent-pid", str(os.getpid())]
-        mine: socket.socket | None = None
-        theirs: socket.socket | None = None
-        if self._embedding is not None:
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            args += ["--embedder-fd", str(theirs.fileno())]
-        try:
-            proc = await asyncio.to_thread(
-                subprocess.Popen,
-                args,
-                stdin=subprocess.PIPE,
-                env=self._env,
-                pass_fds=(theirs.fileno(),) if theirs is not None else (),
-            )
-        finally:
-            if theirs is not None:
-                theirs.close()  # the child holds its own copy; the pair closes when the child exits
-        if mine is not None and self._embedding is not None:
-            self._embedding.serve(mine)
-        with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
-            nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS)
-            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
-        assert proc.stdin is not None
+        if self._embedder_socket:
+            args += ["--embedder-socket", self._embedder_socket]
         settings = worker_settings(self._settings, self._redis_url, admin)
-        with contextlib.suppress(BrokenPipeError):  # a child dead at once is restarted by _supervise
-            await asyncio.to_thread(_write_and_close, proc.stdin, settings)
+        proc = await children.spawn(args, stdin=settings, env=self._env, niceness=WORKER_NICENESS)
         log.info("started a worker process", extra={"worker": i, "pid": proc.pid})
         return proc
 
     async def _supervise(self, i: int) -> None:
         failures = 0
         while True:
-            rc = await _exited(self._procs[i])
+            rc = await children.exited(self._procs[i])
             if self._stopping:
                 return
-            delay = _RESTART_BACKOFF_S[min(failures, len(_RESTART_BACKOFF_S) - 1)]
+            delay = children.backoff(failures)
             failures += 1
             log.error(
                 "a worker process exited; starting it again",
@@ -204,7 +154,7 @@ class WorkerPool:
         for p in live:
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGTERM)
-        waits = [asyncio.ensure_future(_exited(p)) for p in live]
+        waits = [asyncio.ensure_future(children.exited(p)) for p in live]
         if waits:
             left = (deadline - time.monotonic()) if deadline else self._grace
             _, late = await asyncio.wait(waits, timeout=max(left, 0.0) + _STOP_MARGIN_S)
@@ -215,10 +165,3 @@ class WorkerPool:
                         p.kill()
             if late:
                 await asyncio.wait(late, timeout=5.0)
-
-
-def _write_and_close(pipe: IO[bytes], data: bytes) -> None:
-    try:
-        pipe.write(data)
-    finally:
-        pipe.close()

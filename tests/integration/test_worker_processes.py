@@ -58,6 +58,11 @@ def _children(pid: int) -> set[int]:
     return set(children_of(pid))
 
 
+def _workers(pid: int) -> set[int]:
+    """The worker processes among ``pid``'s children (beside them: the model process)."""
+    return {p for p in children_of(pid) if " worker " in _cmdline(p)}
+
+
 def _session(c: memlane.Client, user: str, turns: int = 20) -> str:
     sid = c.create_session(user_id=user, agent_id="a1").session.session_id
     c.append_messages(
@@ -96,10 +101,13 @@ def test_session_end_runs_in_a_worker_process(
     if workers:
         assert a.proc.pid not in pids
         assert pids <= _children(a.proc.pid)
-        # One model per pod: the worker promoted through the serving process's model and never loaded
-        # ONNX Runtime; the serving process did (positive control of the check itself).
-        (worker,) = _children(a.proc.pid) - {p for p in _children(a.proc.pid) if _is_redis(p)}
-        assert not _maps_onnxruntime(worker) and _maps_onnxruntime(a.proc.pid)
+        # One model per pod: the worker promoted and the serving process recalled through the model
+        # process; neither loaded ONNX Runtime (the model process did: the check's positive control).
+        kids = _children(a.proc.pid)
+        (model,) = [p for p in kids if _cmdline(p).find("memlane_server.model_process") >= 0]
+        (worker,) = _workers(a.proc.pid)
+        assert _maps_onnxruntime(model)
+        assert not _maps_onnxruntime(worker) and not _maps_onnxruntime(a.proc.pid)
     else:
         assert pids == {a.proc.pid}
     r.close()
@@ -109,8 +117,8 @@ def _maps_onnxruntime(pid: int) -> bool:
     return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
 
 
-def _is_redis(pid: int) -> bool:
-    return "redis" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
 
 
 def test_a_killed_worker_is_replaced_and_its_session_ends_once(
@@ -133,11 +141,11 @@ def test_a_killed_worker_is_replaced_and_its_session_ends_once(
         c.close_session(session_id=sid)
         key = KeySpace(prefix).pipeline(sid)
         wait_for(lambda: int(hget(r, key, "promoted_through") or 0) >= 5, timeout=120)
-        (worker,) = _children(a.proc.pid)
+        (worker,) = _workers(a.proc.pid)
         os.kill(worker, signal.SIGKILL)
         wait_for(lambda: _state(r, prefix, sid) == ARCHIVED, timeout=180)
         assert "a worker process exited; starting it again" in a.log.read_text()
-        replacement = wait_for(lambda: _children(a.proc.pid) - {worker}, timeout=30)
+        replacement = wait_for(lambda: _workers(a.proc.pid) - {worker}, timeout=30)
         assert replacement
         parts = json.loads(hget(r, key, "archives") or b"[]")
         assert len(parts) == 1  # ended once: one archive part, not one per run

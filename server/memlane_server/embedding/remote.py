@@ -1,14 +1,19 @@
-"""One embedding model per pod: worker processes embed through the serving process's model.
+"""The embedding model over a local socket: one model per pod, in a process of its own.
 
-``memlane serve`` loads the model once (the serving process needs it for query vectors anyway, also as a
-thin sidecar without workers) and hands each worker process one end of a socket pair at spawn. The worker
-embeds with ``RemoteEmbedder`` over it; ``EmbeddingServer`` answers on the other end with the serving
-process's ``OnnxEmbedder``, always in its bulk lane (lower CPU priority, apart from query vectors: see
-``onnx.py``). A socket pair has no address: nothing else on the machine can reach the model through it.
+``memlane serve`` with worker processes runs the model in one more child, the model process
+(``model_process.py``): the serving process asks it for query vectors, the workers for their bulk
+batches, and neither loads a model. The model process's ``OnnxEmbedder`` keeps the two apart (a query
+thread, bulk threads at lower priority: ``onnx.py``); being a process of its own, no bulk batch holds the
+serving process's interpreter lock or a core it needs.
+
+``EmbeddingServer`` answers on a Unix socket in a directory only this user can enter; ``RemoteEmbedder``
+is the ``Embedder`` of the processes that ask, reconnecting once when the model process was restarted.
 
 Frames, both ways: a header (payload length, request id, kind) and the payload. A request's payload is
-a JSON array of texts; an answer's is the vectors (float32, row-major) or, for an error, its message.
-The first frame the server sends (request id 0) carries the model's dimension as JSON.
+a JSON array of texts, its kind how to run them (``QUERY``: by size, as a local call; ``BULK``: always in
+the bulk lane; ``FORGET``: drop the query cache, no answer). An answer's payload is the vectors (float32,
+row-major) or, for an error, its message. The first frame of a connection (request id 0, ``HELLO``)
+carries the model's dimension and sequence length as JSON.
 """
 
 from __future__ import annotations
@@ -17,25 +22,25 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import socket
 import struct
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from .onnx import OnnxEmbedder
+from .onnx import QUERY_MAX_TEXTS, OnnxEmbedder
 
 log = logging.getLogger("memlane")
 
 _HEADER = struct.Struct("<IQB")  # payload bytes, request id, kind
-_OK, _ERROR, _HELLO = 0, 1, 2
+QUERY, BULK, FORGET = 1, 2, 3  # request kinds
+_OK, _ERROR, _HELLO = 0, 1, 2  # answer kinds
 # A frame larger than this is a broken peer, not a batch (a session end's largest is a few MB).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 
 
 class EmbeddingUnavailable(ConnectionError):
-    """The process that owns the model is gone (the worker stops with it) or answered an error."""
+    """The model process is gone (and did not come back in time) or answered an error."""
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
@@ -50,53 +55,60 @@ def _frame(request_id: int, kind: int, payload: bytes) -> bytes:
 
 
 class EmbeddingServer:
-    """The serving process's end: answers each worker's requests with ``embedder``'s bulk lane."""
+    """The model process's end: answers each connection's requests with ``embedder``."""
 
     def __init__(self, embedder: OnnxEmbedder) -> None:
         self._embedder = embedder
+        self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    def serve(self, sock: socket.socket) -> None:
-        """Answer requests on ``sock`` (this process's end of a worker's pair) until the worker is gone."""
-        task = asyncio.create_task(self._serve(sock), name="memlane-embedding-server")
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+    async def listen(self, path: str) -> None:
+        self._server = await asyncio.start_unix_server(self._accept, path=path)
 
-    async def _serve(self, sock: socket.socket) -> None:
-        reader, writer = await asyncio.open_connection(sock=sock)
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         calls: set[asyncio.Task[None]] = set()
         try:
-            writer.write(_frame(0, _HELLO, orjson.dumps({"ndims": self._embedder.ndims})))
+            hello = {"ndims": self._embedder.ndims, "max_length": self._embedder.max_length}
+            writer.write(_frame(0, _HELLO, orjson.dumps(hello)))
             while True:
                 try:
-                    request_id, _, payload = await _read_frame(reader)
+                    request_id, kind, payload = await _read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
-                    return  # the worker exited: its requests in flight have no one to answer
-                call = asyncio.create_task(self._answer(writer, request_id, payload))
+                    return  # the asking process exited: its requests in flight have no one to answer
+                if kind == FORGET:
+                    self._embedder.forget_cached()
+                    continue
+                call = asyncio.create_task(self._answer(writer, request_id, kind, payload))
                 calls.add(call)
                 call.add_done_callback(calls.discard)
         finally:
             for call in calls:
                 call.cancel()
             writer.close()
+            self._connections.discard(task)
 
-    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, payload: bytes) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, kind: int, payload: bytes) -> None:
         try:
             texts = orjson.loads(payload)
             if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                 raise ValueError("an embedding request must be a list of texts")
-            vectors = await self._embedder.embed(texts, bulk=True)
+            vectors = await self._embedder.embed(texts, bulk=True if kind == BULK else None)
             reply = _frame(request_id, _OK, np.ascontiguousarray(vectors, dtype="<f4").tobytes())
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the worker's job fails with it and is retried, as for a local model
-            log.warning("an embedding request of a worker process failed", extra={"error": str(exc)})
+        except Exception as exc:  # the asking call fails with it, as it would with a local model
+            log.warning("an embedding request failed", extra={"error": str(exc)})
             reply = _frame(request_id, _ERROR, str(exc).encode())
         with contextlib.suppress(ConnectionError):
             writer.write(reply)  # one write per frame: answers of concurrent requests never interleave
             await writer.drain()
 
     async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
         for task in list(self._connections):
             task.cancel()
         for task in list(self._connections):
@@ -104,57 +116,100 @@ class EmbeddingServer:
                 await task
 
 
-class RemoteEmbedder:
-    """A worker process's ``Embedder``: the serving process's model over the socket pair it was given."""
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.pending: dict[int, asyncio.Future[npt.NDArray[np.float32]]] = {}
+        self.receiver: asyncio.Task[None] | None = None
+        self.lost = False
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ndims: int) -> None:
-        self._reader, self._writer, self._ndims = reader, writer, ndims
+
+class RemoteEmbedder:
+    """The ``Embedder`` of a process without a model: the model process's, over its socket. ``bulk``:
+    every call runs in the bulk lane (a worker's); else a call runs as it would locally (by its size)."""
+
+    def __init__(self, path: str, *, bulk: bool, reconnect_s: float = 30.0) -> None:
+        self._path = path
+        self._kind = BULK if bulk else QUERY
+        self._reconnect_s = reconnect_s
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[npt.NDArray[np.float32]]] = {}
-        self._receiver = asyncio.create_task(self._receive(), name="memlane-remote-embedder")
-        self._lost: EmbeddingUnavailable | None = None
+        self._conn: _Connection | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._ndims = 0
+        self._max_length = 0
+        # Texts asked for by lane (the memlane_embedding_texts metric of this process; the model process
+        # runs them, and a worker's count reaches /metrics through the serving process's merge).
+        self._texts = {"query": 0, "bulk": 0}
 
     @classmethod
-    async def connect(cls, fd: int) -> RemoteEmbedder:
-        """Over the inherited descriptor ``fd``; reads the model's dimension first."""
-        sock = socket.socket(fileno=fd)
-        reader, writer = await asyncio.open_connection(sock=sock)
-        try:
-            request_id, kind, payload = await _read_frame(reader)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            writer.close()
-            raise EmbeddingUnavailable("the serving process closed the embedding socket") from exc
-        if request_id != 0 or kind != _HELLO:
-            writer.close()
-            raise EmbeddingUnavailable("the embedding socket did not start with the model's dimension")
-        return cls(reader, writer, int(orjson.loads(payload)["ndims"]))
+    async def connect(cls, path: str, *, bulk: bool) -> RemoteEmbedder:
+        remote = cls(path, bulk=bulk)
+        await remote._connection()
+        return remote
 
     @property
     def ndims(self) -> int:
         return self._ndims
 
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    def texts_by_lane(self) -> dict[str, int]:
+        return dict(self._texts)
+
+    async def _connection(self) -> _Connection:
+        """The open connection, or a new one (the model process may be restarting: retried for a while)."""
+        if self._conn is not None and not self._conn.lost:
+            return self._conn
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._conn is not None and not self._conn.lost:
+                return self._conn
+            deadline = asyncio.get_running_loop().time() + self._reconnect_s
+            while True:
+                try:
+                    reader, writer = await asyncio.open_unix_connection(self._path)
+                    _, kind, payload = await _read_frame(reader)
+                    if kind != _HELLO:
+                        raise EmbeddingUnavailable("the model process did not say hello")
+                    break
+                except (OSError, asyncio.IncompleteReadError) as exc:
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise EmbeddingUnavailable(f"the model process does not answer: {exc}") from exc
+                    await asyncio.sleep(0.1)
+            hello = orjson.loads(payload)
+            self._ndims, self._max_length = int(hello["ndims"]), int(hello["max_length"])
+            conn = _Connection(reader, writer)
+            conn.receiver = asyncio.create_task(self._receive(conn), name="memlane-remote-embedder")
+            self._conn = conn
+            return conn
+
     async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         if not texts:
             return np.zeros((0, self._ndims), dtype=np.float32)
-        if self._lost is not None:
-            raise self._lost
+        conn = await self._connection()
         request_id = next(self._ids)
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        conn.pending[request_id] = future
+        query = self._kind == QUERY and len(texts) <= QUERY_MAX_TEXTS
+        self._texts["query" if query else "bulk"] += len(texts)
         try:
-            self._writer.write(_frame(request_id, _OK, orjson.dumps(texts)))
-            await self._writer.drain()
+            conn.writer.write(_frame(request_id, self._kind, orjson.dumps(texts)))
+            await conn.writer.drain()
             return await future
         except ConnectionError as exc:
-            raise EmbeddingUnavailable("the serving process closed the embedding socket") from exc
+            conn.lost = True
+            raise EmbeddingUnavailable("the model process closed its socket") from exc
         finally:
-            self._pending.pop(request_id, None)
+            conn.pending.pop(request_id, None)
 
-    async def _receive(self) -> None:
+    async def _receive(self, conn: _Connection) -> None:
         try:
             while True:
-                request_id, kind, payload = await _read_frame(self._reader)
-                future = self._pending.get(request_id)
+                request_id, kind, payload = await _read_frame(conn.reader)
+                future = conn.pending.get(request_id)
                 if future is None or future.done():
                     continue  # its caller was cancelled
                 if kind == _OK:
@@ -163,16 +218,25 @@ class RemoteEmbedder:
                 else:
                     future.set_exception(EmbeddingUnavailable(payload.decode(errors="replace")))
         except (asyncio.IncompleteReadError, ConnectionError, EmbeddingUnavailable) as exc:
-            self._lost = EmbeddingUnavailable(f"the serving process's embedding socket closed: {exc}")
-            for future in self._pending.values():
+            conn.lost = True
+            lost = EmbeddingUnavailable(f"the model process closed its socket: {exc}")
+            for future in conn.pending.values():
                 if not future.done():
-                    future.set_exception(self._lost)
+                    future.set_exception(lost)
 
     def forget_cached(self) -> None:
-        """Nothing is cached here: the serving process's query cache is the only one."""
+        """Erasure: the model process drops its query cache (queries hold users' words)."""
+        conn = self._conn
+        if conn is not None and not conn.lost:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                conn.writer.write(_frame(0, FORGET, b""))
 
     async def close(self) -> None:
-        self._receiver.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._receiver
-        self._writer.close()
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if conn.receiver is not None:
+            conn.receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await conn.receiver
+        conn.writer.close()

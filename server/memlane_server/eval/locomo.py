@@ -39,7 +39,7 @@ from ..config import ENV_PREFIX, Settings, build_settings
 from ..embedding import OnnxEmbedder
 from ..sessions.scratch import drop_keys
 from ..tokens import TokenCounter
-from ..wiring.ltm import embedding_spec
+from ..wiring.embedding import embedding_spec
 from .bm25 import BM25
 from .dataset import CATEGORIES, SCORED, Conversation, load, turn_messages
 from .loo import LeaveOneOut

@@ -1,13 +1,13 @@
-"""Long-term memory: the embedder, the LanceDB table, the memory service and its maintenance."""
+"""Long-term memory: the LanceDB table, the memory service and its maintenance (the embedder:
+``wiring/embedding.py``)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from .. import telemetry
-from ..config import EmbeddingSettings, LtmSettings
-from ..embedding import Embedder, OnnxEmbedder, OnnxModelSpec, Pooling, int8_spec, packaged_spec
+from ..config import LtmSettings
+from ..embedding import Embedder
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
 from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryService, MemoryTuning
@@ -16,34 +16,6 @@ from ..observability.domain import DomainMetrics
 from ..sessions.keys import KeySpace
 from ..sessions.lease import LeaseLock
 from ..sessions.ltm_versions import LtmVersions
-
-
-def embedding_spec(s: EmbeddingSettings) -> OnnxModelSpec:
-    """The configured model with the configured maths. Blocking: the first start on a machine converts
-    the model to int8 (seconds; cached after, see embedding/int8.py)."""
-    base = packaged_spec()
-    spec = base
-    if s.embedding_model_path:
-        spec = OnnxModelSpec(
-            model_path=Path(s.embedding_model_path),
-            tokenizer_path=Path(s.embedding_tokenizer_path)
-            if s.embedding_tokenizer_path
-            else base.tokenizer_path,
-            ndims=s.embedding_dims,
-            pooling=Pooling(s.embedding_pooling),
-            sha256=s.embedding_sha256,
-        )
-    int8 = s.embedding_maths == "int8" or (s.embedding_maths == "auto" and not s.embedding_model_path)
-    if not int8:
-        return spec
-    return int8_spec(spec, Path(s.embedding_cache_dir) if s.embedding_cache_dir else None)
-
-
-async def load_embedder(s: EmbeddingSettings) -> OnnxEmbedder:
-    def load() -> OnnxEmbedder:
-        return OnnxEmbedder.load(embedding_spec(s), bulk_threads=s.embedding_threads)
-
-    return await asyncio.to_thread(load)
 
 
 async def open_store(

@@ -1,0 +1,88 @@
+"""Child processes of ``memlane serve`` (its worker processes and its model process): how they start,
+how their end is noticed, how often they are started again.
+
+A child is started with ``subprocess.Popen`` (a vfork and exec) off the event loop: uvloop's own spawn
+forks the whole process and runs every library's fork handlers, so gRPC and LanceDB warned at every
+start (and a fork of a process running their threads can deadlock). Its settings go to its standard
+input (no secret on a command line or on disk). Its exit is awaited on a pidfd: no thread, no SIGCHLD
+handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+from typing import IO
+
+log = logging.getLogger("memlane")
+
+# Waits before each restart of a child that keeps dying, the last one repeated.
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
+
+
+async def spawn(
+    args: list[str], *, stdin: bytes, env: dict[str, str], niceness: int = 0
+) -> subprocess.Popen[bytes]:
+    """Starts ``args`` with ``stdin`` as its whole standard input, ``niceness`` added to this process's."""
+    proc = await asyncio.to_thread(subprocess.Popen, args, stdin=subprocess.PIPE, env=env)
+    if niceness:
+        with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
+            nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness)
+            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # a child dead at once is noticed by whoever awaits it
+        await asyncio.to_thread(_write_and_close, proc.stdin, stdin)
+    return proc
+
+
+def _write_and_close(pipe: IO[bytes], data: bytes) -> None:
+    try:
+        pipe.write(data)
+    finally:
+        pipe.close()
+
+
+async def exited(proc: subprocess.Popen[bytes]) -> int:
+    """The child's exit status, once it exits."""
+    if proc.poll() is not None:
+        return proc.returncode
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        return proc.wait()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(pidfd, readable)
+    try:
+        await gone
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return proc.wait()
+
+
+def backoff(failures: int) -> float:
+    return RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
+
+
+async def parent_gone(parent_pid: int, stop: asyncio.Event) -> None:
+    """Sets ``stop`` once the process ``parent_pid`` is gone: a child outlives no serving process, even
+    one killed with SIGKILL. Polled, as nothing signals it portably: a process is re-parented once its
+    parent dies."""
+    while True:
+        await asyncio.sleep(_PARENT_CHECK_S)
+        if os.getppid() != parent_pid:
+            break
+    log.warning("the serving process is gone; stopping")
+    stop.set()
+
+
+_PARENT_CHECK_S = 1.0
