@@ -176,6 +176,11 @@ class Sidecar:
         """What both halves need: Redis, the stores, long-term memory, the providers and the session-end
         parts (built, not started)."""
         s = self.settings
+        if s.ltm.ltm_enabled and self._embedder is None and self._shares_model:
+            # Started first: the model loads in its own process while Redis starts and the table opens.
+            self._model = model = ModelProcess(s)
+            self._closes["model process"] = model.stop
+            await model.start()
         await self._connect()
         tokens = await asyncio.to_thread(
             TokenCounter, s.sessions.default_encoding, preload=self._serves_requests
@@ -208,12 +213,9 @@ class Sidecar:
 
     async def _open_ltm(self) -> None:
         s = self.settings
-        if self._embedder is None and self._shares_model:
+        if self._embedder is None and self._model is not None:
             # One model per pod: this process and its workers embed through the model process.
-            self._model = model = ModelProcess(s)
-            self._closes["model process"] = model.stop
-            await model.start()
-            self._embedder = remote = await RemoteEmbedder.connect(model.socket, bulk=False)
+            self._embedder = remote = await RemoteEmbedder.connect(self._model.socket, bulk=False)
             self._closes["embedder"] = remote.close
         elif self._embedder is None:
             self._embedder = embedder = await load_embedder(s.embedding)
