@@ -182,16 +182,16 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
                         at_most=500,
                         note=f"RSS added up: {ltm.proc.rss_mb():.0f} MB",
                     )
-            phases.set_postfix_str("thin serving process")
-            _thin(
-                report,
-                f"{tmp}/thin",
-                redis_url=redis_url,
-                ltm=f"{tmp}/ltm{sizes[-1]}/ltm",
-                echo=echo,
-                seconds=seconds,
-            )
-            phases.update()
+        phases.set_postfix_str("thin serving process")
+        _thin(
+            report,
+            f"{tmp}/thin",
+            redis_url=redis_url,
+            ltm=f"{tmp}/ltm{sizes[-1]}/ltm",
+            echo=echo,
+            seconds=seconds,
+        )
+        phases.update()
         if not quick:  # the same session-end row with two worker processes (1 is the default above)
             phases.set_postfix_str("session end, 2 workers")
             with Sidecar(f"{tmp}/two-workers", redis_url, "--worker-processes", "2") as two:
