@@ -82,7 +82,7 @@ def isolation(report: Report, target: str, *, searcher: str = "searcher") -> Non
             time.sleep(0.02)
         took = time.perf_counter() - t0
     note = f"{ended} of {len(ending)} sessions ended in {took:.1f} s"
-    worst = max(health_s)
+    worst = max(health_s) * 1000  # Latency holds milliseconds
     report.latency(
         Latency(
             "isolation: health probe while a 120 KB turn + 10 sessions are promoted (max)",
