@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import ctypes
 import difflib
 import os
 import sys
@@ -15,6 +13,7 @@ from typing import Any, NoReturn
 from memlane.mcp import add_arguments as add_mcp_arguments
 
 from .build_info import version_line
+from .children import limit_malloc_arenas
 from .config import ConfigError, add_flags, build_settings, flags_from
 from .inspect_cli import COMMANDS as INSPECT_COMMANDS
 from .inspect_cli import add_parsers as add_inspect_parsers
@@ -136,19 +135,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# glibc's M_ARENA_MAX: gRPC, ONNX Runtime and LanceDB run many threads, and glibc gives each thread
-# its own malloc arena by default; their idle memory made the sidecar with LTM ~170 MB bigger.
-_M_ARENA_MAX = -8
-
-
-def _limit_malloc_arenas(arenas: int = 2) -> None:
-    """Like MALLOC_ARENA_MAX=2, set before the threads start; an explicit variable wins."""
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
-        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, arenas)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The command's exit status. A reader that stops early (``memlane trace show S | head``) ends the
     command quietly, as it ends ``git log``: exit 141 (SIGPIPE), no traceback."""
@@ -227,7 +213,7 @@ def _run(argv: Sequence[str] | None) -> int:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
         configure(settings.observability.log_level, settings.observability.log_format)
-        _limit_malloc_arenas()
+        limit_malloc_arenas()
         try:
             import uvloop
 

@@ -34,6 +34,7 @@ import orjson
 from . import children
 from .config import ENV_PREFIX, EmbeddingSettings, Settings, build_settings, setting_fields
 from .embedding.remote import EmbeddingServer
+from .infra.periodic import Periodic
 from .observability.logs import configure
 from .wiring.embedding import load_embedder
 
@@ -116,10 +117,13 @@ async def _serve(settings: EmbeddingSettings, path: str, parent_pid: int) -> Non
         loop.add_signal_handler(sig, stop.set)
 
     watch = asyncio.create_task(children.parent_gone(parent_pid, stop))
+    trim = Periodic("return-freed-memory", children.return_freed_memory, children.TRIM_INTERVAL_S)
+    trim.start()
     try:
         await stop.wait()
     finally:
         watch.cancel()
+        await trim.stop()
         await server.close()
         await embedder.close()
 
@@ -128,6 +132,7 @@ def main(argv: list[str]) -> int:
     path, parent_pid = argv[0], int(argv[1])
     settings = build_settings(env={}, config_file="-")  # the serving process's settings, on stdin
     configure(settings.observability.log_level, settings.observability.log_format)
+    children.limit_malloc_arenas()
     asyncio.run(_serve(settings.embedding, path, parent_pid))
     return 0
 

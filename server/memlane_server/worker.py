@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import logging
 
+from . import children
 from .app import Sidecar
 from .config import ConfigError, Settings
 from .embedding.remote import RemoteEmbedder
+from .infra.periodic import Periodic
 
 log = logging.getLogger("memlane")
 
@@ -42,6 +44,9 @@ class Worker(Sidecar):
         await self._foundation()
         await self._start_admin(with_viewer=False)
         await self._start_background()
+        trim = Periodic("return-freed-memory", children.return_freed_memory, children.TRIM_INTERVAL_S)
+        self._closes["memory trim"] = trim.stop
+        trim.start()
         log.info(
             "memlane worker running",
             extra={"consumer": self.end.worker.consumer, "admin_port": self.admin_port},
