@@ -14,6 +14,7 @@ import memlane
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
+from memlane_server.background import SidecarThread
 from tests.conftest import ServerFactory
 
 AGENT = "agent-a"
@@ -154,3 +155,51 @@ def test_a_user_without_memories_gets_their_first_one_on_the_next_assembly_on_bo
         scope=mpb.MEMORY_SCOPE_AGENT,
     )
     assert _seen(a, sid2, "what does the user like?") == ("", "")
+
+
+@pytest.fixture(scope="module")
+def two(
+    start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[SidecarThread, memlane.Client, memlane.Client]]:
+    shared = {"key_prefix": f"t{uuid.uuid4().hex[:10]}", "ltm_uri": str(tmp_path_factory.mktemp("ltm"))}
+    a, b = start_server(**shared), start_server(**shared)
+    with memlane.Client(a.target, timeout=30) as ca, memlane.Client(b.target, timeout=30) as cb:
+        yield a, ca, cb
+
+
+def test_a_reader_catches_up_with_rows_added_elsewhere_and_reloads_after_a_removal(
+    two: tuple[SidecarThread, memlane.Client, memlane.Client],
+) -> None:
+    """Learning in a worker adds rows all the time: the reader's in-memory entry takes the new rows in
+    (a catch-up), instead of reading the user's every row again; a removal elsewhere cannot be seen in
+    what changed, so it reloads."""
+    server_a, a, b = two
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    facts = [f"The user's locker number {i} is on floor {i % 7}." for i in range(30)]
+    for fact in facts:
+        b.create_memory(caller=_who(user), kind=mpb.MEMORY_KIND_FACT, content=fact)
+    stats = server_a.sidecar.ltm.hot_index.stats if server_a.sidecar.ltm else None
+    assert stats is not None
+    assert a.search_memories(caller=_who(user), query="which locker?", limit=5).results  # loads the entry
+    loads, catch_ups = stats.misses, stats.catch_ups
+    added = b.create_memory(caller=_who(user), kind=mpb.MEMORY_KIND_FACT, content="Dana keeps bees.")
+    hits = a.search_memories(caller=_who(user), query="who keeps bees?", limit=3).results
+    assert hits[0].memory.memory_id == added.memory.memory_id  # seen at once ...
+    assert (stats.misses, stats.catch_ups) == (loads, catch_ups + 1)  # ... by a catch-up, not a load
+    # Removed elsewhere: the reader reloads (a positive control of the check above), and never serves it.
+    b.delete_memory(caller=_who(user), memory_id=added.memory.memory_id)
+    hits = a.search_memories(caller=_who(user), query="who keeps bees?", limit=3).results
+    assert added.memory.memory_id not in [h.memory.memory_id for h in hits]
+    assert stats.misses == loads + 1 and stats.catch_ups == catch_ups + 1
+    # An edit elsewhere replaces the row in the entry: the old text is gone, the new one found.
+    target = hits[0].memory.memory_id
+    mask = FieldMask(paths=["content"])
+    b.update_memory(
+        caller=_who(user),
+        memory=mpb.Memory(memory_id=target, content="The user's bike is in garage 9."),
+        update_mask=mask,
+    )
+    hits = a.search_memories(caller=_who(user), query="where is the bike?", limit=3).results
+    assert hits[0].memory.memory_id == target and "garage 9" in hits[0].memory.content
+    assert sum(h.memory.memory_id == target for h in hits) == 1
+    assert stats.catch_ups == catch_ups + 2

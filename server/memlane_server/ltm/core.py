@@ -40,7 +40,7 @@ class MemoryCore:
         guard: ContentGuard | None = None,
         clock: Callable[[], int] = _now_ms,
         usage_flush_interval_s: float = 1.0,
-        on_change: Callable[[str], Awaitable[None]] | None = None,
+        on_change: Callable[[str, bool], Awaitable[None]] | None = None,
         hot_index_mb: int = 64,
         history: HistoryLog | None = None,
         versions: Versions | None = None,
@@ -52,14 +52,16 @@ class MemoryCore:
         self._clock = clock
         self._usage = UsageRecorder(store, flush_interval_s=usage_flush_interval_s)
         # Called with a user id after each write that changes what the user's reads return (not usage
-        # counts), once the write is visible: caches of injected memories invalidate on it.
+        # counts), once the write is visible, and whether it removed rows: caches invalidate on it.
         self._on_change = on_change
         # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
         # decide "insert" for the same fact; unrelated users rarely share a stripe.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._hot = HotIndex(store, max_bytes=hot_index_mb << 20)
         # Reads see what other processes wrote (a worker's promotions): ltm/freshness.py.
-        self.freshness = Freshness(versions, refresh=store.refresh, drop=self._hot.forget)
+        self.freshness = Freshness(
+            versions, refresh=store.refresh, drop=self._hot.forget, catch_up=self._hot.catch_up
+        )
         # Slots recognised by meaning, for items that name none (ltm/slots.py).
         self._slots = SlotReader(embedder, min_similarity=self._policy.slot_similarity)
         # Every change to an item is journaled there as a version (who, when, why): see ltm/history.py.
@@ -89,8 +91,9 @@ class MemoryCore:
         return self._clock()
 
     async def changed(self, user_id: str) -> None:
-        """Announce a write made outside this class (a snapshot restore) to the caches."""
-        await self._changed(user_id)
+        """Announce a write made outside this class (a snapshot restore, which removes rows) to the
+        caches."""
+        await self._changed(user_id, removed=True)
 
     async def _journal(self, user_id: str, actor: str, changes: list[Change]) -> None:
         if self._history is not None and changes:
@@ -101,12 +104,13 @@ class MemoryCore:
         self._hot.forget(user_id)
         self.freshness.forget(user_id)
 
-    async def _changed(self, *user_ids: str) -> None:
+    async def _changed(self, *user_ids: str, removed: bool = False) -> None:
+        """``removed``: the write deleted rows (other processes must reload, not catch up)."""
         for user_id in user_ids:
             self._hot.forget(user_id)
         if self._on_change is not None:
             for user_id in user_ids:
-                await self._on_change(user_id)
+                await self._on_change(user_id, removed)
 
     def _check_content(self, content: str) -> str:
         text = content.strip()

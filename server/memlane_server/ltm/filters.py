@@ -135,6 +135,10 @@ def narrowed_mask(
     return mask
 
 
+def updated_since(ms: int) -> Expr:
+    return col("updated_at_ms") >= lit(ms)
+
+
 def not_superseded() -> Expr:
     return col("superseded_by") == lit("")
 

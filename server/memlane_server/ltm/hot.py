@@ -9,10 +9,14 @@ not-superseded rows' ids, unit vectors and the few columns recall filters on. A 
 hits are built without another read; their usage counts may lag by up to ``TTL_S`` (LanceDB's own lag
 up to ``ltm_usage_flush_seconds``), which only nudges ranking.
 
-Freshness: every write through ``MemoryService`` drops the user's entries (``forget``), as does a
-change of the user's LTM version seen by assembly (another sidecar's write), and erasure. A load that
-a ``forget`` overtook is not kept. Entries also expire after ``TTL_S``: the bound on staleness for
-readers that never read the version (SearchMemories on a sidecar that did not write).
+Freshness: every write through ``MemoryService`` drops the user's entries (``forget``), as does erasure
+and a change of the user's LTM version that removed rows. A change that only added or changed rows (a
+worker's learn job, another sidecar's write) is caught up instead (``catch_up``): the rows the user's
+changed since the entry was loaded (less ``CATCH_UP_MARGIN_MS``, for clocks and writes in flight) leave
+the entry, and those of them the entry's reader may still see come back, read with the same predicate as
+a load. A load that a ``forget`` or a catch-up overtook is not kept. Entries also expire after
+``TTL_S``: the bound on staleness for readers that never read the version (SearchMemories on a sidecar
+that did not write).
 
 Bounded: entries are evicted least recently used past ``max_bytes``; a visibility too big for the
 budget is served by LanceDB (and remembered as such for a while, so it is not loaded on every call).
@@ -38,6 +42,9 @@ from .schema import META_COLUMNS, from_row
 from .store import Hit, LanceMemoryStore
 
 TTL_S = 60.0
+# A catch-up reads rows changed this long before the entry was loaded too: a write in flight during the
+# load (its updated_at_ms set before it committed) and another host's clock running behind stay covered.
+CATCH_UP_MARGIN_MS = 60_000
 _COLUMNS = list(dict.fromkeys([*META_COLUMNS, "vector", *filters.MASK_COLUMNS]))
 
 
@@ -48,6 +55,7 @@ class HotEntry:
     columns: dict[str, npt.NDArray[Any]]
     expires: float
     nbytes: int = 0
+    loaded_ms: int = 0  # wall clock when the rows were read (catch_up reads what changed since)
     # Who said each row (null unless a spoken turn), read on first need: only a query that names a
     # speaker uses it (ltm/expansion.py).
     _speakers: pa.Array | None = None
@@ -107,6 +115,7 @@ class HotStats:
     too_big: int = 0
     bytes: int = 0
     entries: int = 0
+    catch_ups: int = 0  # entries brought up to date instead of loaded again
 
 
 @dataclass(slots=True)
@@ -145,9 +154,46 @@ class HotIndex:
         return await asyncio.shield(load.task)
 
     async def _load(self, who: Visibility) -> HotEntry | None:
+        loaded_ms = _wall_ms()
         where = filters.visible_to(who) & filters.not_superseded()
         table = await self.store.fetch_columns(where, _COLUMNS)
-        return _entry(table, time.monotonic() + self.ttl_s)
+        entry = _entry(table, time.monotonic() + self.ttl_s)
+        entry.loaded_ms = loaded_ms
+        return entry
+
+    async def catch_up(self, user_id: str) -> None:
+        """Bring the user's entries up to date with rows added or changed elsewhere (no row removed: the
+        caller knows, ``ltm/freshness.py``). An entry that fails to catch up is dropped (the next view
+        loads it)."""
+        for key, load in list(self._loads.items()):
+            if key[0] == user_id:  # it may have read the table before the change
+                load.stale = True
+                del self._loads[key]
+        for key, entry in [(k, e) for k, e in self._entries.items() if k[0] == user_id]:
+            who = Visibility(user_id=key[0], agent_id=key[1], groups=list(key[2]))
+            since = filters.updated_since(entry.loaded_ms - CATCH_UP_MARGIN_MS)
+            loaded_ms = _wall_ms()
+            try:
+                changed = await self.store.fetch_columns(filters.owned_by(user_id) & since, ["id"])
+                fresh = await self.store.fetch_columns(
+                    filters.visible_to(who) & filters.not_superseded() & since, _COLUMNS
+                )
+            except Exception:  # a failing read must not serve a stale entry
+                self._drop(key)
+                raise
+            if self._entries.get(key) is not entry:
+                continue  # forgotten or replaced meanwhile
+            merged = _merged(entry, changed, fresh)
+            merged.loaded_ms = loaded_ms
+            self._entries[key] = merged
+            self.stats.bytes += merged.nbytes - entry.nbytes
+            self.stats.catch_ups += 1
+
+    def _drop(self, key: tuple[str, str, tuple[str, ...]]) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.stats.bytes -= old.nbytes
+            self.stats.entries = len(self._entries)
 
     def _settle(self, key: tuple[str, str, tuple[str, ...]], load: _Load) -> None:
         if self._loads.get(key) is load:
@@ -192,6 +238,28 @@ class HotIndex:
     def holds(self, user_id: str) -> bool:
         """Whether anything keyed by the user is held (erasure tests)."""
         return any(k[0] == user_id for k in [*self._entries, *self._too_big, *self._loads])
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _merged(entry: HotEntry, changed: pa.Table, fresh: pa.Table) -> HotEntry:
+    """``entry`` without the rows ``changed`` names, with the rows of ``fresh`` (read like a load)."""
+    ids = entry.meta["id"].to_numpy(zero_copy_only=False)
+    keep = ~np.isin(ids, changed["id"].to_numpy(zero_copy_only=False))
+    new = _entry(fresh, entry.expires)
+    if not len(new):
+        vectors = entry.vectors[keep]
+    elif not len(entry) or not keep.any():
+        vectors = new.vectors
+    else:
+        vectors = np.concatenate([entry.vectors[keep], new.vectors])
+    meta = pa.concat_tables([entry.meta.filter(pa.array(keep)), new.meta.cast(entry.meta.schema)])
+    columns = {name: np.concatenate([entry.columns[name][keep], new.columns[name]]) for name in entry.columns}
+    n = meta.num_rows
+    nbytes = vectors.nbytes + meta.nbytes + sum(c.nbytes for c in columns.values()) + 3 * 64 * n
+    return HotEntry(meta, vectors, columns, entry.expires, nbytes)
 
 
 def _entry(table: pa.Table, expires: float) -> HotEntry:

@@ -82,8 +82,8 @@ class MemoryWriter(MemoryCore):
             await self._slots.ready()
         now = self._clock()
         async with self._locks[hash((user_id, owner.agent_id)) % LOCK_STRIPES]:
-            results = await self._ingest_locked(owner, accepted, vectors, now, reason)
-        await self._changed(user_id)
+            results, pruned = await self._ingest_locked(owner, accepted, vectors, now, reason)
+        await self._changed(user_id, removed=pruned)
         return results
 
     async def _ingest_locked(
@@ -93,7 +93,7 @@ class MemoryWriter(MemoryCore):
         vectors: npt.NDArray[np.float32],
         now: int,
         reason: ChangeReason,
-    ) -> list[IngestResult]:
+    ) -> tuple[list[IngestResult], bool]:
         peers, seen_turns = await self._load_peers(owner, accepted, now)
         batch = _Batch()
         results: list[IngestResult] = []
@@ -147,7 +147,7 @@ class MemoryWriter(MemoryCore):
         await self._store.upsert(list(batch.changed.values()))
         dropped = await self._enforce_caps(owner, peers.items, now)
         await self._journal(owner.user_id, owner.agent_id, _changes(stored, batch, dropped, reason))
-        return results
+        return results, bool(dropped)
 
     async def _load_peers(
         self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int

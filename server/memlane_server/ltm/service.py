@@ -213,7 +213,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         item = await self.get(who, memory_id)  # NotFound unless the caller may see it
         await self._store.delete(filters.owned_by(who.user_id) & filters.with_id(memory_id))
         await self._journal(who.user_id, who.agent_id, [Change(item, ChangeReason.DELETE, deleted=True)])
-        await self._changed(who.user_id)
+        await self._changed(who.user_id, removed=True)
 
     async def feedback(self, who: Visibility, memory_id: str, verdict: Feedback) -> MemoryItem:
         """USEFUL raises importance and counts a use; WRONG lowers it and retires the item at once

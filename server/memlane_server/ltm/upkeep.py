@@ -72,7 +72,7 @@ class MemoryUpkeep(MemoryCore):
             for user_id in sorted({i.user_id for i in gone}):
                 pruned = [Change(i, ChangeReason.PRUNE, deleted=True) for i in gone if i.user_id == user_id]
                 await self._journal(user_id, "", pruned)
-        await self._changed(*sorted({i.user_id for i in items if i.id in doomed}))
+        await self._changed(*sorted({i.user_id for i in items if i.id in doomed}), removed=True)
         return report
 
     async def optimize(self) -> None:
@@ -90,7 +90,7 @@ class MemoryUpkeep(MemoryCore):
         await self._usage.flush()  # a pending usage bump must not resurrect a row after the delete
         n = await self._store.erase(filters.owned_by(user_id))
         self._embedder.forget_cached()
-        await self._changed(user_id)
+        await self._changed(user_id, removed=True)
         return n
 
 

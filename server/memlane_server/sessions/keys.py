@@ -115,6 +115,10 @@ class KeySpace:
         """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
+    def ltm_removals(self, user_id: str) -> str:
+        """STRING token: replaced on every write that removed rows of the user (sessions/ltm_versions.py)."""
+        return f"{self.prefix}:user:{{{user_id}}}:ltmrm"
+
     # --- long-term memory versions and snapshots (sessions/memory_history.py); per-user keys, so
     # erasure's scan of ``user_pattern`` removes them with the rest of the user
 
