@@ -17,20 +17,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import jsonschema  # type: ignore[import-untyped]
 import jwt
+import mcp.shared.exceptions as mcp_errors
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import McpError
-from mcp.types import CallToolResult, TextContent, TextResourceContents
-from pydantic import AnyUrl
 
 import memlane
 import memlane.mcp
@@ -73,27 +71,51 @@ async def stdio(
             yield session
 
 
-def text(result: CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+# The tests run on both SDK lines (scripts/test-mcp2: 2.x). 2.x names the types' fields in snake_case and
+# renamed McpError; both dump MCP's wire form, so every answer is read as that (camelCase, as the spec).
+ProtocolError: type[Exception] = getattr(mcp_errors, "MCPError", None) or mcp_errors.McpError
+
+
+def wire(answer: Any) -> Any:
+    """An SDK object as MCP's JSON (the spec's field names), whichever SDK line made it."""
+    return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+async def tools_of(session: ClientSession) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in wire(await session.list_tools())["tools"]}
+
+
+async def read_uri(session: ClientSession, uri: str) -> Any:
+    # 1.x types the argument AnyUrl, 2.x str; both validate a str.
+    return await session.read_resource(cast(Any, uri))
+
+
+def text(result: dict[str, Any]) -> str:
+    return "\n".join(c["text"] for c in result["content"] if c["type"] == "text")
+
+
+async def call(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
+    result: dict[str, Any] = wire(await session.call_tool(tool, args))
+    return result
 
 
 async def ok(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
     """The structured result of a tool call that must succeed."""
-    result = await session.call_tool(tool, args)
-    assert not result.isError, text(result)
-    assert result.structuredContent is not None
-    return result.structuredContent
+    result = await call(session, tool, **args)
+    assert not result.get("isError"), text(result)
+    structured: dict[str, Any] = result["structuredContent"]
+    return structured
 
 
-async def refused(session: ClientSession, tool: str, **args: Any) -> CallToolResult:
-    result = await session.call_tool(tool, args)
-    assert result.isError, f"{tool}({args}) was not refused: {text(result)}"
+async def refused(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
+    result = await call(session, tool, **args)
+    assert result.get("isError"), f"{tool}({args}) was not refused: {text(result)}"
     return result
 
 
-def error_of(result: CallToolResult) -> dict[str, Any]:
-    assert result.structuredContent is not None, text(result)
-    error: dict[str, Any] = result.structuredContent["error"]
+def error_of(result: dict[str, Any]) -> dict[str, Any]:
+    assert "structuredContent" in result, text(result)
+    error: dict[str, Any] = result["structuredContent"]["error"]
     return error
 
 
@@ -109,14 +131,14 @@ async def test_lists_the_tools_and_finds_a_remembered_fact(server: SidecarThread
     client, and a remembered fact is found through search_memories."""
     user = new_user()
     async with stdio(server.target, "--user", user, module="memlane_server.cli") as s:
-        tools = (await s.list_tools()).tools
-        assert {t.name for t in tools} == TOOLS
-        for t in tools:
-            assert t.description and len(t.description) > 40, t.name
+        tools = await tools_of(s)
+        assert tools.keys() == TOOLS
+        for name, t in tools.items():
+            assert len(t["description"]) > 40, name
             # One-user server: no tool takes a user, and unknown arguments are refused, not ignored.
-            assert "user_id" not in t.inputSchema.get("properties", {}), t.name
-            assert t.inputSchema.get("additionalProperties") is False, t.name
-        search = next(t for t in tools if t.name == "search_memories").inputSchema
+            assert "user_id" not in t["inputSchema"].get("properties", {}), name
+            assert t["inputSchema"].get("additionalProperties") is False, name
+        search = tools["search_memories"]["inputSchema"]
         assert search["required"] == ["query"] and search["properties"]["query"]["description"]
 
         stored = await ok(s, "remember", content="Keeps a sourdough starter named Clint.", kind="fact")
@@ -124,7 +146,7 @@ async def test_lists_the_tools_and_finds_a_remembered_fact(server: SidecarThread
         found = await ok(s, "search_memories", query="what is the name of the sourdough starter?")
         assert [m["memory_id"] for m in found["memories"]][:1] == [stored["memory_id"]]
         assert found["memories"][0]["content"] == "Keeps a sourdough starter named Clint."
-        result = await s.call_tool("search_memories", {"query": "sourdough starter"})
+        result = await call(s, "search_memories", query="sourdough starter")
         assert "Clint" in text(result)  # the text form a model reads
 
     with memlane.Client(server.target) as c:  # stored for that user, through the sidecar
@@ -239,8 +261,8 @@ async def test_a_one_user_server_never_acts_for_another_user(server: SidecarThre
 async def test_any_user_mode_makes_the_user_an_argument(server: SidecarThread) -> None:
     alice, bob = new_user(), new_user()
     async with stdio(server.target, "--any-user") as s:
-        for t in (await s.list_tools()).tools:
-            assert "user_id" in t.inputSchema["required"], t.name
+        for name, t in (await tools_of(s)).items():
+            assert "user_id" in t["inputSchema"]["required"], name
         assert "user_id" in text(await refused(s, "search_memories", query="tea"))
         await ok(s, "remember", user_id=alice, content="Drinks green tea every morning.")
         assert len((await ok(s, "search_memories", user_id=alice, query="tea"))["memories"]) == 1
@@ -266,17 +288,18 @@ async def test_tools_carry_titles_annotations_and_output_schemas(server: Sidecar
     that schema (checked here, and by the SDK's client on every call_tool)."""
     sid = f"chat-{uuid.uuid4().hex[:8]}"
     async with stdio(server.target, "--user", new_user()) as s:
-        tools = {t.name: t for t in (await s.list_tools()).tools}
+        tools = await tools_of(s)
         assert tools.keys() == HINTS.keys()
         for name, t in tools.items():
-            assert t.title and t.annotations is not None and t.annotations.title == t.title, name
-            hints = (t.annotations.readOnlyHint, t.annotations.destructiveHint, t.annotations.idempotentHint)
+            notes = t["annotations"]
+            assert t["title"] and notes["title"] == t["title"], name
+            hints = (notes["readOnlyHint"], notes["destructiveHint"], notes["idempotentHint"])
             assert hints == HINTS[name], name
-            assert t.annotations.openWorldHint is False, name
-            assert t.outputSchema is not None and t.outputSchema["type"] == "object", name
+            assert notes["openWorldHint"] is False, name
+            assert t["outputSchema"]["type"] == "object", name
         # The docs' word: a conversation, in the fields and the refusals alike.
-        assert "conversation_id" in tools["add_messages"].inputSchema["required"]
-        assert "session_id" not in str(tools["get_context"].inputSchema)
+        assert "conversation_id" in tools["add_messages"]["inputSchema"]["required"]
+        assert "session_id" not in str(tools["get_context"]["inputSchema"])
 
         remembered = await ok(s, "remember", content="Grows chillies on the balcony.", kind="fact")
         results = {
@@ -291,7 +314,7 @@ async def test_tools_carry_titles_annotations_and_output_schemas(server: Sidecar
             "forget_memory": await ok(s, "forget_memory", memory_id=remembered["memory_id"]),
         }
         for name, data in results.items():
-            jsonschema.validate(data, tools[name].outputSchema)
+            jsonschema.validate(data, tools[name]["outputSchema"])
         assert results["add_messages"]["conversation_id"] == sid
         assert results["search_memories"]["memories"][0]["score"] > 0
         missing = error_of(await refused(s, "get_context", conversation_id=f"nope-{uuid.uuid4().hex[:6]}"))
@@ -310,10 +333,10 @@ async def test_resources_and_the_recall_prompt(server: SidecarThread) -> None:
             through_message_id=turn.message_id,
         )
     async with stdio(server.target, "--user", alice) as s:
-        listed = {str(r.uri): r for r in (await s.list_resources()).resources}
+        listed = {r["uri"]: r for r in wire(await s.list_resources())["resources"]}
         assert listed.keys() == {"memlane://profile", "memlane://memories"}
-        assert all(r.mimeType == "application/json" and r.title for r in listed.values())
-        templates = [t.uriTemplate for t in (await s.list_resource_templates()).resourceTemplates]
+        assert all(r["mimeType"] == "application/json" and r["title"] for r in listed.values())
+        templates = [t["uriTemplate"] for t in wire(await s.list_resource_templates())["resourceTemplates"]]
         assert templates == ["memlane://conversations/{conversation_id}/summary"]
 
         pref = await ok(s, "remember", content="Prefers oolong tea to coffee.", kind="preference")
@@ -349,30 +372,30 @@ async def test_resources_and_the_recall_prompt(server: SidecarThread) -> None:
             "memlane://conversations/%2F..%2F/summary",
             "file:///etc/passwd",
         ):
-            with pytest.raises(McpError) as refusal:
-                await s.read_resource(AnyUrl(uri))
+            with pytest.raises(ProtocolError) as refusal:
+                await read_uri(s, uri)
             assert "locker" not in str(refusal.value), uri
 
-        prompts = (await s.list_prompts()).prompts
-        assert [(p.name, [a.name for a in p.arguments or []]) for p in prompts] == [
+        prompts = wire(await s.list_prompts())["prompts"]
+        assert [(p["name"], [a["name"] for a in p["arguments"]]) for p in prompts] == [
             ("recall_user", ["topic"])
         ]
         recalled = await s.get_prompt("recall_user", {"topic": "what does she drink?"})
-        (message,) = recalled.messages
-        assert message.role == "user" and isinstance(message.content, TextContent)
-        assert "Prefers oolong tea to coffee." in message.content.text
-        assert "Pixel" in (await s.get_prompt("recall_user", {})).messages[0].content.text  # type: ignore[union-attr]
-        with pytest.raises(McpError):
+        (message,) = wire(recalled)["messages"]
+        assert message["role"] == "user" and message["content"]["type"] == "text"
+        assert "Prefers oolong tea to coffee." in message["content"]["text"]
+        assert "Pixel" in wire(await s.get_prompt("recall_user", {}))["messages"][0]["content"]["text"]
+        with pytest.raises(ProtocolError):
             await s.get_prompt("recall_user", {"user_id": bob})  # a one-user server takes no user
-        with pytest.raises(McpError):
+        with pytest.raises(ProtocolError):
             await s.get_prompt("delete_everything", {})
 
 
 async def test_any_user_resources_name_the_user(server: SidecarThread) -> None:
     alice = new_user()
     async with stdio(server.target, "--any-user") as s:
-        assert (await s.list_resources()).resources == []
-        templates = {t.uriTemplate for t in (await s.list_resource_templates()).resourceTemplates}
+        assert wire(await s.list_resources())["resources"] == []
+        templates = {t["uriTemplate"] for t in wire(await s.list_resource_templates())["resourceTemplates"]}
         assert templates == {
             "memlane://users/{user_id}/profile",
             "memlane://users/{user_id}/memories",
@@ -381,18 +404,19 @@ async def test_any_user_resources_name_the_user(server: SidecarThread) -> None:
         await ok(s, "remember", user_id=alice, content="Speaks Portuguese.", kind="fact")
         facts = json.loads(await read(s, f"memlane://users/{alice}/profile"))["facts"]
         assert [f["content"] for f in facts] == ["Speaks Portuguese."]
-        with pytest.raises(McpError):
+        with pytest.raises(ProtocolError):
             await read(s, "memlane://profile")  # whose? this server needs the user in the URI
-        text = (await s.get_prompt("recall_user", {"user_id": alice})).messages[0].content
-        assert isinstance(text, TextContent) and "Speaks Portuguese." in text.text
-        with pytest.raises(McpError):
+        recalled = wire(await s.get_prompt("recall_user", {"user_id": alice}))["messages"][0]["content"]
+        assert "Speaks Portuguese." in recalled["text"]
+        with pytest.raises(ProtocolError):
             await s.get_prompt("recall_user", {})
 
 
 async def read(session: ClientSession, uri: str) -> str:
-    (contents,) = (await session.read_resource(AnyUrl(uri))).contents
-    assert isinstance(contents, TextResourceContents) and contents.mimeType == "application/json"
-    return contents.text
+    (contents,) = wire(await read_uri(session, uri))["contents"]
+    assert contents["mimeType"] == "application/json"
+    body: str = contents["text"]
+    return body
 
 
 async def test_remember_has_the_sidecars_size_limit(server: SidecarThread) -> None:
@@ -400,7 +424,7 @@ async def test_remember_has_the_sidecars_size_limit(server: SidecarThread) -> No
     refused by the schema before the sidecar is asked."""
     assert MAX_MEMORY_CHARS == MAX_CONTENT_CHARS
     async with stdio(server.target, "--user", new_user()) as s:
-        schema = next(t for t in (await s.list_tools()).tools if t.name == "remember").inputSchema
+        schema = (await tools_of(s))["remember"]["inputSchema"]
         assert schema["properties"]["content"]["maxLength"] == MAX_CONTENT_CHARS
         longest = ("The user keeps a long diary of garden notes. " * 100)[: MAX_CONTENT_CHARS - 1] + "."
         assert (await ok(s, "remember", content=longest))["outcome"] == "created"
@@ -543,9 +567,9 @@ async def test_streamable_http(server: SidecarThread) -> None:
     user = new_user()
     with http_server(server.target, "--user", user) as url:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
-        async with streamable_http_client(url) as (read, write, _), ClientSession(read, write) as s:
+        async with streamable_http_client(url) as streams, ClientSession(streams[0], streams[1]) as s:
             await s.initialize()
-            assert {t.name for t in (await s.list_tools()).tools} == TOOLS
+            assert (await tools_of(s)).keys() == TOOLS
             stored = await ok(s, "remember", content="Rides a red tandem bicycle on weekends.")
             found = await ok(s, "search_memories", query="what bicycle does the user ride?")
             assert [m["memory_id"] for m in found["memories"]][:1] == [stored["memory_id"]]
@@ -630,9 +654,9 @@ async def test_http_logs_are_json_and_a_disconnect_is_no_traceback(
 ) -> None:
     log = tmp_path / "stderr"
     with http_server(server.target, "--user", new_user(), "--log-format", "json", log=log) as url:
-        async with streamable_http_client(url) as (read_, write, _), ClientSession(read_, write) as s:
+        async with streamable_http_client(url) as streams, ClientSession(streams[0], streams[1]) as s:
             await s.initialize()
-            assert len((await s.list_tools()).tools) == len(TOOLS)
+            assert (await tools_of(s)).keys() == TOOLS
         # A client that opens the event stream of its session and drops it.
         async with httpx.AsyncClient() as h:
             sid = (await h.post(url, json=INITIALIZE, headers=MCP_HEADERS)).headers["mcp-session-id"]
@@ -640,7 +664,11 @@ async def test_http_logs_are_json_and_a_disconnect_is_no_traceback(
             await h.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
             async with h.stream("GET", url, headers={"accept": "text/event-stream", "mcp-session-id": sid}):
                 pass
-        wait_for(lambda: "disconnected" in log.read_text(), timeout=60, describe=log.read_text)
+            # The session is gone once the server has handled the drop and the client's DELETE.
+            await h.delete(url, headers=headers)
+            gone = await h.post(url, json={"jsonrpc": "2.0", "id": 9, "method": "ping"}, headers=headers)
+            assert gone.status_code == 404
+    # Read once the server has stopped, so everything it logged is there.
     lines = [x for x in log.read_text().splitlines() if x and not x.startswith("memlane mcp: listening on")]
     records = [json.loads(x) for x in lines]  # every line is one JSON object, as the sidecar's
     assert {"ts", "level", "logger", "msg"} <= records[0].keys()
