@@ -33,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 import memlane
 import memlane.mcp
 from memlane import MemoryKind
+from memlane.mcp._server import INVALID_PARAMS, RESOURCE_NOT_FOUND
 from memlane.mcp._tools import MAX_MEMORY_CHARS
 from memlane_server.background import SidecarThread
 from memlane_server.ltm.core import MAX_CONTENT_CHARS
@@ -366,14 +367,15 @@ async def test_resources_and_the_recall_prompt(server: SidecarThread) -> None:
             1,
         )
         # Bob's conversation, an unknown URI and a hostile one: refused, and nothing of Bob's comes back.
-        for uri in (
-            f"memlane://conversations/{bob_sid}/summary",
-            "memlane://users/bob/profile",
-            "memlane://conversations/%2F..%2F/summary",
-            "file:///etc/passwd",
+        for uri, code in (
+            (f"memlane://conversations/{bob_sid}/summary", RESOURCE_NOT_FOUND),
+            ("memlane://users/bob/profile", RESOURCE_NOT_FOUND),
+            ("memlane://conversations/%2F..%2F/summary", INVALID_PARAMS),  # the sidecar's INVALID_ID
+            ("file:///etc/passwd", RESOURCE_NOT_FOUND),
         ):
             with pytest.raises(ProtocolError) as refusal:
                 await read_uri(s, uri)
+            assert refusal.value.error.code == code, uri  # type: ignore[attr-defined]
             assert "locker" not in str(refusal.value), uri
 
         prompts = wire(await s.list_prompts())["prompts"]

@@ -45,9 +45,17 @@ INSTRUCTIONS = (
     " and look things up with search_memories. The user's profile and memories are also resources, and"
     " the recall_user prompt puts them into the conversation."
 )
-# JSON-RPC error codes: MCP's resource-not-found, and JSON-RPC's invalid params.
+# JSON-RPC error codes: MCP's resource-not-found, and JSON-RPC's invalid params and internal error.
 RESOURCE_NOT_FOUND = -32002
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# The sidecar's refusals of a resource or prompt read, as JSON-RPC codes; the rest (UNAVAILABLE, ...) is
+# this side's trouble, not the request's, and the message carries the sidecar's code and reason.
+_RPC_CODES = {"NOT_FOUND": RESOURCE_NOT_FOUND, "INVALID_ARGUMENT": INVALID_PARAMS}
+
+
+def _rpc_code(failure: ToolFailure) -> int:
+    return _RPC_CODES.get(str(failure.data.get("error", {}).get("code")), INTERNAL_ERROR)
 
 
 class Handlers:
@@ -76,16 +84,15 @@ class Handlers:
         except ResourceNotFound as exc:
             raise _protocol_error(RESOURCE_NOT_FOUND, str(exc)) from None
         except ToolFailure as exc:
-            code = exc.data.get("error", {}).get("code")
-            raise _protocol_error(
-                RESOURCE_NOT_FOUND if code == "NOT_FOUND" else INVALID_PARAMS, str(exc)
-            ) from None
+            raise _protocol_error(_rpc_code(exc), str(exc)) from None
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
         try:
             return types.GetPromptResult.model_validate(await self._library.prompt(name, arguments or {}))
-        except (BadPromptArguments, ToolFailure) as exc:
+        except BadPromptArguments as exc:
             raise _protocol_error(INVALID_PARAMS, str(exc)) from None
+        except ToolFailure as exc:
+            raise _protocol_error(_rpc_code(exc), str(exc)) from None
 
 
 def _tool_result(text: str, data: dict[str, Any], *, error: bool) -> types.CallToolResult:

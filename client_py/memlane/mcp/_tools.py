@@ -432,6 +432,8 @@ class Tools:
             session = (await self._client.get_session(session_id=conversation_id)).session
         except NotFoundError:
             session = None
+        except MemlaneError as exc:  # a bad id, the sidecar unavailable: its refusal, in the tools' words
+            raise failure_from(exc) from None
         if session is None or session.user_id != user:
             raise ToolFailure(
                 f"NOT_FOUND (SESSION_NOT_FOUND): no conversation {conversation_id!r} of this user",
