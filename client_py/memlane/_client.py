@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import grpc
@@ -23,6 +23,7 @@ from google.protobuf.message import Message as ProtoMessage
 from ._errors import from_rpc_error
 from ._ids import new_id
 from ._retry import RetryPolicy, retry_hint
+from ._tracing import Metadata, trace_metadata
 from .v1 import admin_pb2 as apb
 from .v1 import admin_pb2_grpc as apb_grpc
 from .v1 import checkpoint_pb2 as kpb
@@ -88,7 +89,7 @@ def _prepare(request: ProtoMessage) -> bool:
     return True
 
 
-def _metadata(token: str | None, agent_id: str | None, user_token: str | None) -> tuple[tuple[str, str], ...]:
+def _metadata(token: str | None, agent_id: str | None, user_token: str | None) -> Metadata:
     md: list[tuple[str, str]] = []
     if token:
         md.append(("authorization", f"Bearer {token}"))
@@ -316,15 +317,22 @@ class _Transport:
         retry: RetryPolicy | None,
         *,
         user_token: str | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        propagate_trace: bool = True,
     ) -> None:
         self._channel = channel
-        self._metadata = _metadata(token, agent_id, user_token)
+        self._metadata = _metadata(token, agent_id, user_token) + tuple(metadata)
+        self._propagate_trace = propagate_trace
         self._timeout = timeout
         self._retry = retry or RetryPolicy()
         self._stubs = {name: make(channel) for name, make in _STUBS.items()}
 
     def _rpc(self, spec: _Rpc[Any, Any]) -> Callable[..., Any]:
         return getattr(self._stubs[spec.service], spec.method)
+
+    def _call_metadata(self) -> Metadata:
+        """This client's metadata and, read at each call, the caller's active trace context."""
+        return self._metadata + trace_metadata() if self._propagate_trace else self._metadata
 
     def _retry_delay(
         self, exc: grpc.RpcError, attempt: int, *, started: bool = False, safe: bool = True
@@ -354,7 +362,12 @@ else:
 
 
 class Client(_Transport, _SyncRpcs):
-    """Blocking client. Use as a context manager or call ``close()``."""
+    """Blocking client. Use as a context manager or call ``close()``.
+
+    ``metadata``: extra (key, value) pairs sent with every call. ``interceptors``: ``grpc`` client
+    interceptors the channel runs on every call and retry (logging, your own tracing). When OpenTelemetry's
+    API is installed and a span is active, each call carries it (``traceparent``) so the sidecar's spans
+    join the caller's trace; ``propagate_trace=False`` turns that off."""
 
     def __init__(
         self,
@@ -367,6 +380,9 @@ class Client(_Transport, _SyncRpcs):
         retry: RetryPolicy | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         max_message_bytes: int = 16 * 1024 * 1024,
+        metadata: Sequence[tuple[str, str]] = (),
+        interceptors: Sequence[Any] = (),
+        propagate_trace: bool = True,
     ) -> None:
         opts = _channel_options(max_message_bytes)
         channel = (
@@ -374,7 +390,18 @@ class Client(_Transport, _SyncRpcs):
             if credentials
             else grpc.insecure_channel(target, options=opts)
         )
-        super().__init__(channel, token, agent_id, timeout, retry, user_token=user_token)
+        if interceptors:
+            channel = grpc.intercept_channel(channel, *interceptors)
+        super().__init__(
+            channel,
+            token,
+            agent_id,
+            timeout,
+            retry,
+            user_token=user_token,
+            metadata=metadata,
+            propagate_trace=propagate_trace,
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -391,7 +418,7 @@ class Client(_Transport, _SyncRpcs):
         attempt = 1
         while True:
             try:
-                return rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
+                return rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
             except grpc.RpcError as exc:
                 time.sleep(self._retry_delay(exc, attempt, safe=safe))
                 attempt += 1
@@ -401,7 +428,7 @@ class Client(_Transport, _SyncRpcs):
         attempt = 1
         while True:
             started = False
-            call = rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
+            call = rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
             try:
                 for item in call:
                     started = True
@@ -415,7 +442,8 @@ class Client(_Transport, _SyncRpcs):
 
 
 class AsyncClient(_Transport, _AsyncRpcs):
-    """asyncio client (grpc.aio). Use ``async with`` or ``await close()``."""
+    """asyncio client (grpc.aio). Use ``async with`` or ``await close()``. ``metadata``, ``interceptors``
+    (``grpc.aio`` client interceptors) and ``propagate_trace``: as for ``Client``."""
 
     def __init__(
         self,
@@ -428,14 +456,26 @@ class AsyncClient(_Transport, _AsyncRpcs):
         retry: RetryPolicy | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         max_message_bytes: int = 16 * 1024 * 1024,
+        metadata: Sequence[tuple[str, str]] = (),
+        interceptors: Sequence[Any] = (),
+        propagate_trace: bool = True,
     ) -> None:
         opts = _channel_options(max_message_bytes)
         channel = (
-            grpc.aio.secure_channel(target, credentials, options=opts)
+            grpc.aio.secure_channel(target, credentials, options=opts, interceptors=interceptors or None)
             if credentials
-            else grpc.aio.insecure_channel(target, options=opts)
+            else grpc.aio.insecure_channel(target, options=opts, interceptors=interceptors or None)
         )
-        super().__init__(channel, token, agent_id, timeout, retry, user_token=user_token)
+        super().__init__(
+            channel,
+            token,
+            agent_id,
+            timeout,
+            retry,
+            user_token=user_token,
+            metadata=metadata,
+            propagate_trace=propagate_trace,
+        )
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -452,7 +492,7 @@ class AsyncClient(_Transport, _AsyncRpcs):
         attempt = 1
         while True:
             try:
-                return await rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
+                return await rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
             except grpc.RpcError as exc:
                 await asyncio.sleep(self._retry_delay(exc, attempt, safe=safe))
                 attempt += 1
@@ -464,7 +504,7 @@ class AsyncClient(_Transport, _AsyncRpcs):
         attempt = 1
         while True:
             started = False
-            call = rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
+            call = rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
             try:
                 async for item in call:
                     started = True

@@ -13,12 +13,13 @@ chat-completions call.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._chat import ChatMessage, chat_from_context, to_messages
 from ._client import DEFAULT_TARGET, AsyncClient, Client
 from ._errors import NotFoundError
+from ._tracing import operation
 from .v1.context_pb2 import AssembleContextResponse
 from .v1.memory_pb2 import Caller, MemoryKind, ScoredMemory
 from .v1.session_pb2 import Message
@@ -63,7 +64,8 @@ def _with_input(chat: list[ChatMessage], user_input: str, include: bool) -> list
 
 class Memlane:
     """Blocking high-level client. ``agent_id`` names this agent in sessions it creates and memories it
-    writes."""
+    writes. ``metadata`` and ``interceptors``: as for ``Client`` (extra metadata, gRPC interceptors); the
+    caller's OpenTelemetry span, when one is active, is carried on every call."""
 
     def __init__(
         self,
@@ -73,6 +75,8 @@ class Memlane:
         channel: str = "",
         token: str | None = None,
         timeout: float = 30.0,
+        metadata: Sequence[tuple[str, str]] = (),
+        interceptors: Sequence[Any] = (),
     ) -> None:
         # The agent id travels on every call (the x-memlane-agent header), as with Client(agent_id=...):
         # with auth off, a call without one is the unrestricted development caller and reads every
@@ -80,7 +84,14 @@ class Memlane:
         self.client = (
             target
             if isinstance(target, Client)
-            else Client(target, token=token, agent_id=agent_id or None, timeout=timeout)
+            else Client(
+                target,
+                token=token,
+                agent_id=agent_id or None,
+                timeout=timeout,
+                metadata=metadata,
+                interceptors=interceptors,
+            )
         )
         self._owns_client = not isinstance(target, Client)
         self.agent_id, self.channel = agent_id, channel
@@ -107,13 +118,14 @@ class Memlane:
         """Appends chat messages (OpenAI format dicts or ``memlane.Message``) to the session, creating it
         for ``user_id`` on first use; returns one result per message (id, sequence number, token count)."""
         batch = to_messages(messages, self.agent_id)
-        self._ensure_session(user_id, session_id)
-        try:
-            return list(self.client.append_messages(session_id=session_id, messages=batch).results)
-        except NotFoundError:  # the session was erased or retired since: create it again, once
-            self._known.discard(session_id)
+        with operation("memlane.add"):  # its calls in one trace (see _tracing.operation)
             self._ensure_session(user_id, session_id)
-            return list(self.client.append_messages(session_id=session_id, messages=batch).results)
+            try:
+                return list(self.client.append_messages(session_id=session_id, messages=batch).results)
+            except NotFoundError:  # the session was erased or retired since: create it again, once
+                self._known.discard(session_id)
+                self._ensure_session(user_id, session_id)
+                return list(self.client.append_messages(session_id=session_id, messages=batch).results)
 
     def context(
         self, session_id: str, user_input: str = "", *, include_input: bool = True, **options: Any
@@ -159,11 +171,20 @@ class AsyncMemlane:
         channel: str = "",
         token: str | None = None,
         timeout: float = 30.0,
+        metadata: Sequence[tuple[str, str]] = (),
+        interceptors: Sequence[Any] = (),
     ) -> None:
         self.client = (
             target
             if isinstance(target, AsyncClient)
-            else AsyncClient(target, token=token, agent_id=agent_id or None, timeout=timeout)
+            else AsyncClient(
+                target,
+                token=token,
+                agent_id=agent_id or None,
+                timeout=timeout,
+                metadata=metadata,
+                interceptors=interceptors,
+            )
         )
         self._owns_client = not isinstance(target, AsyncClient)
         self.agent_id, self.channel = agent_id, channel
@@ -189,13 +210,14 @@ class AsyncMemlane:
     async def add(self, user_id: str, session_id: str, messages: Iterable[ChatInput]) -> list[AppendResult]:
         """See ``Memlane.add``."""
         batch = to_messages(messages, self.agent_id)
-        await self._ensure_session(user_id, session_id)
-        try:
-            reply = await self.client.append_messages(session_id=session_id, messages=batch)
-        except NotFoundError:
-            self._known.discard(session_id)
+        with operation("memlane.add"):
             await self._ensure_session(user_id, session_id)
-            reply = await self.client.append_messages(session_id=session_id, messages=batch)
+            try:
+                reply = await self.client.append_messages(session_id=session_id, messages=batch)
+            except NotFoundError:
+                self._known.discard(session_id)
+                await self._ensure_session(user_id, session_id)
+                reply = await self.client.append_messages(session_id=session_id, messages=batch)
         return list(reply.results)
 
     async def context(

@@ -156,7 +156,9 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command == "mcp":
         from memlane.mcp import run as run_mcp
 
-        return run_mcp(args)
+        from .observability.logs import configure as configure_logs
+
+        return run_mcp(args, configure_logs)  # logs as the sidecar's (JSON off a terminal)
     if args.command in INSPECT_COMMANDS:
         return run_inspect_command(args)
     if args.command in STATE_COMMANDS:

@@ -16,8 +16,9 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._options import McpOptions, OptionsError, add_arguments, options_from
 
@@ -32,13 +33,31 @@ async def serve(options: McpOptions) -> None:
     await (serve_http(options) if options.transport == "http" else serve_stdio(options))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Runs the server of parsed flags (``add_arguments``); the exit status."""
+def _plain_logs(level: str, fmt: str) -> None:
+    """Logs of ``python -m memlane.mcp``, which runs without the server package: plain text on stderr
+    (``memlane mcp`` logs as the sidecar does, JSON off a terminal)."""
+    del fmt
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def run(args: argparse.Namespace, configure_logs: Callable[[str, str], None] | None = None) -> int:
+    """Runs the server of parsed flags (``add_arguments``); the exit status. ``configure_logs(level,
+    format)`` sets up logging (``memlane mcp`` passes the sidecar's)."""
     try:
         options = options_from(args)
     except OptionsError as exc:
         print(f"memlane mcp: {exc}", file=sys.stderr)
         return 2
+    try:
+        (configure_logs or _plain_logs)(args.log_level, args.log_format)
+    except ValueError as exc:  # an unknown level
+        print(f"memlane mcp: --log-level: {exc}", file=sys.stderr)
+        return 2
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # The SDK logs every request at INFO ("Processing request of type ..."): debug detail here.
+        logging.getLogger("mcp").setLevel(logging.WARNING)
     if importlib.util.find_spec("mcp") is None:
         print("memlane mcp: the MCP server needs `pip install 'memlane[mcp]'`", file=sys.stderr)
         return 2

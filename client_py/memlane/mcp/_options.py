@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 from dataclasses import dataclass
 
 from .._client import DEFAULT_TARGET
@@ -14,6 +15,10 @@ TOKEN_ENV = "MEMLANE_TOKEN"  # the caller (agent) bearer token, as for every oth
 USER_TOKEN_ENV = "MEMLANE_USER_TOKEN"  # a signed end-user token, when the sidecar binds users
 DEFAULT_LISTEN = "127.0.0.1:8765"
 HTTP_PATH = "/mcp"
+DEFAULT_MAX_SESSIONS = 100
+DEFAULT_SESSION_IDLE_SECONDS = 900.0
+# A name --allow-remote accepts: a host name or address, optionally :PORT or :* (no scheme, no path).
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:(\d{1,5}|\*))?")
 
 
 class OptionsError(ValueError):
@@ -37,8 +42,12 @@ class McpOptions:
     channel: str = "mcp"
     transport: str = "stdio"
     listen: str = DEFAULT_LISTEN
-    allow_remote: bool = False
+    # Host names (HOST, HOST:PORT, HOST:*) the HTTP endpoint answers to besides loopback ones; any makes
+    # a non-loopback --listen acceptable.
+    allow_remote: tuple[str, ...] = ()
     timeout: float = 30.0
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    session_idle_timeout: float = DEFAULT_SESSION_IDLE_SECONDS
 
     def __post_init__(self) -> None:
         if bool(self.user_id) == self.any_user:
@@ -48,13 +57,24 @@ class McpOptions:
             )
         if self.transport not in ("stdio", "http"):
             raise OptionsError(f"--transport must be stdio or http, not {self.transport!r}")
+        for name in self.allow_remote:
+            if not _HOST.fullmatch(name):
+                raise OptionsError(
+                    f"--allow-remote {name[:100]!r}: give the name clients use to reach the endpoint, as"
+                    " HOST, HOST:PORT or HOST:* (no scheme, no path)"
+                )
+        if self.max_sessions < 1:
+            raise OptionsError("--max-sessions must be at least 1")
+        if not 0 < self.session_idle_timeout < 86_400 * 7:
+            raise OptionsError("--session-idle-timeout must be more than 0 and less than a week (seconds)")
         if self.transport == "http":
             host, _ = split_listen(self.listen)
             if not self.allow_remote and not _is_loopback(host):
                 raise OptionsError(
                     f"--listen {self.listen}: the HTTP endpoint has no authentication of its own, so anyone"
                     " who reaches it acts as this server's user; it listens on loopback unless"
-                    " --allow-remote says otherwise (put it behind an authenticating proxy)"
+                    " --allow-remote names the host clients reach it by (put it behind an authenticating"
+                    " proxy)"
                 )
 
 
@@ -104,10 +124,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--allow-remote",
-        action="store_true",
-        help="let --listen name a non-loopback address (the endpoint has no authentication of its own)",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a name clients reach the HTTP endpoint by (Host header; Origin http(s)://HOST), accepted"
+        " besides loopback names; repeatable. Lets --listen name a non-loopback address. DNS-rebinding"
+        " checks stay on: other names are refused (the endpoint has no authentication of its own)",
+    )
+    parser.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"most MCP sessions open at once over HTTP; more are refused with 503 (default"
+        f" {DEFAULT_MAX_SESSIONS})",
+    )
+    parser.add_argument(
+        "--session-idle-timeout",
+        type=float,
+        default=DEFAULT_SESSION_IDLE_SECONDS,
+        help="seconds an HTTP session may go without a request before it is closed (the client then"
+        f" initializes again; default {DEFAULT_SESSION_IDLE_SECONDS:g})",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="deadline of each sidecar call, seconds")
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "json", "text"],
+        default=os.environ.get("MEMLANE_LOG_FORMAT", "auto"),
+        help="stderr logs: json (one object a line, as the sidecar's), text, or auto (text on a terminal)",
+    )
+    parser.add_argument(
+        "--log-level", default=os.environ.get("MEMLANE_LOG_LEVEL", "info"), help="default info"
+    )
 
 
 def options_from(args: argparse.Namespace) -> McpOptions:
@@ -123,6 +170,8 @@ def options_from(args: argparse.Namespace) -> McpOptions:
         channel=args.channel,
         transport=args.transport,
         listen=args.listen,
-        allow_remote=args.allow_remote,
+        allow_remote=tuple(args.allow_remote),
         timeout=args.timeout,
+        max_sessions=args.max_sessions,
+        session_idle_timeout=args.session_idle_timeout,
     )

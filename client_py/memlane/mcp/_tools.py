@@ -3,8 +3,12 @@ what each does through memlane's own async client, so the sidecar's access rules
 limits hold unchanged. No MCP SDK import here: ``_server.py`` puts these on the wire.
 
 Whom a call acts for is never the model's choice when the server was started for one user: the input
-models then have no ``user_id`` field and refuse unknown fields, and sessions are checked to belong to
-that user before their context is read (AssembleContext names only a session).
+models then have no ``user_id`` field and refuse unknown fields, and conversations are checked to belong
+to that user before their context is read (AssembleContext names only a session).
+
+The model-facing words are the docs' (docs/integrations.md): a *conversation* (``conversation_id``) is a
+memlane session, chosen by the caller; a *memory* is a long-term item; the *profile* is the small set put
+into every turn's context.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from .._errors import MemlaneError, NotFoundError
 from .._ids import new_id
 from ..v1.context_pb2 import AssembleContextResponse
 from ..v1.memory_pb2 import Caller, IngestOutcome, Memory, MemoryFilter, MemoryKind
+from ..v1.session_pb2 import Session
 from ._options import McpOptions
 
 KindName = Literal["fact", "preference", "instruction", "episodic"]
@@ -31,12 +36,15 @@ _KINDS: dict[str, MemoryKind.ValueType] = {
     "episodic": MemoryKind.MEMORY_KIND_EPISODIC,
 }
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
-_SESSION_ID = Field(
+_CONVERSATION_ID = Field(
     min_length=1,
     max_length=128,
-    description="Id of the conversation (session), chosen by you and reused for every turn of it,"
+    description="Id of the conversation, chosen by you and reused for every turn of it,"
     " e.g. 'chat-2026-12-01-refund'. Letters, digits and - _ . : are safe.",
 )
+# The sidecar refuses a memory longer than this (memlane_server.ltm.core.MAX_CONTENT_CHARS; a test holds
+# the two equal), so the schema says so and a longer one is refused before the sidecar is asked.
+MAX_MEMORY_CHARS = 4000
 
 
 class _Input(BaseModel):
@@ -56,14 +64,14 @@ class ChatTurn(_Input):
 class AddMessages(_Input):
     """Append turns to a conversation (created on first use)."""
 
-    session_id: str = _SESSION_ID
+    conversation_id: str = _CONVERSATION_ID
     messages: list[ChatTurn] = Field(min_length=1, max_length=100, description="The new turns, in order.")
 
 
 class GetContext(_Input):
     """The assembled context of a conversation."""
 
-    session_id: str = _SESSION_ID
+    conversation_id: str = _CONVERSATION_ID
     user_input: str = Field(
         default="",
         description="The user's new message, if any: it is the query that recalls long-term memories.",
@@ -87,7 +95,7 @@ class Remember(_Input):
 
     content: str = Field(
         min_length=1,
-        max_length=8000,
+        max_length=MAX_MEMORY_CHARS,
         description="One self-contained statement about the user, e.g. 'Prefers metric units.'",
     )
     kind: Literal["fact", "preference", "instruction"] = Field(
@@ -124,12 +132,106 @@ class GetProfile(_Input):
 _USER_ID = Field(min_length=1, max_length=128, description="Id of the user this call is about.")
 
 
+# ------------------------------------------------------------------------------ output schemas
+
+
+class MemoryOut(BaseModel):
+    memory_id: str
+    kind: KindName
+    content: str
+    created_at_unix_ms: int
+    slot: str | None = Field(default=None, description="The single-valued attribute it sets, if any.")
+    occurred_at_unix_ms: int | None = Field(default=None, description="When it happened (episodes).")
+    score: float | None = Field(default=None, description="Relevance to the query (search only).")
+
+
+class AppendedOut(BaseModel):
+    message_id: str
+    seq: int = Field(description="Position of the message in the conversation, from 1.")
+    token_count: int
+    duplicate: bool = Field(description="True when this message id was already stored (a retry).")
+
+
+class AddMessagesOut(BaseModel):
+    conversation_id: str
+    results: list[AppendedOut]
+    message_count: int = Field(description="Messages in the conversation now.")
+
+
+class ContextOut(BaseModel):
+    text: str = Field(description="The context as labelled text.")
+    messages: list[dict[str, Any]] = Field(description="The context as OpenAI chat-format messages.")
+    total_tokens: int | None = None
+    trace_id: str | None = Field(default=None, description="memlane's trace of this assembly.")
+
+
+class MemoriesOut(BaseModel):
+    memories: list[MemoryOut]
+
+
+class RememberOut(BaseModel):
+    memory_id: str
+    outcome: str = Field(description="created, merged (a restatement), superseded (a new slot value), ...")
+    superseded_ids: list[str]
+
+
+class ForgetOut(BaseModel):
+    deleted: str = Field(description="Id of the deleted memory.")
+
+
+class ListOut(BaseModel):
+    memories: list[MemoryOut]
+    next_page_token: str
+    total: int
+
+
+class ProfileOut(BaseModel):
+    instructions: list[MemoryOut]
+    preferences: list[MemoryOut]
+    facts: list[MemoryOut]
+
+
+@dataclass(frozen=True)
+class Hints:
+    """MCP tool annotations. No tool reaches beyond the sidecar, so none is open-world."""
+
+    read_only: bool
+    destructive: bool = False
+    idempotent: bool = True
+
+    def wire(self, title: str) -> dict[str, Any]:
+        return {
+            "title": title,
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.destructive,
+            "idempotentHint": self.idempotent,
+            "openWorldHint": False,
+        }
+
+
+READ = Hints(read_only=True)
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
+    title: str
     description: str
     model: type[_Input]
+    output: type[BaseModel]
+    hints: Hints
     run: Callable[[Any, str], Awaitable[tuple[str, dict[str, Any]]]]  # (input, user) -> (text, data)
+
+    def wire(self) -> dict[str, Any]:
+        """The tool as tools/list shows it (MCP's field names), for either SDK line to validate."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.model.model_json_schema(),
+            "outputSchema": self.output.model_json_schema(),
+            "annotations": self.hints.wire(self.title),
+        }
 
 
 class ToolFailure(Exception):
@@ -140,12 +242,18 @@ class ToolFailure(Exception):
         self.data = data
 
 
+# The sidecar's request fields that the tools call otherwise: its refusals name the tool's field.
+_TOOL_FIELDS = {"session_id": "conversation_id"}
+
+
 def failure_from(exc: MemlaneError) -> ToolFailure:
     """The sidecar's error, as the model should read it: code, reason, field, message, retry-after."""
     code = exc.code.name
-    parts = [p for p in (exc.reason, f"field {exc.field}" if exc.field else "") if p]
-    text = f"{code}{' (' + ', '.join(parts) + ')' if parts else ''}: {exc.message}"
-    data: dict[str, Any] = {"code": code, "reason": exc.reason, "field": exc.field, "message": exc.message}
+    field = _TOOL_FIELDS.get(exc.field, exc.field)
+    message = exc.message.replace("session_id", "conversation_id")
+    parts = [p for p in (exc.reason, f"field {field}" if field else "") if p]
+    text = f"{code}{' (' + ', '.join(parts) + ')' if parts else ''}: {message}"
+    data: dict[str, Any] = {"code": code, "reason": exc.reason, "field": field, "message": message}
     if exc.retry_after is not None:
         data["retry_after_seconds"] = exc.retry_after
         text += f" (retry after {exc.retry_after:g} s)"
@@ -196,49 +304,73 @@ class Tools:
         return [
             Tool(
                 "add_messages",
+                "Add messages to a conversation",
                 f"Append turns to a conversation of {who}, creating the conversation on first use. Record"
                 " each user message and your reply so later turns (and other sessions) can use them.",
                 self._model(AddMessages),
+                AddMessagesOut,
+                # Each call stores new messages (new ids): twice is two turns, so not idempotent.
+                Hints(read_only=False, idempotent=False),
                 self._add_messages,
             ),
             Tool(
                 "get_context",
+                "Get a conversation's context",
                 f"The context memlane assembled for a conversation of {who}: profile, recalled long-term"
                 " memories, summary and recent turns, as text and as chat messages, within a token budget.",
                 self._model(GetContext),
+                ContextOut,
+                READ,
                 self._get_context,
             ),
             Tool(
                 "search_memories",
+                "Search memories",
                 f"Search the long-term memories of {who} (facts, preferences, instructions, past"
                 " episodes), best match first.",
                 self._model(SearchMemories),
+                MemoriesOut,
+                READ,
                 self._search,
             ),
             Tool(
                 "remember",
+                "Remember a fact about the user",
                 f"Store one durable fact, preference or instruction about {who}. A restatement merges into"
                 " the existing memory; a new value for the same slot replaces the old one.",
                 self._model(Remember),
+                RememberOut,
+                # A restatement merges into the memory it repeats; a replaced slot value stays in the
+                # memory's history (ListMemoryVersions), so nothing is lost.
+                Hints(read_only=False),
                 self._remember,
             ),
             Tool(
                 "forget_memory",
+                "Forget a memory",
                 f"Delete one long-term memory of {who} by id (from search_memories or list_memories).",
                 self._model(ForgetMemory),
+                ForgetOut,
+                Hints(read_only=False, destructive=True),
                 self._forget,
             ),
             Tool(
                 "list_memories",
+                "List memories",
                 f"List the long-term memories of {who}, newest first, a page at a time.",
                 self._model(ListMemories),
+                ListOut,
+                READ,
                 self._list,
             ),
             Tool(
                 "get_profile",
+                "Get the user's profile",
                 f"The profile of {who}: standing instructions, preferences and stable facts, the small set"
                 " memlane puts into every turn's context.",
                 self._model(GetProfile),
+                ProfileOut,
+                READ,
                 self._profile,
             ),
         ]
@@ -257,8 +389,12 @@ class Tools:
             raise ToolFailure(
                 f"INVALID_ARGUMENT: {exc}", {"error": {"code": "INVALID_ARGUMENT", "reason": "BAD_INPUT"}}
             ) from None
+        return await self.run(name, args, self.user_of(args))
+
+    async def run(self, name: str, args: BaseModel, user: str) -> tuple[str, dict[str, Any]]:
+        """Runs tool ``name`` on validated input for ``user`` (resources and prompts use this too)."""
         try:
-            return await tool.run(args, self.user_of(args))
+            return await self.by_name[name].run(args, user)
         except MemlaneError as exc:
             raise failure_from(exc) from None
 
@@ -268,37 +404,47 @@ class Tools:
         # CreateSession returns the user's existing session and refuses (ALREADY_EXISTS) an id that is
         # another user's, so appending never lands in someone else's conversation.
         await self._client.create_session(
-            session_id=args.session_id, user_id=user, agent_id=self._opts.agent_id, channel=self._opts.channel
+            session_id=args.conversation_id,
+            user_id=user,
+            agent_id=self._opts.agent_id,
+            channel=self._opts.channel,
         )
         turns = [t.model_dump(exclude_none=True) for t in args.messages]
         reply = await self._client.append_messages(
-            session_id=args.session_id, messages=to_messages(turns, self._opts.agent_id)
+            session_id=args.conversation_id, messages=to_messages(turns, self._opts.agent_id)
         )
         results = [
             {"message_id": r.message_id, "seq": r.seq, "token_count": r.token_count, "duplicate": r.duplicate}
             for r in reply.results
         ]
-        data = {"session_id": args.session_id, "results": results, "message_count": reply.message_count}
-        return f"stored {len(results)} message(s) in {args.session_id}", data
+        data = {
+            "conversation_id": args.conversation_id,
+            "results": results,
+            "message_count": reply.message_count,
+        }
+        return f"stored {len(results)} message(s) in {args.conversation_id}", data
 
-    async def _owned_session(self, session_id: str, user: str) -> None:
-        """Refuses a session that is not this user's with the same answer as a missing one: nothing of
-        another user's conversation (its user, its status, its size) comes back. That an id is taken is
-        visible anyway, as CreateSession's ALREADY_EXISTS is to any caller."""
+    async def owned_session(self, conversation_id: str, user: str) -> Session:
+        """The conversation, if it is this user's. One that is not is refused with the same answer as a
+        missing one: nothing of another user's conversation (its user, its status, its size) comes back.
+        That an id is taken is visible anyway, as CreateSession's ALREADY_EXISTS is to any caller."""
         try:
-            session = (await self._client.get_session(session_id=session_id)).session
+            session = (await self._client.get_session(session_id=conversation_id)).session
         except NotFoundError:
             session = None
+        except MemlaneError as exc:  # a bad id, the sidecar unavailable: its refusal, in the tools' words
+            raise failure_from(exc) from None
         if session is None or session.user_id != user:
             raise ToolFailure(
-                f"NOT_FOUND (SESSION_NOT_FOUND): no session {session_id!r} of this user",
-                {"error": {"code": "NOT_FOUND", "reason": "SESSION_NOT_FOUND", "field": "session_id"}},
+                f"NOT_FOUND (SESSION_NOT_FOUND): no conversation {conversation_id!r} of this user",
+                {"error": {"code": "NOT_FOUND", "reason": "SESSION_NOT_FOUND", "field": "conversation_id"}},
             )
+        return session
 
     async def _get_context(self, args: GetContext, user: str) -> tuple[str, dict[str, Any]]:
-        await self._owned_session(args.session_id, user)
+        await self.owned_session(args.conversation_id, user)
         stream = self._client.assemble_context(
-            session_id=args.session_id,
+            session_id=args.conversation_id,
             user_input=args.user_input,
             model=args.model,
             context_window_tokens=args.context_window_tokens,

@@ -38,6 +38,7 @@ import type {
 import { SessionService } from "./gen/memlane/v1/session_service_pb.js";
 import { newId } from "./ids.js";
 import { backoff, DEFAULT_RETRY, type RetryPolicy } from "./retry.js";
+import { traceContext } from "./tracing.js";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -75,6 +76,12 @@ export interface ClientOptions {
   maxMessageBytes?: number;
   /** TLS / mTLS options (`ca`, `cert`, `key`) for an `https://` target. */
   nodeOptions?: http2.SecureClientSessionOptions;
+  /** Connect interceptors run on every call (and every retry), after this client has set its identity
+   * and trace headers: extra headers, logging, your own tracing. */
+  interceptors?: Interceptor[];
+  /** Send the caller's OpenTelemetry context (`traceparent`, ...) when `@opentelemetry/api` is installed
+   * and a span is active (default true). */
+  propagateTrace?: boolean;
 }
 
 /** Fills client-side ids so a retried write lands once; returns whether the call is safe to retry.
@@ -134,7 +141,11 @@ export class Client {
     const transport: Transport = createGrpcTransport({
       baseUrl: url,
       sessionManager: this.#session,
-      interceptors: [identity(options)],
+      interceptors: [
+        identity(options),
+        ...(options.propagateTrace === false ? [] : [traceContext()]),
+        ...(options.interceptors ?? []),
+      ],
       readMaxBytes: maxBytes,
       writeMaxBytes: maxBytes,
     });

@@ -22,7 +22,7 @@ export {
 } from "./client.js";
 export * from "./errors.js";
 export { newId } from "./ids.js";
-export { type ContextOptions, Memlane, type MemlaneOptions } from "./memlane.js";
+export { type ContextCallOptions, type ContextOptions, Memlane, type MemlaneOptions } from "./memlane.js";
 export { DEFAULT_RETRY, NO_RETRY, type RetryPolicy } from "./retry.js";
 export * from "./gen/memlane/v1/admin_pb.js";
 export * from "./gen/memlane/v1/checkpoint_pb.js";

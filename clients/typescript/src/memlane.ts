@@ -7,7 +7,8 @@
  *     const messages = await m.context("chat-1", "what happened to my order?"); // OpenAI chat format
  *
  * Sessions are created on first use; `context` returns the assembled window (system prompt, profile,
- * recalled memories, summary, recent turns) as chat messages ready for a chat-completions call.
+ * recalled memories, summary, recent turns, then the new question) as chat messages ready for a
+ * chat-completions call.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 
@@ -22,6 +23,7 @@ import type {
 import { MemoryKind, type ScoredMemory } from "./gen/memlane/v1/memory_pb.js";
 import type { Message } from "./gen/memlane/v1/session_pb.js";
 import type { AppendResult } from "./gen/memlane/v1/session_service_pb.js";
+import { inSpan } from "./tracing.js";
 
 const KNOWN_SESSIONS = 10_000; // ids remembered as created, so add() costs one round trip after the first
 
@@ -42,6 +44,18 @@ export type ContextOptions = Omit<
   Exclude<MessageInitShape<typeof AssembleContextRequestSchema>, AssembleContextRequest>,
   "$typeName" | "sessionId" | "userInput"
 >;
+
+/** `ContextOptions` and `includeInput` (default true: the new question ends the window). */
+export type ContextCallOptions = ContextOptions & { includeInput?: boolean };
+
+/** The window ends with the new question, ready to send: the server charged it to the budget. Not twice
+ * when it was added first (then it is already the session's last turn). */
+function withInput(chat: ChatMessage[], userInput: string, include: boolean): ChatMessage[] {
+  if (!include || !userInput) return chat;
+  const last = chat.at(-1);
+  if (last?.role === "user" && last.content === userInput) return chat;
+  return [...chat, { role: "user", content: userInput }];
+}
 
 export class Memlane {
   readonly client: Client;
@@ -79,6 +93,11 @@ export class Memlane {
    * `userId` on first use; one result per message (id, sequence number, token count). */
   async add(userId: string, sessionId: string, messages: Iterable<ChatMessage | Message>): Promise<AppendResult[]> {
     const batch = [...messages].map((m) => toMessage(m, this.agentId));
+    // Its two calls in one trace (a span of its own when the caller has none active).
+    return await inSpan("memlane.add", () => this.#add(userId, sessionId, batch));
+  }
+
+  async #add(userId: string, sessionId: string, batch: Message[]): Promise<AppendResult[]> {
     await this.#ensureSession(userId, sessionId);
     try {
       return (await this.client.appendMessages({ sessionId, messages: batch })).results;
@@ -91,12 +110,15 @@ export class Memlane {
     }
   }
 
-  /** The assembled context as OpenAI chat messages. `userInput`: the new turn (the recall query; add it
-   * first to have it in the history). */
-  async context(sessionId: string, userInput = "", options: ContextOptions = {}): Promise<ChatMessage[]> {
+  /** The assembled context as OpenAI chat messages, ready for the model call. `userInput`: the new turn
+   * (the recall query), returned as the last user message unless `includeInput: false` (or it was added
+   * to the session first: it is then there once, as the last turn), as Python's `Memlane.context` does.
+   * It is not stored: `add` it with the reply to keep it in the history. */
+  async context(sessionId: string, userInput = "", options: ContextCallOptions = {}): Promise<ChatMessage[]> {
+    const { includeInput = true, ...fields } = options;
     const responses: AssembleContextResponse[] = [];
-    for await (const r of this.client.assembleContext({ ...options, sessionId, userInput })) responses.push(r);
-    return chatFromContext(responses);
+    for await (const r of this.client.assembleContext({ ...fields, sessionId, userInput })) responses.push(r);
+    return withInput(chatFromContext(responses), userInput, includeInput);
   }
 
   /** Long-term memories of the user this agent may read, best first, with their score parts. */

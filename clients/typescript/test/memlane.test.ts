@@ -38,7 +38,11 @@ describe("Memlane", () => {
     expect(hits.map((h) => h.memory?.memoryId).slice(0, 1)).toEqual([memoryId]);
     expect(hits[0]!.parts).toBeDefined();
 
-    const chat = await m.context(sid, "how should we contact them about order 4417?", { systemPrompt: "Be brief." });
+    const question = "how should we contact them about order 4417?";
+    const withQuestion = await m.context(sid, question, { systemPrompt: "Be brief." });
+    expect(withQuestion.at(-1)).toEqual({ role: "user", content: question }); // as Python's context()
+    const chat = await m.context(sid, question, { systemPrompt: "Be brief.", includeInput: false });
+    expect(chat).toEqual(withQuestion.slice(0, -1));
     expect(chat[0]).toEqual({ role: "system", content: "Be brief." });
     const tail = chat.slice(-4);
     expect(tail[0]).toEqual({ role: "user", content: "My order 4417 arrived damaged." });
@@ -54,6 +58,26 @@ describe("Memlane", () => {
     const erased = await m.forgetUser(user);
     expect(Object.values(erased).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
     await expect(m.client.getSession({ sessionId: sid })).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it("ends the context with the question once, also when it was added first", async () => {
+    const user = unique("u");
+    const sid = unique("chat");
+    await m.add(user, sid, [{ role: "user", content: "Where is parcel 7781?" }]);
+    const chat = await m.context(sid, "Where is parcel 7781?");
+    expect(chat.filter((c) => c.content === "Where is parcel 7781?")).toHaveLength(1);
+    expect(chat.at(-1)).toEqual({ role: "user", content: "Where is parcel 7781?" });
+    // The same window as the Python client gives for the same call.
+    const code = [
+      "import json, sys, memlane",
+      "with memlane.Memlane(sys.argv[1]) as m:",
+      "    print(json.dumps([m.context(sys.argv[2], q, system_prompt='') for q in sys.argv[3:]]))",
+    ].join("\n");
+    const questions = ["Where is parcel 7781?", "And parcel 7782?"];
+    const out = execFileSync(python(), ["-c", code, target(), sid, ...questions], { encoding: "utf8", env: process.env });
+    const ours = await Promise.all(questions.map((q) => m.context(sid, q, { systemPrompt: "" })));
+    expect(JSON.parse(out)).toEqual(ours);
+    expect(ours[1]!.at(-1)).toEqual({ role: "user", content: "And parcel 7782?" });
   });
 
   it("creates the session again after it was erased", async () => {

@@ -36,6 +36,7 @@ describe("README", () => {
     const out = runModule(block("quickstart"));
     expect(out).toContain("Prefers email over phone calls.");
     expect(out).toContain("My order 4417 arrived damaged.");
+    expect(out.trimEnd().split("\n").at(-1)).toContain("what happened to my order?"); // the question, last
   });
 
   it("LangGraph.js", () => {

@@ -18,6 +18,8 @@ import { Client } from "../src/index.js";
 declare module "vitest" {
   export interface ProvidedContext {
     target: string;
+    /** The sidecar's stdout and stderr, where its console span exporter writes (test/tracing.test.ts). */
+    sidecarLog: string;
   }
 }
 
@@ -96,10 +98,13 @@ export default async function setup(project: TestProject): Promise<() => Promise
     "--shutdown-grace-seconds", "1",
     ...(redis ? ["--redis-url", redis] : []),
   ];
-  const proc = spawn(python(), args, { stdio: ["ignore", out, out], env: process.env });
+  // Tracing on, to the console (the log): the tracing tests find the sidecar's spans of their calls there.
+  const env = { ...process.env, OTEL_TRACES_EXPORTER: "console", OTEL_BSP_SCHEDULE_DELAY: "100" };
+  const proc = spawn(python(), args, { stdio: ["ignore", out, out], env });
   const target = `127.0.0.1:${port}`;
   await waitReady(target, proc, log);
   project.provide("target", target);
+  project.provide("sidecarLog", log);
 
   return async () => {
     if (proc.exitCode === null && proc.signalCode === null) {
