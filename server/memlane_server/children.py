@@ -17,6 +17,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from typing import IO
 
 log = logging.getLogger("memlane")
@@ -73,6 +74,50 @@ async def exited(proc: subprocess.Popen[bytes]) -> int:
 
 def backoff(failures: int) -> float:
     return RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
+
+
+class Supervised:
+    """One child kept running: ``spawn`` starts it, and starts it again (after ``backoff``) each time it
+    exits, until ``stop_restarting``. ``what`` names it in the log (``"a worker process"``)."""
+
+    def __init__(
+        self, what: str, spawn: Callable[[], Awaitable[subprocess.Popen[bytes]]], **fields: object
+    ) -> None:
+        self._what, self._spawn, self._fields = what, spawn, fields
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    async def start(self) -> None:
+        self.proc = await self._spawn()
+        self._task = asyncio.create_task(self._keep(), name=f"memlane-supervise-{self._what}")
+
+    def stop_restarting(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _keep(self) -> None:
+        failures = 0
+        while True:
+            assert self.proc is not None
+            rc = await exited(self.proc)
+            if self._stopping:
+                return
+            delay = backoff(failures)
+            failures += 1
+            log.error(
+                f"{self._what} exited; starting it again",
+                extra={**self._fields, "returncode": rc, "restart_in_s": delay},
+            )
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            self.proc = await self._spawn()
 
 
 async def parent_gone(parent_pid: int, stop: asyncio.Event) -> None:

@@ -51,17 +51,14 @@ class ModelProcess:
         self._dir = Path(tempfile.mkdtemp(prefix="memlane-model-"))  # mode 0700: this user alone
         self.socket = str(self._dir / "model.sock")
         self._env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._supervisor: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._child = children.Supervised("the model process", self._spawn)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        return self._child.proc.pid if self._child.alive and self._child.proc is not None else None
 
     async def start(self) -> None:
-        self._proc = await self._spawn()
-        self._supervisor = asyncio.create_task(self._supervise(), name="memlane-model-process")
+        await self._child.start()
 
     async def _spawn(self) -> subprocess.Popen[bytes]:
         values = {name: self._settings.value(name) for name in setting_fields()}
@@ -70,31 +67,9 @@ class ModelProcess:
         log.info("started the model process", extra={"pid": proc.pid})
         return proc
 
-    async def _supervise(self) -> None:
-        failures = 0
-        while True:
-            assert self._proc is not None
-            rc = await children.exited(self._proc)
-            if self._stopping:
-                return
-            delay = children.backoff(failures)
-            failures += 1
-            log.error(
-                "the model process exited; starting it again",
-                extra={"returncode": rc, "restart_in_s": delay},
-            )
-            await asyncio.sleep(delay)
-            if self._stopping:
-                return
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.socket)  # the dead one's: the new one binds the same path
-            self._proc = await self._spawn()
-
     async def stop(self) -> None:
-        self._stopping = True
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-        proc = self._proc
+        self._child.stop_restarting()
+        proc = self._child.proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -109,7 +84,7 @@ async def _serve(settings: EmbeddingSettings, path: str, parent_pid: int) -> Non
     embedder = await load_embedder(settings)
     server = EmbeddingServer(embedder)
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a killed predecessor's
+        os.unlink(path)  # a dead predecessor's: this one binds the same path
     await server.listen(path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

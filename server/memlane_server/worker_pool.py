@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -89,26 +90,25 @@ class WorkerPool:
         self._with_metrics = bool(settings.server.admin_listen)
         self._metrics_ports: dict[int, int] = {}
         self._grace = settings.server.shutdown_grace_seconds
-        self._count = processes
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopping = False
+        self._children = {
+            i: children.Supervised("a worker process", functools.partial(self._spawn, i), worker=i)
+            for i in range(processes)
+        }
         # The children read their settings from stdin only: a MEMLANE_* variable of this process must not
         # override what this process resolved from its flags (flags beat the environment).
         self._env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self._procs.values() if p.poll() is None]
+        return [c.proc.pid for c in self._children.values() if c.alive and c.proc is not None]
 
     async def start(self) -> None:
-        for i in range(self._count):
-            self._procs[i] = await self._spawn(i)
-            self._tasks.append(asyncio.create_task(self._supervise(i), name=f"memlane-worker-{i}"))
+        for child in self._children.values():
+            await child.start()
 
     async def metrics(self) -> list[tuple[str, bytes]]:
         """Each live worker's metrics (text exposition), named by its index."""
-        live = [(i, port) for i, port in self._metrics_ports.items() if self._procs[i].poll() is None]
+        live = [(i, port) for i, port in self._metrics_ports.items() if self._children[i].alive]
         texts = await asyncio.gather(*(_get(port, "/metrics") for _, port in live))
         return [(str(i), text) for (i, _), text in zip(live, texts, strict=True) if text]
 
@@ -126,31 +126,13 @@ class WorkerPool:
         log.info("started a worker process", extra={"worker": i, "pid": proc.pid})
         return proc
 
-    async def _supervise(self, i: int) -> None:
-        failures = 0
-        while True:
-            rc = await children.exited(self._procs[i])
-            if self._stopping:
-                return
-            delay = children.backoff(failures)
-            failures += 1
-            log.error(
-                "a worker process exited; starting it again",
-                extra={"worker": i, "returncode": rc, "restart_in_s": delay},
-            )
-            await asyncio.sleep(delay)
-            if self._stopping:
-                return
-            self._procs[i] = await self._spawn(i)
-
     async def stop(self, deadline: float = 0.0) -> None:
         """SIGTERM to every child (each stops taking jobs and hands its jobs in flight back, releasing
         their leases), then SIGKILL for any still running at ``deadline`` (monotonic; 0: the grace
         period from now), and a few seconds after it at the latest."""
-        self._stopping = True
-        for t in self._tasks:
-            t.cancel()
-        live = [p for p in self._procs.values() if p.poll() is None]
+        for child in self._children.values():
+            child.stop_restarting()
+        live = [c.proc for c in self._children.values() if c.alive and c.proc is not None]
         for p in live:
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGTERM)

@@ -331,3 +331,25 @@ def test_a_search_sees_what_a_worker_just_promoted(
         c.promote_session(session_id=_session(c, "u-fresh"), close=True)
         after = c.search_memories(caller=who, query="where did the user move?", limit=10).results
         assert any("Lisbon" in h.memory.content for h in after), [h.memory.content for h in after]
+
+
+def test_a_killed_model_process_is_replaced_and_vectors_flow_again(
+    processes: list[Any], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The pod's one model dies (kill -9): it is started again on the same socket, and the serving
+    process's recall and a worker's promotion embed through the new one."""
+    a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **QUIET)
+    processes.append(a)
+    who = memlane.Caller(user_id="u-model", agent_id="a1")
+    with memlane.Client(a.target, timeout=60) as c:
+        c.create_memory(caller=who, kind=memlane.MemoryKind.MEMORY_KIND_FACT, content="Dana keeps bees.")
+        assert c.search_memories(caller=who, query="who keeps bees?").results  # positive control
+        (model,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in _cmdline(p)]
+        os.kill(model, signal.SIGKILL)
+        wait_for(lambda: "the model process exited; starting it again" in a.log.read_text(), timeout=30)
+        hits = c.search_memories(caller=who, query="who keeps bees?").results  # waits for the new one
+        assert hits and hits[0].memory.content == "Dana keeps bees."
+        out = c.promote_session(session_id=_session(c, "u-model"), close=True)
+        assert out.session.promotion_state == ARCHIVED and out.promoted_memory_ids
+    (new,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in _cmdline(p)]
+    assert new != model
