@@ -23,9 +23,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import memlane
 from memlane import Message, Role
+from memlane.v1 import memory_pb2 as mpb
 from memlane_server.bench.runner import children_of
 from memlane_server.observability.health import LIVENESS_SERVICE
 from tests.conftest import wait_for
+from tests.integration.test_disk_full import _fill, small_disk  # noqa: F401 - a fixture
 
 SERVING: int = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -297,3 +299,104 @@ def test_a_removed_redis_socket_is_noticed_and_made_again(pods: list[Pod], tmp_p
         append(c, sid, ["after"])
         assert contents(c, sid) == ["before", "after"]
     assert "socket" in pod.log.read_text() and "was removed while it ran" in pod.log.read_text()
+
+
+def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
+    pods: list[Pod],
+    tmp_path: Path,
+    small_disk: Path,  # noqa: F811 - the fixture imported from test_disk_full
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "redis").symlink_to(small_disk)  # the embedded Redis's directory on a small tmpfs
+    pod = Pod(tmp_path, "a", data)
+    pods.append(pod)
+    acknowledged: list[str] = []
+    with memlane.Client(pod.target, timeout=30, retry=memlane.NO_RETRY) as c:
+        sid = c.create_session(user_id="u-disk").session.session_id
+
+        def stored(text: str) -> bool:
+            append(c, sid, [text])
+            acknowledged.append(text)
+            return True
+
+        stored("before")  # positive control: writes are taken while there is room
+        filler = _fill(small_disk)
+
+        def refused() -> memlane.ResourceExhaustedError | None:
+            try:
+                stored(f"m{len(acknowledged)}")  # the first may still be taken (Redis buffers it)
+            except memlane.ResourceExhaustedError as exc:
+                return exc
+            return None
+
+        err = wait_for(refused, timeout=60, describe=lambda: pod.log.read_text()[-1500:])
+        assert err.reason == "STORAGE_FULL" and err.retry_after and err.retry_after > 0
+        assert "could not write to its disk" in str(err)
+        wait_for(lambda: pod.grpc_health() == NOT_SERVING, timeout=60)
+        status, body = pod.http("/readyz")
+        assert status == 503 and "MISCONF" in body
+        assert pod.cli_health() == 1
+        filler.unlink()  # space returns: Redis writes its buffer out and takes writes again
+
+        def taken() -> bool:
+            try:
+                return stored(f"m{len(acknowledged)}")
+            except memlane.ResourceExhaustedError:
+                return False
+
+        wait_for(taken, timeout=60)
+        wait_for(lambda: pod.grpc_health() == SERVING, timeout=60)
+    pod.stop()  # nothing acknowledged is lost, even across a restart on that AOF
+    again = Pod(tmp_path, "b", data)
+    pods.append(again)
+    with memlane.Client(again.target, timeout=30) as c:
+        assert contents(c, sid) == acknowledged
+
+
+def test_idle_connections_cannot_take_every_descriptor(pods: list[Pod], tmp_path: Path) -> None:
+    """Connections that never speak, more than the descriptor limit allows: gRPC sheds those past the
+    cap (sized from RLIMIT_NOFILE with room for Redis, LanceDB and archives) and closes the rest after the
+    handshake timeout; meanwhile long-term memory (LanceDB, which opens files per write) keeps working."""
+    nofile, flood = 1024, 1200
+    pod = Pod(tmp_path, "a", tmp_path / "data", nofile=nofile, tcp=True, ltm_enabled="true")
+    pods.append(pod)
+    who = mpb.Caller(user_id="u-fds", agent_id="a1")
+    with memlane.Client(pod.target, timeout=60, retry=memlane.NO_RETRY) as c:
+        c.create_memory(caller=who, kind=mpb.MEMORY_KIND_FACT, content="User's locker is L-17.")  # control
+        idle = [socket.create_connection(("127.0.0.1", pod.tcp_port)) for _ in range(flood)]
+        try:
+            open_ = set(idle)
+
+            def closed_by_server(at_least: int) -> bool:
+                for s in list(open_):
+                    try:
+                        if s.recv(4096, socket.MSG_DONTWAIT) == b"":
+                            open_.discard(s)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        open_.discard(s)
+                return flood - len(open_) >= at_least
+
+            cap = int(pod.metric("memlane_grpc_connections_max")) // 2  # per listener (Unix + TCP)
+            assert 0 < cap < flood
+
+            def fds() -> int:
+                return len(os.listdir(f"/proc/{pod.proc.pid}/fd"))
+
+            # The server has taken the flood in: shed past the cap, or (without one) out of descriptors.
+            wait_for(lambda: closed_by_server(flood - cap) or fds() >= nofile - 8, timeout=60)
+            for i in range(5):  # LanceDB writes (a file each) and reads while the idle ones are held
+                c.create_memory(caller=who, kind=mpb.MEMORY_KIND_FACT, content=f"User's badge {i} is B-{i}.")
+            assert len(c.search_memories(caller=who, query="which badge?", limit=10).results) >= 5
+            assert fds() < nofile - 200  # room left for Redis, LanceDB, archives
+            assert closed_by_server(flood - cap)
+            wait_for(lambda: pod.metric("memlane_grpc_connection_cap_reached_total") >= 1, timeout=60)
+            assert "gRPC connections at the cap" in pod.log.read_text()
+            wait_for(lambda: closed_by_server(flood), timeout=90)  # the handshake timeout closed the rest
+        finally:
+            for s in idle:
+                s.close()
+    with memlane.Client(f"127.0.0.1:{pod.tcp_port}", timeout=60) as fresh:  # a newcomer gets in again
+        assert fresh.search_memories(caller=who, query="which locker?", limit=10).results
