@@ -217,6 +217,7 @@ class Sidecar:
             metrics=self.metrics,
         )
         self._closes["ltm store"] = _async(store.close)
+        self._health.add_check("ltm", store.health)
         versions = LtmVersions(self.redis, self.keys)
         self.ltm = wiring_ltm.memory_service(
             s.ltm, store, self._embedder, versions=versions, history=self.stores.memory_history

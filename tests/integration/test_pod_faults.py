@@ -13,7 +13,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -400,3 +400,47 @@ def test_idle_connections_cannot_take_every_descriptor(pods: list[Pod], tmp_path
                 s.close()
     with memlane.Client(f"127.0.0.1:{pod.tcp_port}", timeout=60) as fresh:  # a newcomer gets in again
         assert fresh.search_memories(caller=who, query="which locker?", limit=10).results
+
+
+def test_a_table_damaged_while_serving_is_refused_for_reads_and_writes(
+    pods: list[Pod], tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    pod = Pod(tmp_path, "a", data, ltm_enabled="true")
+    pods.append(pod)
+    who = mpb.Caller(user_id="u-damaged", agent_id="a1")
+    with memlane.Client(pod.target, timeout=60, retry=memlane.NO_RETRY) as c:
+        for i in range(5):
+            c.create_memory(caller=who, kind=mpb.MEMORY_KIND_FACT, content=f"User's locker {i} is L-{i}7.")
+        # Positive control: every way in answers while the table is whole.
+        assert len(c.search_memories(caller=who, query="which locker?", limit=10).results) == 5
+        assert c.get_profile(caller=who).facts
+        assert len(c.list_memories(caller=who).memories) == 5
+        for f in (data / "ltm" / "memories.lance" / "data").glob("*.lance"):
+            os.truncate(f, 64)
+        calls: dict[str, Callable[[], object]] = {
+            "search": lambda: c.search_memories(caller=who, query="which locker?", limit=10),
+            "profile": lambda: c.get_profile(caller=who),
+            "list": lambda: c.list_memories(caller=who),
+            "create": lambda: c.create_memory(caller=who, kind=mpb.MEMORY_KIND_FACT, content="New fact."),
+        }
+
+        def met_damage() -> bool:  # LanceDB serves from its caches until a call reads the damaged bytes
+            for call in calls.values():
+                try:
+                    call()
+                except memlane.DataLossError:
+                    return True
+            return False
+
+        wait_for(met_damage, timeout=60)
+        for name, call in calls.items():
+            with pytest.raises(memlane.DataLossError) as err:
+                call()
+            assert err.value.reason == "DATA_DAMAGED", name
+            assert f"{data / 'ltm' / 'memories.lance'}" in str(err.value), name
+            assert "restore that directory from a backup" in str(err.value), name
+    wait_for(lambda: pod.grpc_health() == NOT_SERVING, timeout=60)
+    status, body = pod.http("/readyz")
+    assert status == 503 and "ltm: the long-term memory table is damaged" in body
+    assert pod.log.read_text().count("store: the long-term memory table is damaged (") == 1  # one line
