@@ -265,6 +265,13 @@ def test_health_says_not_serving_while_redis_takes_no_new_connection(pods: list[
         assert pod.http("/livez")[0] == 200
         assert pod.grpc_health(LIVENESS_SERVICE) == SERVING
         assert pod.metric("memlane_health_serving") == 0
+        # A call meanwhile: UNAVAILABLE once the pool's reconnects are spent, with a retry hint.
+        with (
+            memlane.Client(pod.target, timeout=300, retry=memlane.NO_RETRY) as c,
+            pytest.raises(memlane.UnavailableError) as err,
+        ):
+            c.get_session(session_id="s-while-stopped")
+        assert err.value.reason == "BACKEND_UNAVAILABLE" and err.value.retry_after == 1.0
     finally:
         os.kill(redis_pid, signal.SIGCONT)
     wait_for(lambda: pod.grpc_health() == SERVING, timeout=60)

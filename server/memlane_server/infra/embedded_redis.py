@@ -175,7 +175,7 @@ class EmbeddedRedis:
                 began = time.monotonic()
             try:
                 await self.astart()
-            except EmbeddedRedisError as exc:
+            except (EmbeddedRedisError, OSError) as exc:  # OSError: no process could be made (EMFILE, ...)
                 log.error("embedded redis did not start again (next try in %.1f s): %s", backoff, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _RESTART_BACKOFF_MAX_S)
