@@ -127,12 +127,17 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T, Z, ...), "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def alive(pid: int) -> bool:
     """Running (not gone, not a zombie waiting for a parent that does not reap)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return _state(pid) not in ("", "Z")
 
 
 def redis_servers_in(data_dir: Path) -> list[int]:
@@ -192,6 +197,7 @@ def test_a_start_stops_the_redis_a_dead_sidecar_left_on_its_data_dir(pods: list[
     # A Redis that does not act on its parent's death at once (stopped, or stuck writing to a slow disk)
     # outlives its sidecar: it still holds appendonly.aof and the socket.
     os.kill(orphan, signal.SIGSTOP)
+    wait_for(lambda: _state(orphan) == "T", timeout=30)  # stopped before its sidecar dies
     a.kill()
     assert alive(orphan)
     b = Pod(tmp_path, "b", data)
