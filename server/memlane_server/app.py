@@ -121,8 +121,8 @@ class Sidecar:
         self._policy: PolicyFile | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
-        self._health = PodHealth()  # the verdict of the checks that ``_connect`` and others add
         self._pod = PodMetrics(self.registry)
+        self._health = PodHealth(self._pod)  # the verdict of the checks that ``_connect`` and others add
         self._dir_lock: preflight.DataDirLock | None = None  # held with an embedded Redis
         self._executor = ThreadPoolExecutor(
             settings.server.executor_threads, thread_name_prefix="memlane-cpu"
@@ -296,7 +296,7 @@ class Sidecar:
             self.addresses.append(grpc_server.bind(server, address, access.tls_credentials(s.access)))
         await server.start()
         self._drains["calls"] = functools.partial(self._drain_calls, server, s.server.shutdown_grace_seconds)
-        await self._health.serve([*services[:2], ""], self._pod)
+        await self._health.serve([*services[:2], ""])
         connections = Periodic("grpc connections", gate.sample, _CONNECTIONS_SAMPLE_S)
         self._closes["grpc connections"] = connections.stop
         connections.start()

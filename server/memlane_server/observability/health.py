@@ -75,25 +75,25 @@ class PodMetrics:
 class PodHealth(health.aio.HealthServicer):
     """gRPC health whose ``Check`` asks the checks first (cached for ``FRESH_S``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: PodMetrics) -> None:
         super().__init__()
+        self._metrics = metrics
         self._checks: dict[str, Check] = {}
         self._names: list[str] = []  # services whose status is the verdict ("" included)
         self._reasons: list[str] = []
         self._at = -FRESH_S
         self._lock = asyncio.Lock()
         self._stopping = False
-        self._metrics: PodMetrics | None = None
         self._refresher = Periodic("health", self.reasons, REFRESH_S)
 
     def add_check(self, name: str, check: Check) -> None:
         self._checks[name] = check
 
-    async def serve(self, names: Iterable[str], metrics: PodMetrics) -> None:
-        """SERVING for ``names`` (and liveness) now; from then on the verdict decides for ``names``."""
+    async def serve(self, names: Iterable[str]) -> None:
+        """SERVING for ``names`` (and liveness) now; from then on the verdict decides for ``names``. (A
+        worker process serves no gRPC: its verdict is asked through ``/readyz`` alone.)"""
         self._names = [*names]
-        self._metrics = metrics
-        metrics.serving.set(1)
+        self._metrics.serving.set(1)
         await self.set(LIVENESS_SERVICE, SERVING)
         for name in self._names:
             await self.set(name, SERVING)
@@ -122,7 +122,7 @@ class PodHealth(health.aio.HealthServicer):
                 log.error("health: NOT_SERVING (%s)", "; ".join(reasons))
             elif was:
                 log.warning("health: SERVING again")
-        if self._metrics is not None and not self._stopping:
+        if not self._stopping:
             self._metrics.serving.set(0 if reasons else 1)
             for name in self._names:  # a no-op once the drain has set NOT_SERVING for good
                 await self.set(name, NOT_SERVING if reasons else SERVING)
@@ -137,6 +137,5 @@ class PodHealth(health.aio.HealthServicer):
     async def enter_graceful_shutdown(self) -> None:
         self._stopping = True
         await self._refresher.stop()
-        if self._metrics is not None:
-            self._metrics.serving.set(0)
+        self._metrics.serving.set(0)
         await super().enter_graceful_shutdown()
