@@ -3,10 +3,10 @@ sidecar), the listen addresses, the policy files and Redis. Each failure is one 
 cause, within about two seconds of the start, instead of a traceback after the model has loaded (13-21 s
 in) with an embedded Redis left running.
 
-The data dir's lock (``DataDirLock``) is held for as long as a sidecar with an embedded Redis runs: a
-second one on the same directory would run a second Redis on the same files (and stopping either
-deletes the other's socket). Sidecars and workers on an external Redis share a data dir by design (an
-archive or LTM directory on one host) and take no lock.
+The data dir's lock (``DataDirLock``) is held for as long as a sidecar with an embedded Redis or that
+Redis runs (the Redis inherits it): a second one on the same directory would run a second Redis on the
+same files (and stopping either deletes the other's socket). Sidecars and workers on an external Redis
+share a data dir by design (an archive or LTM directory on one host) and take no lock.
 """
 
 from __future__ import annotations
