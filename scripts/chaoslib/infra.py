@@ -109,6 +109,53 @@ class SingleRedis:
             self.proc.wait()
 
 
+class EmbeddedRedis:
+    """The embedded Redis of one sidecar (``--redis embedded``): killed with SIGKILL under it, the sidecar
+    must start it again on its append-only file (acknowledged writes kept); killed with its sidecar, it
+    must go too (no orphan left on the data dir)."""
+
+    name = "embedded redis"
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+        self.url = f"unix://{sidecar.run / sidecar.name / 'redis' / 'redis.sock'}"
+
+    def pid(self) -> int | None:
+        owner = self.sidecar.pid
+        found = [p for p in children_of(owner) if _is_redis(p)] if owner else []
+        return found[0] if found else None
+
+    def disrupt(self, rng: random.Random) -> str:
+        pid = self.pid()
+        if pid is None:
+            return "embedded redis: none running (its sidecar is restarting)"
+        os.kill(pid, signal.SIGKILL)
+        return f"embedded redis kill -9 (pid {pid}); its sidecar starts it again"
+
+
+def _is_redis(pid: int) -> bool:
+    try:
+        return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def redis_servers_in(data_dir: Path) -> list[int]:
+    """Live redis-servers working in ``data_dir``'s redis/ (asked while its sidecar is dead, any is an
+    orphan: a sidecar killed with SIGKILL must take its Redis along)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _is_redis(int(entry.name)):
+            try:
+                same = Path(os.readlink(entry / "cwd")) == (data_dir / "redis").resolve()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if same and state != "Z":
+                out.append(int(entry.name))
+    return out
+
+
 class ClusterRedis:
     """scripts/redis-cluster (3 masters + 3 replicas, node timeout 2 s); the disruption kills a master,
     waits for its replica to be promoted, then restarts the dead node (it rejoins as a replica)."""
@@ -283,12 +330,12 @@ class Sidecar:
         return self.proc is not None and self.proc.poll() is None
 
     def worker_pids(self) -> list[int]:
-        """The processes this sidecar started (its children): its worker processes and its model
+        """The processes this sidecar started but an embedded Redis: its worker processes and its model
         process; a kill of either must lose nothing."""
         if not self.alive():
             return []
         assert self.proc is not None
-        return children_of(self.proc.pid)
+        return [p for p in children_of(self.proc.pid) if not _is_redis(p)]
 
     def kill9(self) -> None:
         if self.alive():

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import grpc
-from grpc_health.v1 import health, health_pb2
 
 from . import children, preflight, telemetry
 from .access.policy import PolicyFile
@@ -34,11 +33,12 @@ from .embedding.remote import RemoteEmbedder
 from .extraction import Extractor
 from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
-from .infra.redis_pool import RedisClient, connect
+from .infra.redis_pool import RedisClient, connect, unanswered
 from .infra.redis_timing import time_commands
 from .ltm import MemoryMaintenance, MemoryService
 from .model_process import ModelProcess
 from .observability.domain import Sampler
+from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
 from .sessions.keys import KeySpace
@@ -71,6 +71,7 @@ _CALLS_PHASE: tuple[DrainStep, ...] = ("calls", "learn scheduler")
 CloseStep = Literal[
     "memory trim",  # a worker's (worker.py)
     "erasure resume",
+    "grpc connections",
     "policy reload",
     "lifecycle",
     "admin http",
@@ -133,7 +134,9 @@ class Sidecar:
         self._policy: PolicyFile | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
-        self._health = health.aio.HealthServicer()
+        self._pod = PodMetrics(self.registry)
+        self._health = PodHealth(self._pod)  # the verdict of the checks that ``_connect`` and others add
+        self._dir_lock: preflight.DataDirLock | None = None  # held with an embedded Redis
         self._executor = ThreadPoolExecutor(
             settings.server.executor_threads, thread_name_prefix="memlane-cpu"
         )
@@ -171,6 +174,7 @@ class Sidecar:
         if not self.settings.redis.redis_url:  # this sidecar will run the embedded Redis on these files
             lock = preflight.DataDirLock(path)
             lock.acquire()
+            self._dir_lock = lock
             self._closes["data dir lock"] = _async(lock.release)
 
     async def _foundation(self) -> tuple[TokenCounter, Extractor | None, Summarizer | None]:
@@ -198,15 +202,23 @@ class Sidecar:
         return tokens, extractor, summarizer
 
     async def _connect(self) -> None:
-        """The Redis pool: to ``redis_url``, or to an embedded Redis started under the data dir."""
+        """The Redis pool: to ``redis_url``, or to an embedded Redis started under the data dir (it holds
+        the data dir's lock with this process, dies with it and is started again if it dies alone)."""
         redis_url = self.settings.redis.redis_url
         if not redis_url:
-            embedded = EmbeddedRedis(Path(self.settings.server.data_dir) / "redis")
+            lock = self._dir_lock
+            embedded = EmbeddedRedis(
+                Path(self.settings.server.data_dir) / "redis", lock_fd=lock.fd if lock else None
+            )
             self._closes["embedded redis"] = embedded.astop
             await embedded.astart()
             redis_url = embedded.url
             log.info("started embedded redis", extra={"url": redis_url})
+            embedded.supervise(on_exit=lambda _: self._pod.redis_restarts.inc(), on_start=self._noted)
+            self._noted(embedded.pid)
+            self._health.add_check("embedded redis", embedded.health)
         self._redis_url = redis_url
+        self._health.add_check("redis", self._redis_answers)
         self.redis = connect(redis_url)
         self._closes["redis pool"] = self.redis.aclose
         time_commands(self.redis, self.metrics.redis_command)
@@ -230,6 +242,7 @@ class Sidecar:
             metrics=self.metrics,
         )
         self._closes["ltm store"] = _async(store.close)
+        self._health.add_check("ltm", store.health)
         versions = LtmVersions(self.redis, self.keys)
         self.ltm = wiring_ltm.memory_service(
             s.ltm, store, self._embedder, versions=versions, history=self.stores.memory_history
@@ -286,8 +299,10 @@ class Sidecar:
         s = self.settings
         self._policy = access.start_policy(s.access)
         self._closes["policy reload"] = self._policy.stop
+        listens = [a.strip() for a in s.server.listen.split(",") if a.strip()]
+        gate = grpc_server.ConnectionGate(len(listens), self._pod)
         server, self.admission = grpc_server.new_server(
-            s.server, self.registry, access.authenticator(s.access, self._policy), self.stores
+            s.server, self.registry, access.authenticator(s.access, self._policy), self.stores, gate
         )
         self._user_data = grpc_server.user_data(self.redis, self.stores, context, self.ltm, self.end)
         served = grpc_server.Served(
@@ -308,12 +323,14 @@ class Sidecar:
             ),
         )
         services = grpc_server.add_servicers(server, served)
-        for address in filter(None, (a.strip() for a in s.server.listen.split(","))):
+        for address in listens:
             self.addresses.append(grpc_server.bind(server, address, access.tls_credentials(s.access)))
         await server.start()
         self._drains["calls"] = functools.partial(self._drain_calls, server, s.server.shutdown_grace_seconds)
-        for name in [*services[:2], ""]:
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._health.serve([*services[:2], ""])
+        connections = Periodic("grpc connections", gate.sample, _CONNECTIONS_SAMPLE_S)
+        self._closes["grpc connections"] = connections.stop
+        connections.start()
 
     async def _start_admin(self, *, with_viewer: bool = True) -> None:
         """/metrics, /healthz and the memory viewer over HTTP, when an admin address is set."""
@@ -375,11 +392,19 @@ class Sidecar:
         mode = policy.policy.procedure_approval.get(owner.agent_id) if policy and not owner.group else None
         return (mode or self.settings.access.procedure_approval) == "auto"
 
-    async def _healthy(self) -> bool:
-        try:
-            return bool(await self.redis.ping())
-        except Exception:
-            return False
+    async def _healthy(self) -> list[str]:
+        """Why this process cannot serve (empty: it can): the checks' verdict (observability/health.py)."""
+        return await self._health.reasons()
+
+    async def _redis_answers(self) -> str | None:
+        """Redis answers through a new connection, not only a pooled one (a pooled connection outlives a
+        deleted socket file), and takes writes (a full disk makes it answer PING with MISCONF)."""
+        why = await unanswered(self._redis_url, _REDIS_CHECK_S)
+        return None if why is None else f"redis does not answer a new connection: {why}"
+
+    def _noted(self, pid: int | None) -> None:
+        if self._dir_lock is not None:
+            self._dir_lock.note_redis(pid)
 
     async def _drain_calls(self, server: grpc.aio.Server, grace: float) -> None:
         """New calls get UNAVAILABLE (retried elsewhere) while the calls in flight finish, within
@@ -408,6 +433,8 @@ class Sidecar:
 
 
 _DEFAULT_MAX_LENGTH = 256  # the admission's token estimate without a model (long-term memory off)
+_CONNECTIONS_SAMPLE_S = 2.0  # how often open gRPC connections are counted against the cap
+_REDIS_CHECK_S = 2.0  # a health check's PING through a new connection; longer: Redis cannot serve
 _ERASURE_RESUME_S = 10.0  # how often half-done erasures are looked for (one HKEYS when there are none)
 
 # One shutdown step's limit: a step that needs longer is stuck (its name is logged) and skipped.

@@ -16,11 +16,15 @@ class MemlaneError(Exception):
     # When set, the caller may retry after this many milliseconds (a RetryInfo detail and a trailer).
     retry_after_ms: int | None = None
 
-    def __init__(self, message: str, *, field: str = "", reason: str = "") -> None:
+    def __init__(
+        self, message: str, *, field: str = "", reason: str = "", retry_after_ms: int | None = None
+    ) -> None:
         super().__init__(message)
         self.field = field
         if reason:
             self.reason = reason
+        # When a retry may succeed (a store restarting, space freed): sent as RetryInfo and retry-after-ms.
+        self.retry_after_ms = retry_after_ms
 
 
 class InvalidArgument(MemlaneError):

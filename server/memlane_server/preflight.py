@@ -3,10 +3,10 @@ sidecar), the listen addresses, the policy files and Redis. Each failure is one 
 cause, within about two seconds of the start, instead of a traceback after the model has loaded (13-21 s
 in) with an embedded Redis left running.
 
-The data dir's lock (``DataDirLock``) is held for as long as a sidecar with an embedded Redis runs: a
-second one on the same directory would run a second Redis on the same files (and stopping either
-deletes the other's socket). Sidecars and workers on an external Redis share a data dir by design (an
-archive or LTM directory on one host) and take no lock.
+The data dir's lock (``DataDirLock``) is held for as long as a sidecar with an embedded Redis or that
+Redis runs (the Redis inherits it): a second one on the same directory would run a second Redis on the
+same files (and stopping either deletes the other's socket). Sidecars and workers on an external Redis
+share a data dir by design (an archive or LTM directory on one host) and take no lock.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
+import signal
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,6 +29,8 @@ from .infra.redis_pool import unanswered
 from .sessions.channel_policies import PolicyBook
 from .sessions.channel_policies import PolicyError as ChannelPolicyError
 
+log = logging.getLogger("memlane")
+
 LOCK_FILE = "memlane.lock"
 _REDIS_TIMEOUT_S = 2.0
 
@@ -35,34 +40,123 @@ class StartError(RuntimeError):
 
 
 class DataDirLock:
-    """An exclusive lock on ``<data_dir>/memlane.lock`` (released when the process ends, however)."""
+    """An exclusive lock on ``<data_dir>/memlane.lock`` (released when the process ends, however). The
+    embedded Redis inherits it (``fd``): the lock lasts until the sidecar and its Redis are both gone, and
+    the file names both (``note_redis``), so a start that finds a Redis of a dead sidecar still holding it
+    stops that Redis (``_stop_orphan``) instead of starting a second one on the same files."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / LOCK_FILE
         self._fd: int | None = None
 
+    @property
+    def fd(self) -> int | None:
+        return self._fd
+
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                self._held_by_another(fd)
+        except BaseException:
             os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise StartError(
-                    f"data_dir {self.path.parent} is already served by another memlane (pid {holder});"
-                    " stop it or give this one a data_dir of its own"
-                ) from None
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        self.note_redis(None)
+
+    def _held_by_another(self, fd: int) -> None:
+        """Returns once ``fd`` holds the lock after stopping an orphaned Redis of this data dir; raises
+        ``StartError`` naming the holder otherwise."""
+        holder, redis_pid = _holders(os.pread(fd, 64, 0).decode(errors="replace"))
+        if redis_pid and _orphaned_redis(redis_pid, holder, self.path.parent):
+            log.warning(
+                "data_dir %s: stopping the embedded redis (pid %d) of a sidecar that is gone (pid %s)",
+                self.path.parent,
+                redis_pid,
+                holder or "?",
+            )
+            _stop(redis_pid)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            raise StartError(
+                f"data_dir {self.path.parent} is still held by the orphaned redis-server (pid {redis_pid})"
+                " of a sidecar that is gone: stop that process"
+            )
+        raise StartError(
+            f"data_dir {self.path.parent} is already served by another memlane (pid {holder or '?'});"
+            " stop it or give this one a data_dir of its own"
+        )
+
+    def note_redis(self, pid: int | None) -> None:
+        """Writes this process's pid, and its embedded Redis's once started, into the lock file."""
+        if self._fd is None:
+            return
+        text = f"{os.getpid()}\n" + (f"redis {pid}\n" if pid else "")
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, text.encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def _holders(text: str) -> tuple[str, int]:
+    """The lock file's sidecar pid (as written) and its Redis's pid (0: none noted)."""
+    lines = text.split("\n")
+    redis_pid = 0
+    for line in lines[1:]:
+        word, _, value = line.partition(" ")
+        if word == "redis" and value.strip().isdigit():
+            redis_pid = int(value)
+    return lines[0].strip(), redis_pid
+
+
+def _orphaned_redis(pid: int, holder: str, data_dir: Path) -> bool:
+    """Whether ``pid`` is a redis-server working in ``data_dir`` whose sidecar (``holder``) is not its
+    parent any more: re-parented, so that sidecar is gone. Read from /proc (Linux); elsewhere never."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        cwd = Path(os.readlink(proc / "cwd"))
+        ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+    except (OSError, IndexError):
+        return False
+    # redis chdirs into its --dir, the data dir's redis/ (app.py); its parent is the sidecar while it lives
+    return cwd.parent == data_dir.resolve() and ppid != holder
+
+
+def _stop(pid: int) -> None:
+    """SIGTERM (redis flushes its append-only file and exits; SIGCONT in case it was stopped), then
+    SIGKILL if it is still there after ``_ORPHAN_STOP_S``."""
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    for last in (signal.SIGKILL, None):
+        deadline = time.monotonic() + _ORPHAN_STOP_S
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if last is None or not _alive(pid):
+            return  # gone, or unkillable: the lock says which (the caller's StartError)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, last)
+
+
+def _alive(pid: int) -> bool:
+    """Not a zombie and not gone (an orphan's parent, init, reaps it soon after it exits)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+_ORPHAN_STOP_S = 10.0
 
 
 def data_dir(settings: Settings) -> Path:

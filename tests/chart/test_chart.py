@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from memlane_server.config import Settings, build_settings, setting_fields
+from memlane_server.observability.health import LIVENESS_SERVICE
 from memlane_server.sessions.end_queue import GROUP as END_QUEUE_GROUP
 from memlane_server.sessions.keys import KeySpace
 
@@ -272,6 +273,10 @@ def test_probes_are_native_grpc_on_the_grpc_port(manifests: list[dict[str, Any]]
         assert env["MEMLANE_ADMIN_LISTEN"].endswith(f":{admin_port}")
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert c[probe]["grpc"]["port"] == grpc_port, probe
+        # Unready, not killed, while Redis or LTM cannot serve: liveness asks the process alone.
+        assert c["livenessProbe"]["grpc"]["service"] == LIVENESS_SERVICE
+        assert c["startupProbe"]["grpc"]["service"] == LIVENESS_SERVICE
+        assert c["readinessProbe"]["grpc"].get("service", "") == ""
         # The startup probe leaves time for the model load and an embedded Redis replaying its AOF.
         startup = c["startupProbe"]
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
@@ -530,8 +535,12 @@ def test_workers_run_the_jobs_beside_thin_sidecars(workers_docs: list[dict[str, 
     (c,) = spec["containers"]
     assert c["args"] == ["worker"]
     assert {p["name"] for p in c["ports"]} == {"memlane-metrics"}  # no gRPC port
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "memlane-metrics"}, probe
+    for probe, path in (
+        ("startupProbe", "/livez"),
+        ("livenessProbe", "/livez"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert c[probe]["httpGet"] == {"path": path, "port": "memlane-metrics"}, probe
     assert c["resources"] == values["workers"]["resources"]
     assert "replicas" not in worker["spec"]  # KEDA owns it
     # The same configuration as the sidecar: the ConfigMap, the env Secret, extraEnvFrom.

@@ -138,12 +138,14 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         metrics: RpcMetrics,
         authenticator: Authenticator,
         binding: UserBinding,
-        unavailable: tuple[type[BaseException], ...] = (),
+        backend_fault: Callable[[BaseException], errors.MemlaneError | None] | None = None,
     ) -> None:
         self._metrics = metrics
         self._auth = authenticator
         self._binding = binding
-        self._unavailable = unavailable
+        # What a backing store's own error means (infra/redis_pool.backend_fault): UNAVAILABLE for a
+        # Redis not reachable, RESOURCE_EXHAUSTED for one out of disk, each with a retry hint.
+        self._backend_fault = backend_fault
         self._tracing = RpcTracing()  # the global provider: the SDK's when OTEL_* turned tracing on
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
 
@@ -213,24 +215,22 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     def _status_for(
         self, exc: BaseException, name: str
     ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]]:
+        if self._backend_fault is not None and (fault := self._backend_fault(exc)) is not None:
+            log.warning("backing store failed", extra={"rpc": name, "error": repr(exc)[:300]})
+            exc = fault
         for kind, code in _CODES:
             if isinstance(exc, kind):
                 message = str(exc)
-                hint = exc.retry_after_ms
-                return code, message, trailer(code, message, exc.reason, field=exc.field, retry_after_ms=hint)
+                details = trailer(
+                    code, message, exc.reason, field=exc.field, retry_after_ms=exc.retry_after_ms
+                )
+                return code, message, details
         if isinstance(exc, TimeoutError):
             code, message = (
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"{name} did not finish before the call's deadline",
             )
             return code, message, trailer(code, message, "DEADLINE_EXCEEDED")
-        if self._unavailable and isinstance(exc, self._unavailable):
-            log.warning("backing store unavailable", extra={"rpc": name, "error": repr(exc)})
-            code, message = (
-                grpc.StatusCode.UNAVAILABLE,
-                "a backing store (Redis) is unavailable; retry shortly",
-            )
-            return code, message, trailer(code, message, "BACKEND_UNAVAILABLE")
         ref = uuid.uuid4().hex[:12]
         log.exception("unhandled error", extra={"rpc": name, "ref": ref})
         code, message = (

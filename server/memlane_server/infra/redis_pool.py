@@ -23,10 +23,11 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ClusterDownError, RedisError, TryAgainError
+from redis.exceptions import ClusterDownError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..errors import MemlaneError, ResourceExhausted, Unavailable
 from .redis_lane import attach
 
 # Raised by the client when Redis cannot be reached (or a cluster shard has no master during a
@@ -38,6 +39,41 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     ClusterDownError,
     TryAgainError,
 )
+
+# How long a caller should wait before retrying: a Redis restarting (an embedded one comes back in about a
+# second, a failover in 2-5 s), a full disk (an operator has to free space).
+UNAVAILABLE_RETRY_MS = 1000
+STORAGE_FULL_RETRY_MS = 5000
+
+
+def backend_fault(exc: BaseException) -> MemlaneError | None:
+    """What a Redis failure means to the caller, or None when it is not Redis's fault: ``Unavailable``
+    for a Redis not reachable (or still loading its data), ``ResourceExhausted`` for one refusing writes
+    for want of room (MISCONF: it cannot write its append-only file or snapshot, a full disk; OOM: its
+    maxmemory), both with a retry hint. Never INTERNAL: nothing is wrong with the request."""
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return Unavailable(
+            "a backing store (Redis) is unavailable; retry shortly",
+            reason="BACKEND_UNAVAILABLE",
+            retry_after_ms=UNAVAILABLE_RETRY_MS,
+        )
+    if isinstance(exc, ResponseError):
+        text = str(exc)
+        if "MISCONF" in text:  # also inside a script's error ("... script: ...")
+            return ResourceExhausted(
+                "Redis cannot store writes: it could not write to its disk (full?); nothing was stored,"
+                " retry once space is freed",
+                reason="STORAGE_FULL",
+                retry_after_ms=STORAGE_FULL_RETRY_MS,
+            )
+        if text.startswith("OOM ") or "OOM command not allowed" in text:
+            return ResourceExhausted(
+                "Redis is at its memory limit (maxmemory); nothing was stored, retry once memory is freed",
+                reason="STORAGE_FULL",
+                retry_after_ms=STORAGE_FULL_RETRY_MS,
+            )
+    return None
+
 
 # The client's type, for the wiring that hands it to the stores without importing redis itself (only
 # the storage layer may; tests/unit/test_storage_ownership.py).

@@ -56,6 +56,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
         if not 1 <= query.limit <= MAX_LIMIT:
             raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT}")
+        self._store.check_intact()  # the in-memory index must not answer for a damaged table
         await self.freshness.current(query.who.user_id)
         now = self._clock()
         where = filters.recall_filter(query.who, query.filter, now)
@@ -120,6 +121,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""
         max_items = max_items or self._policy.profile_max_items
         max_chars = max_chars or self._policy.profile_max_chars
+        self._store.check_intact()  # nor a cached profile
         await self.freshness.current(who.user_id)
         now = self._clock()
         flt = MemoryFilter(kinds=[MemoryKind.INSTRUCTION, MemoryKind.PREFERENCE, MemoryKind.FACT])

@@ -21,7 +21,7 @@ from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
 from lancedb.query import ColumnOrdering
 
 from .. import linear_regex
-from ..errors import Unavailable
+from ..errors import DataLoss, Unavailable
 from ..infra.object_store import lance_storage_options
 from .filters import KEY_COLUMNS
 from .model import MemoryItem, MemoryKind, MemoryScope
@@ -90,6 +90,7 @@ class LanceMemoryStore:
         table: lancedb.AsyncTable,
         ndims: int,
         lock: TableLock | None = None,
+        location: str = TABLE_NAME,
     ) -> None:
         self._db = db
         self._table = table
@@ -97,6 +98,11 @@ class LanceMemoryStore:
         self._writes_since_optimize = 0
         self._lock = lock or LocalTableLock()
         self.contention = Contention()
+        self.location = location  # where the table lives, as an operator names it
+        # Set when a call finds the table damaged: from then on every read and write is refused with it
+        # (DATA_LOSS), none answered from what is still readable or cached, until an operator repairs
+        # the table and restarts the sidecar.
+        self.damaged: DataLoss | None = None
 
     @classmethod
     async def open(
@@ -143,7 +149,7 @@ class LanceMemoryStore:
                 f"memory store {uri} holds {vector_type.list_size}-dimensional vectors but the embedder"
                 f" makes {ndims}: re-embed the table or configure the model it was built with"
             )
-        store = cls(db, table, ndims, lock)
+        store = cls(db, table, ndims, lock, f"{uri.rstrip('/')}/{TABLE_NAME}.lance")
         if await store._setup_pending():
             # Only then the lock: a sidecar restarting after a kill -9 mid-compaction must not wait out
             # the dead holder's lease for nothing.
@@ -164,12 +170,41 @@ class LanceMemoryStore:
         )
 
     async def _write(self, what: str, call: Callable[[], Awaitable[T]], attempts: int = 8) -> T:
-        return await retry_write(
-            call, refresh=self.refresh, stats=self.contention, what=what, attempts=attempts
-        )
+        self.check_intact()
+        try:
+            return await retry_write(
+                call, refresh=self.refresh, stats=self.contention, what=what, attempts=attempts
+            )
+        except DataLoss as exc:
+            raise self._found_damaged(exc) from exc
 
     async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
-        return await retry_read(call, refresh=self.refresh, stats=self.contention)
+        self.check_intact()
+        try:
+            return await retry_read(call, refresh=self.refresh, stats=self.contention)
+        except DataLoss as exc:
+            raise self._found_damaged(exc) from exc
+
+    def check_intact(self) -> None:
+        """Raises ``DataLoss`` once the table was found damaged (callers that answer from memory, such as
+        the in-memory index, ask this first: they must not serve a table that is known to be wrong)."""
+        if self.damaged is not None:
+            raise DataLoss(str(self.damaged))
+
+    async def health(self) -> str | None:
+        """Why long-term memory cannot serve (its table is damaged), or None."""
+        return str(self.damaged) if self.damaged is not None else None
+
+    def _found_damaged(self, exc: DataLoss) -> DataLoss:
+        if self.damaged is None:
+            detail = str(exc.__cause__ or exc)[:200]
+            self.damaged = DataLoss(
+                f"the long-term memory table is damaged ({self.location}: a data file is truncated or"
+                " overwritten): restore that directory from a backup, or move it aside to start empty,"
+                f" then restart the sidecar; its reads and writes are refused until then ({detail})"
+            )
+            log.error("%s", self.damaged)  # once: the line an operator acts on
+        return DataLoss(str(self.damaged))
 
     async def _add_key_columns(self) -> None:
         """Migration of tables written before key columns existed (memlane 0.1): compute the digests
@@ -348,6 +383,8 @@ class LanceMemoryStore:
         """Compact fragments, fold new rows into the indexes, drop old versions. False if skipped: another
         sidecar sharing the table is compacting it right now (its pass covers this one's writes)."""
         self._writes_since_optimize = 0
+        if self.damaged is not None:  # nothing is written into a damaged table (health says why)
+            return False
         async with self._lock.hold(0) as held:
             if not held:
                 self.contention.skipped_busy += 1

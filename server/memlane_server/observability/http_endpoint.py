@@ -1,5 +1,7 @@
-"""The admin HTTP endpoint: ``/metrics`` (Prometheus text format), ``/healthz``, and any mounted apps
-(the memory viewer under ``/viewer/``).
+"""The admin HTTP endpoint: ``/metrics`` (Prometheus text format), health, and any mounted apps (the
+memory viewer under ``/viewer/``). Health: ``/readyz`` (and ``/healthz``, the same) answer 503 with the
+reasons while the sidecar cannot serve (observability/health.py: gRPC health says the same); ``/livez``
+answers 200 while the process answers at all (a restarting Redis makes a pod unready, not killed).
 
 A few dozen lines of asyncio instead of a web framework: a handful of routes on a separate port, one
 request per connection.
@@ -19,7 +21,7 @@ from .merged_metrics import merge
 
 log = logging.getLogger(__name__)
 
-HealthCheck = Callable[[], Awaitable[bool]]
+HealthCheck = Callable[[], Awaitable[list[str]]]  # why it cannot serve; empty: it can
 MAX_BODY = 64 * 1024  # forms only: a few fields
 # A request head (and a form body) must arrive within this: a slowloris trickling a byte a second is hung
 # up on, not served for ever.
@@ -134,12 +136,13 @@ class HttpEndpoint:
                 body = await asyncio.to_thread(merge, body, await self._more_metrics())
             return HttpResponse("200 OK", CONTENT_TYPE_LATEST, body)
         if request.path in ("/healthz", "/readyz"):
-            ok = await self._healthy()
-            return HttpResponse(
-                "200 OK" if ok else "503 Service Unavailable",
-                "text/plain",
-                b"ok\n" if ok else b"unavailable\n",
-            )
+            reasons = await self._healthy()
+            if not reasons:
+                return HttpResponse("200 OK", "text/plain", b"ok\n")
+            text = "unavailable\n" + "".join(f"{why}\n" for why in reasons)
+            return HttpResponse("503 Service Unavailable", "text/plain", text.encode())
+        if request.path == "/livez":
+            return HttpResponse("200 OK", "text/plain", b"ok\n")
         return HttpResponse("404 Not Found", "text/plain", b"not found\n")
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import resource
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +45,11 @@ from ..config import ServerSettings
 from ..context import ContextAssembler
 from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
-from ..infra.redis_pool import UNAVAILABLE_ERRORS, RedisClient
+from ..infra.redis_pool import RedisClient, backend_fault
 from ..ltm import MemoryService
 from ..ltm.snapshots import MemorySnapshots
 from ..observability.domain import DomainMetrics
+from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics
 from ..pipelines.user_data import UserData
 from ..sessions.edits import MessageEditor
@@ -54,9 +59,83 @@ from ..sessions.removal import MessageRemover
 from .lifecycle import SessionEnd
 from .stores import Stores
 
+log = logging.getLogger("memlane")
+
+# A connection that has not finished the HTTP/2 handshake (sent nothing, or a slowloris) by then is
+# closed; one that then runs no call for ``_IDLE_MS`` is sent GOAWAY (clients reconnect on their next call).
+_HANDSHAKE_TIMEOUT_MS = 10_000
+_IDLE_MS = 5 * 60_000
+# Descriptors left to everything but gRPC connections: the Redis pool (64), LanceDB's files, archives,
+# the worker processes' pipes, the model. A quarter of the limit, at least this.
+_FD_RESERVE = 256
+_CAP_LOG_S = 60.0  # at most one "at the cap" line a minute
+
+
+def connection_cap(nofile: int, listeners: int) -> int:
+    """Open gRPC connections allowed per listener (gRPC counts them per listener): the descriptor limit
+    less the reserve, shared by the listeners."""
+    reserve = max(_FD_RESERVE, nofile // 4)
+    return max(16, (nofile - reserve) // max(1, listeners))
+
+
+class ConnectionGate:
+    """The cap on open gRPC connections (sized from RLIMIT_NOFILE, enforced by gRPC itself, which closes a
+    connection past it as it is accepted) and its watch: a sampled gauge of the connections open, and a
+    counter and a log line while they are at the cap (gRPC sheds without telling: the sample does)."""
+
+    def __init__(self, listeners: int, metrics: PodMetrics) -> None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if nofile == resource.RLIM_INFINITY:
+            nofile = 1 << 20
+        self.nofile, self.listeners = nofile, listeners
+        self.cap = connection_cap(nofile, listeners)
+        self._metrics = metrics
+        self._logged = -_CAP_LOG_S
+        metrics.grpc_connections_max.set(self.cap * listeners)
+
+    def options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_allowed_incoming_connections", self.cap),
+            ("grpc.server_handshake_timeout_ms", _HANDSHAKE_TIMEOUT_MS),
+            ("grpc.max_connection_idle_ms", _IDLE_MS),
+        ]
+
+    async def sample(self) -> None:
+        """Counts the connections open per listener (gRPC's channelz, in this process)."""
+        counts = _open_connections()
+        self._metrics.grpc_connections.set(sum(counts))
+        if counts and max(counts) >= self.cap:
+            self._metrics.grpc_connections_shed.inc()
+            if time.monotonic() - self._logged >= _CAP_LOG_S:
+                self._logged = time.monotonic()
+                log.warning(
+                    "gRPC connections at the cap (%d per listener, from the descriptor limit %d): new"
+                    " connections are refused until some close; raise the limit (ulimit -n) if these"
+                    " callers are legitimate",
+                    self.cap,
+                    self.nofile,
+                )
+
+
+def _open_connections() -> list[int]:
+    """Open connections of each gRPC server in this process, from channelz (on by default in gRPC); all
+    its listeners together (exact against the cap with one listener, the usual case)."""
+    from grpc._cython import cygrpc  # noqa: PLC0415 - channelz's own entry points (grpcio-channelz's)
+
+    counts = []
+    for server in json.loads(cygrpc.channelz_get_servers(0)).get("server", []):
+        server_id = int(server["ref"]["serverId"])
+        sockets = json.loads(cygrpc.channelz_get_server_sockets(server_id, 0, 1 << 20))
+        counts.append(len(sockets.get("socketRef", [])))
+    return counts
+
 
 def new_server(
-    s: ServerSettings, registry: CollectorRegistry, authenticator: Authenticator, stores: Stores
+    s: ServerSettings,
+    registry: CollectorRegistry,
+    authenticator: Authenticator,
+    stores: Stores,
+    gate: ConnectionGate,
 ) -> tuple[grpc.aio.Server, AdmissionInterceptor]:
     """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains."""
     metrics = RpcMetrics(registry)
@@ -66,12 +145,13 @@ def new_server(
     server = grpc.aio.server(
         interceptors=[
             admission,  # outermost: a shed call costs nothing more
-            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), UNAVAILABLE_ERRORS),
+            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), backend_fault),
         ],
         options=[
             ("grpc.max_receive_message_length", s.max_receive_message_bytes),
             ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share it
             ("grpc.keepalive_permit_without_calls", 1),
+            *gate.options(),
         ],
     )
     return server, admission
