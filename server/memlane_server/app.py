@@ -208,7 +208,9 @@ class Sidecar:
         if not redis_url:
             lock = self._dir_lock
             embedded = EmbeddedRedis(
-                Path(self.settings.server.data_dir) / "redis", lock_fd=lock.fd if lock else None
+                Path(self.settings.server.data_dir) / "redis",
+                lock_fd=lock.fd if lock else None,
+                fsync=self.settings.redis.embedded_redis_fsync,
             )
             self._closes["embedded redis"] = embedded.astop
             await embedded.astart()

@@ -83,6 +83,9 @@ class RedisSettings:
         0  # >0: appends and creates wait for this many replicas (WAIT) before answering
     )
     redis_wait_timeout_ms: int = 1000  # ... at most this long; fewer confirmations answer UNAVAILABLE
+    # The embedded Redis's AOF fsync: always (an acknowledged write survives a kill -9 of Redis alone) |
+    # everysec (up to about 2 s of acknowledged writes lost to such a kill; cheaper per write)
+    embedded_redis_fsync: str = "always"
     key_prefix: str = "ml"
 
 
@@ -302,6 +305,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "summarizer": ("extractive", "openai", "client"),
     "embedding_pooling": ("mean", "cls", "none"),
     "embedding_maths": ("auto", "int8", "as-shipped"),
+    "embedded_redis_fsync": ("always", "everysec"),
     "extractor": ("rules", "openai"),
     "procedure_approval": ("human", "auto"),
 }

@@ -45,9 +45,12 @@ class EmbeddedRedis:
     a second Redis on the same files), and ``supervise`` starts it again on its append-only file if it
     dies while this process lives."""
 
-    def __init__(self, directory: Path, *, persist: bool = True, lock_fd: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, persist: bool = True, lock_fd: int | None = None, fsync: str = "always"
+    ) -> None:
         self.directory = directory.resolve()  # redis chdirs into --dir: relative paths would break
         self.persist = persist
+        self.fsync = fsync  # appendfsync: always, or everysec (the embedded_redis_fsync setting)
         self.socket = self.directory / "redis.sock"
         self._lock_fd = lock_fd
         self._proc: subprocess.Popen[bytes] | None = None
@@ -85,7 +88,7 @@ class EmbeddedRedis:
             "--appendonly",
             "yes" if self.persist else "no",
             "--appendfsync",
-            "everysec",
+            self.fsync,
             # A rewritten AOF as plain commands, not an RDB preamble: the preamble copies stream nodes
             # as they are, entries deleted by an erasure included; commands carry live entries only.
             "--aof-use-rdb-preamble",
