@@ -83,9 +83,10 @@ class RedisSettings:
         0  # >0: appends and creates wait for this many replicas (WAIT) before answering
     )
     redis_wait_timeout_ms: int = 1000  # ... at most this long; fewer confirmations answer UNAVAILABLE
-    # The embedded Redis's AOF fsync: always (an acknowledged write survives a kill -9 of Redis alone) |
-    # everysec (up to about 2 s of acknowledged writes lost to such a kill; cheaper per write)
-    embedded_redis_fsync: str = "always"
+    # The embedded Redis's AOF fsync: everysec (up to about 2 s of acknowledged writes lost to a kill -9 of
+    # Redis alone; a full disk answers STORAGE_FULL) | always (such a kill loses nothing, but Redis exits
+    # on a full disk, and each write waits for its fsync)
+    embedded_redis_fsync: str = "everysec"
     key_prefix: str = "ml"
 
 

@@ -81,9 +81,9 @@ HELP: dict[str, str] = {
     " lower CPU priority; query vectors have a thread of their own.",
     "embedding_maths": "int8: the model converted to int8 maths once and cached (a third of the memory,"
     " about twice as fast); as-shipped: the file as it is; auto: int8 for the packaged model.",
-    "embedded_redis_fsync": "When the embedded Redis syncs its append-only file: always (an acknowledged"
-    " write survives a kill of Redis alone) or everysec (about 0.25 ms less per write, up to 2 s of"
-    " acknowledged writes lost to such a kill).",
+    "embedded_redis_fsync": "When the embedded Redis syncs its append-only file: everysec (up to 2 s of"
+    " acknowledged writes lost to a kill of Redis alone; a full disk answers STORAGE_FULL) or always"
+    " (nothing lost to such a kill; each write waits for its fsync, and Redis exits on a full disk).",
     "embedding_max_call_tokens": "Most tokens the model may read for one call's texts (Embed, CreateMemory,"
     " UpdateMemory, ExtractMemories); a costlier call is refused at once.",
     "embedding_max_inflight_tokens": "Most tokens of callers' embedding work in flight; past it a call waits"

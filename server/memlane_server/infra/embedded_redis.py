@@ -46,11 +46,11 @@ class EmbeddedRedis:
     dies while this process lives."""
 
     def __init__(
-        self, directory: Path, *, persist: bool = True, lock_fd: int | None = None, fsync: str = "always"
+        self, directory: Path, *, persist: bool = True, lock_fd: int | None = None, fsync: str = "everysec"
     ) -> None:
         self.directory = directory.resolve()  # redis chdirs into --dir: relative paths would break
         self.persist = persist
-        self.fsync = fsync  # appendfsync: always, or everysec (the embedded_redis_fsync setting)
+        self.fsync = fsync  # appendfsync: everysec or always (the embedded_redis_fsync setting)
         self.socket = self.directory / "redis.sock"
         self._lock_fd = lock_fd
         self._proc: subprocess.Popen[bytes] | None = None
