@@ -235,6 +235,8 @@ class Sidecar:
         elif self._embedder is None:
             self._embedder = embedder = await load_embedder(s.embedding)
             self._closes["embedder"] = embedder.close
+        assert self._embedder is not None
+        telemetry.register_embedding(self.registry, self._embedder)
         store = await wiring_ltm.open_store(
             s.ltm,
             data_dir=s.server.data_dir,

@@ -20,6 +20,7 @@ from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
 from .context.model import AssembleStats, Section
 from .embedding import Embedder, OnnxEmbedder
+from .embedding.remote import RemoteEmbedder
 from .ltm import MemoryService
 from .ltm.model import MemoryItem, MemoryKind
 from .ltm.sharing import TableLock
@@ -149,7 +150,12 @@ def register_caches(
     if cache is not None:
         sources["recall_embedding"] = lambda: (cache.hits, cache.misses)
     CacheCollector(registry, sources)
-    if isinstance(embedder, OnnxEmbedder):
+
+
+def register_embedding(registry: CollectorRegistry, embedder: Embedder) -> None:
+    """Texts embedded by lane (``memlane_embedding_texts``): what this process's model ran, or what this
+    process asked the model process for."""
+    if isinstance(embedder, OnnxEmbedder | RemoteEmbedder):
         EmbeddingCollector(registry, embedder.texts_by_lane)
 
 

@@ -35,6 +35,7 @@ log = logging.getLogger("memlane")
 _HEADER = struct.Struct("<IQB")  # payload bytes, request id, kind
 QUERY, BULK, FORGET = 1, 2, 3  # request kinds
 _OK, _ERROR, _HELLO = 0, 1, 2  # answer kinds
+_CLOSE_S = 2.0  # how long closing waits for the connections' readers to end
 # A frame larger than this is a broken peer, not a batch (a session end's largest is a few MB).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 
@@ -61,6 +62,7 @@ class EmbeddingServer:
         self._embedder = embedder
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     async def listen(self, path: str) -> None:
         self._server = await asyncio.start_unix_server(self._accept, path=path)
@@ -69,6 +71,7 @@ class EmbeddingServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._writers.add(writer)
         calls: set[asyncio.Task[None]] = set()
         try:
             hello = {"ndims": self._embedder.ndims, "max_length": self._embedder.max_length}
@@ -88,6 +91,7 @@ class EmbeddingServer:
             for call in calls:
                 call.cancel()
             writer.close()
+            self._writers.discard(writer)
             self._connections.discard(task)
 
     async def _answer(self, writer: asyncio.StreamWriter, request_id: int, kind: int, payload: bytes) -> None:
@@ -107,13 +111,14 @@ class EmbeddingServer:
             await writer.drain()
 
     async def close(self) -> None:
+        """Closes every connection (each one's reader then ends on its own: a connection's task is not
+        cancelled, which asyncio's stream server would log as an error)."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        for task in list(self._connections):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for writer in list(self._writers):
+            writer.close()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=_CLOSE_S)
 
 
 class _Connection:
