@@ -1,9 +1,17 @@
-"""SIGTERM drains a real ``memlane serve`` process: new calls are refused, the call in flight finishes
-within the grace period, and session-end jobs go back to the queue so another sidecar takes them at once
-(not after the claim timeout, here 10 minutes)."""
+"""SIGTERM drains a real ``memlane serve`` process: new calls are refused, WatchSessionEvents streams end
+at once, the call in flight finishes within the grace period or, when its work outlasts the grace, is
+answered UNAVAILABLE (``SHUTTING_DOWN``) with its job left to another sidecar; session-end jobs go back to
+the queue so another sidecar takes them at once (not after the claim timeout, here 10 minutes).
+
+Nothing here depends on how fast the machine is: where a test needs work to last, it holds it (the worker
+process stopped with SIGSTOP, or a sidecar that runs no jobs), and every wait polls for its condition.
+"""
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import os
 import signal
 import threading
 import uuid
@@ -14,22 +22,27 @@ from typing import Any
 import pytest
 
 import memlane
-from memlane import Message, PromotionState, Role
+from memlane import Message, PromotionState, Role, SessionStatus
+from memlane_server.bench.runner import children_of
+from memlane_server.sessions.events import EventType
 from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
-from tests.integration.test_session_end_pipeline import SidecarProcess
+from tests.integration.test_session_end_pipeline import SidecarProcess, _events
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 PROMOTING = PromotionState.PROMOTION_STATE_PROMOTING
+CLOSED = SessionStatus.SESSION_STATUS_CLOSED
 SETTINGS = {
     "pipeline_chunk_messages": 5,
     "pipeline_claim_timeout_seconds": 600,  # without a hand-back nobody could take a job for 10 minutes
-    "shutdown_grace_seconds": 120,
+    "shutdown_grace_seconds": 600,  # longer than any test here: what ends a drain is what the test does
+    "worker_processes": 1,
     "keyspace_events_configure": "false",
     # Shutdown must meet session end's own promotion: nothing learnt while the sessions were open.
     "learn_every_turns": 0,
     "learn_idle_seconds": 0,
 }
+WATCHERS = 32  # the default admission limit of WatchSessionEvents: every stream a sidecar keeps open
 
 
 @pytest.fixture()
@@ -44,7 +57,28 @@ def sidecars() -> Iterator[list[SidecarProcess]]:
     running: list[SidecarProcess] = []
     yield running
     for p in running:
+        for pid in children_of(p.proc.pid):  # a worker this test stopped must not outlive it stopped
+            _signal(pid, signal.SIGCONT)
         p.stop()
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _worker(sidecar: SidecarProcess) -> int:
+    """The sidecar's one worker process (``worker_processes`` 1), which runs its session-end jobs."""
+    workers = wait_for(lambda: children_of(sidecar.proc.pid), timeout=60)
+    assert len(workers) == 1, workers
+    return int(workers[0])
+
+
+def _pending_signals(pid: int) -> int:
+    """The signals sent to ``pid`` and not yet delivered (a stopped process delivers none)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
 
 
 def _long_session(c: memlane.Client, turns: int = 200) -> str:
@@ -56,10 +90,41 @@ def _long_session(c: memlane.Client, turns: int = 200) -> str:
                 Message(role=Role.ROLE_USER, content=f"I work at company number {i} and I like colour {i}.")
                 if i % 2 == 0
                 else Message(role=Role.ROLE_ASSISTANT, content=f"Got it, note {i} saved.")
-                for i in range(start, start + 100)
+                for i in range(start, min(turns, start + 100))
             ],
         )
     return sid
+
+
+def _closed(c: memlane.Client, sid: str) -> bool:
+    """PromoteSession(close) closes the session first, then waits for its job: closed means in flight."""
+    return c.get_session(session_id=sid).session.status == CLOSED
+
+
+class _Call(threading.Thread):
+    """A call made in a thread of its own: ``outcome`` holds its answer or its error once it ends."""
+
+    def __init__(self, call: Any) -> None:
+        super().__init__(daemon=True)
+        self._call = call
+        self.outcome: dict[str, Any] = {}
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.outcome["ok"] = self._call()
+        except memlane.MemlaneError as exc:
+            self.outcome["error"] = exc
+
+
+def _refused(target: str, sid: str) -> bool:
+    with memlane.Client(target, timeout=5, retry=memlane.NO_RETRY) as fresh:
+        try:
+            fresh.get_session(session_id=sid)
+            return False
+        except memlane.UnavailableError as exc:
+            assert exc.reason == "SHUTTING_DOWN", exc
+            return True
 
 
 def _mid_promotion(r: Any, prefix: str, sid: str) -> bool:
@@ -67,42 +132,86 @@ def _mid_promotion(r: Any, prefix: str, sid: str) -> bool:
     return state == PROMOTING and int(r.hget(KeySpace(prefix).pipeline(sid), "promoted_through") or 0) >= 5
 
 
-def test_sigterm_refuses_new_calls_and_finishes_the_one_in_flight(
+def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_flight(
     sidecars: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
     a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **SETTINGS)
     sidecars.append(a)
-    r = redis_client(redis_url)
-    with memlane.Client(a.target, timeout=300) as c:
-        sid = _long_session(c)
-        outcome: dict[str, Any] = {}
+    worker = _worker(a)
+    with memlane.Client(a.target, timeout=600) as c:
+        sid = _long_session(c, turns=40)
+        # The promotion waits, whatever the machine's speed, until the test lets the worker go on.
+        os.kill(worker, signal.SIGSTOP)
+        with memlane.Client(a.target, timeout=600, retry=memlane.NO_RETRY) as w:
+            seen: list[collections.Counter[str]] = []
 
-        def promote() -> None:  # PromoteSession runs the whole pipeline inside the call
-            try:
-                outcome["ok"] = c.promote_session(session_id=sid, close=True)
-            except memlane.MemlaneError as exc:
-                outcome["error"] = exc
+            def watch() -> None:
+                got = collections.Counter[str]()
+                seen.append(got)
+                # From the oldest retained event: a stream that opens after the close still sees it.
+                for r in w.watch_session_events(user_id="u-drain", after_event_id="0"):
+                    got[r.event.session_id] += 1
 
-        call = threading.Thread(target=promote)
-        call.start()
-        wait_for(lambda: _mid_promotion(r, prefix, sid), timeout=120)
+            watchers = [_Call(watch) for _ in range(WATCHERS)]
+            # PromoteSession runs the session end inside the call: it closes the session (an event every
+            # watcher sees, so all streams are open) and waits for the job the stopped worker holds.
+            call = _Call(lambda: c.promote_session(session_id=sid, close=True))
+            wait_for(lambda: _closed(c, sid), timeout=60)
+            wait_for(
+                lambda: len(seen) == WATCHERS and all(got[sid] for got in seen),
+                timeout=60,
+                describe=lambda: f"{sum(bool(got[sid]) for got in seen)} of {WATCHERS} streams saw the close",
+            )
+            a.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: _refused(a.target, sid), timeout=60)
+            # The watch streams end at once (the docs: a drain does not wait for them), while the call
+            # is still in flight: they answer UNAVAILABLE with the reason, so a watcher resumes elsewhere.
+            wait_for(
+                lambda: not any(t.is_alive() for t in watchers),
+                timeout=60,
+                describe=lambda: f"{sum(t.is_alive() for t in watchers)} watch streams still open",
+            )
+            for t in watchers:
+                error = t.outcome.get("error")
+                assert isinstance(error, memlane.UnavailableError), t.outcome
+                assert error.reason == "SHUTTING_DOWN", error
+            assert call.is_alive()  # refused and ended while the promotion was still running ...
+            os.kill(worker, signal.SIGCONT)
+            call.join(300)
+            assert "error" not in call.outcome, call.outcome
+            assert call.outcome["ok"].session.promotion_state == ARCHIVED  # ... which finished and answered
+    assert a.proc.wait(300) == 0
+
+
+def test_a_call_whose_work_outlasts_the_grace_is_answered_unavailable_and_its_work_done_elsewhere(
+    sidecars: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
+) -> None:
+    """The drain's promise for a call still running at the end of the grace period: UNAVAILABLE with the
+    reason SHUTTING_DOWN (the client retries), not a GOAWAY; its job stays queued, so the retry on
+    another sidecar (or this one restarted) finishes it, and the session ends once."""
+    # A thin sidecar (no background jobs): its PromoteSession waits for a job nobody here runs.
+    thin = {**SETTINGS, "pipeline_enabled": "false", "shutdown_grace_seconds": 1}
+    a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **thin)
+    sidecars.append(a)
+    with memlane.Client(a.target, timeout=600, retry=memlane.NO_RETRY) as c:
+        sid = _long_session(c, turns=20)
+        call = _Call(lambda: c.promote_session(session_id=sid, close=True))
+        wait_for(lambda: _closed(c, sid), timeout=60)
         a.proc.send_signal(signal.SIGTERM)
-
-        def refused() -> bool:
-            with memlane.Client(a.target, timeout=5, retry=memlane.NO_RETRY) as fresh:
-                try:
-                    fresh.get_session(session_id=sid)
-                    return False
-                except memlane.UnavailableError:
-                    return True
-
-        wait_for(refused, timeout=30)
-        assert call.is_alive()  # refused while the promotion was still running ...
-        call.join(150)
-        assert "error" not in outcome, outcome
-        assert outcome["ok"].session.promotion_state == ARCHIVED  # ... which finished and answered
-    assert a.proc.wait(150) == 0
+        call.join(300)
+    assert not call.is_alive()
+    error = call.outcome.get("error")
+    assert isinstance(error, memlane.UnavailableError), call.outcome
+    assert error.reason == "SHUTTING_DOWN", error
+    assert a.proc.wait(300) == 0
+    b = SidecarProcess(tmp_path, "b", redis_url, prefix, tmp_path / "b", **SETTINGS)
+    sidecars.append(b)
+    with memlane.Client(b.target, timeout=600) as c:  # the client's retry, on another sidecar
+        assert c.promote_session(session_id=sid, close=True).session.promotion_state == ARCHIVED
+    r = redis_client(redis_url)
+    ended = collections.Counter(t for t, s in _events(r, prefix) if s == sid)
     r.close()
+    assert ended[EventType.ARCHIVED] == 1, ended
 
 
 def test_sigterm_hands_session_end_jobs_to_another_sidecar_at_once(
@@ -110,15 +219,20 @@ def test_sigterm_hands_session_end_jobs_to_another_sidecar_at_once(
 ) -> None:
     a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **SETTINGS)
     sidecars.append(a)
+    worker = _worker(a)
     r = redis_client(redis_url)
     with memlane.Client(a.target, timeout=60) as c:
-        sid = _long_session(c, turns=1000)  # long enough to still run once b is up
+        sid = _long_session(c)
         c.close_session(session_id=sid)  # the end job goes to the queue; only a is there to take it
     wait_for(lambda: _mid_promotion(r, prefix, sid), timeout=120)
+    # Held mid-run, whatever the machine's speed, until the drain has asked the worker to stop.
+    os.kill(worker, signal.SIGSTOP)
     b = SidecarProcess(tmp_path, "b", redis_url, prefix, tmp_path / "b", **SETTINGS)
     sidecars.append(b)
     a.proc.send_signal(signal.SIGTERM)
-    assert a.proc.wait(150) == 0
+    wait_for(lambda: _pending_signals(worker) & (1 << (signal.SIGTERM - 1)), timeout=120)
+    os.kill(worker, signal.SIGCONT)
+    assert a.proc.wait(300) == 0
     assert "handed a session-end job back" in a.log.read_text()  # a stopped mid-run and gave the job up
     wait_for(
         lambda: int(hget(r, KeySpace(prefix).session(sid).doc, "promotion_state") or 0) == ARCHIVED,
