@@ -69,9 +69,9 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 
 def _worker(sidecar: SidecarProcess) -> int:
     """The sidecar's one worker process (``worker_processes`` 1), which runs its session-end jobs."""
-    workers = wait_for(lambda: children_of(sidecar.proc.pid), timeout=60)
+    workers = sidecar.workers()
     assert len(workers) == 1, workers
-    return int(workers[0])
+    return workers[0]
 
 
 def _pending_signals(pid: int) -> int:
