@@ -29,6 +29,8 @@ from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, delete_prefix, hget, raw, redis_client, stream_entries, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
+# A poll's deadline: generous for a loaded machine (a condition met sooner ends the wait at once).
+SETTLE_S = 300
 
 
 class SidecarProcess:
@@ -65,7 +67,7 @@ class SidecarProcess:
         self.target = f"unix:{self.sock}"
         try:
             with memlane.Client(self.target, timeout=2) as c:
-                wait_for(lambda: self._ready(c), timeout=60)
+                wait_for(lambda: self._ready(c), timeout=SETTLE_S)
         except BaseException:
             self.kill()  # never ready: nobody else holds this process to stop it
             raise
@@ -94,7 +96,7 @@ class SidecarProcess:
 
     def workers(self) -> list[int]:
         """Its worker processes (``worker_processes``, default 1), once started: they run its jobs."""
-        return list(wait_for(lambda: children_of(self.proc.pid), timeout=60))
+        return list(wait_for(lambda: children_of(self.proc.pid), timeout=SETTLE_S))
 
 
 def consumer_pids(r: redis.Redis, prefix: str) -> set[int]:
@@ -191,11 +193,11 @@ def test_two_sidecar_processes_end_each_session_once(
     # a job it is held (SIGSTOP) while the second half is queued, which it cannot take but for the one
     # read it may have had waiting (at most pipeline_concurrency jobs), so the other worker takes the rest.
     sessions(15)
-    first = next(iter(wait_for(lambda: consumer_pids(r, prefix), timeout=60)))
+    first = next(iter(wait_for(lambda: consumer_pids(r, prefix), timeout=SETTLE_S)))
     os.kill(first, signal.SIGSTOP)
     try:
         sessions(15)
-        wait_for(lambda: consumer_pids(r, prefix) - {first}, timeout=60)
+        wait_for(lambda: consumer_pids(r, prefix) - {first}, timeout=SETTLE_S)
     finally:
         os.kill(first, signal.SIGCONT)
     wait_for(
@@ -216,7 +218,7 @@ def test_two_sidecar_processes_end_each_session_once(
     # Every job acknowledged (a run acknowledges its job just after the session is archived).
     wait_for(
         lambda: not r.xpending(queue, GROUP)["pending"],
-        timeout=60,
+        timeout=SETTLE_S,
         describe=lambda: str(r.xpending_range(queue, GROUP, "-", "+", 10)),
     )
     assert consumer_pids(r, prefix) == workers  # both sidecars' workers took jobs from the one queue

@@ -42,6 +42,8 @@ SETTINGS = {
     "learn_every_turns": 0,
     "learn_idle_seconds": 0,
 }
+# A poll's deadline: generous for a loaded machine (a condition met sooner ends the wait at once).
+SETTLE_S = 300
 WATCHERS = 32  # the default admission limit of WatchSessionEvents: every stream a sidecar keeps open
 
 
@@ -156,19 +158,19 @@ def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_fl
             # PromoteSession runs the session end inside the call: it closes the session (an event every
             # watcher sees, so all streams are open) and waits for the job the stopped worker holds.
             call = _Call(lambda: c.promote_session(session_id=sid, close=True))
-            wait_for(lambda: _closed(c, sid), timeout=60)
+            wait_for(lambda: _closed(c, sid), timeout=SETTLE_S)
             wait_for(
                 lambda: len(seen) == WATCHERS and all(got[sid] for got in seen),
-                timeout=60,
+                timeout=SETTLE_S,
                 describe=lambda: f"{sum(bool(got[sid]) for got in seen)} of {WATCHERS} streams saw the close",
             )
             a.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: _refused(a.target, sid), timeout=60)
+            wait_for(lambda: _refused(a.target, sid), timeout=SETTLE_S)
             # The watch streams end at once (the docs: a drain does not wait for them), while the call
             # is still in flight: they answer UNAVAILABLE with the reason, so a watcher resumes elsewhere.
             wait_for(
                 lambda: not any(t.is_alive() for t in watchers),
-                timeout=60,
+                timeout=SETTLE_S,
                 describe=lambda: f"{sum(t.is_alive() for t in watchers)} watch streams still open",
             )
             for t in watchers:
@@ -196,7 +198,7 @@ def test_a_call_whose_work_outlasts_the_grace_is_answered_unavailable_and_its_wo
     with memlane.Client(a.target, timeout=600, retry=memlane.NO_RETRY) as c:
         sid = _long_session(c, turns=20)
         call = _Call(lambda: c.promote_session(session_id=sid, close=True))
-        wait_for(lambda: _closed(c, sid), timeout=60)
+        wait_for(lambda: _closed(c, sid), timeout=SETTLE_S)
         a.proc.send_signal(signal.SIGTERM)
         call.join(300)
     assert not call.is_alive()
@@ -224,13 +226,13 @@ def test_sigterm_hands_session_end_jobs_to_another_sidecar_at_once(
     with memlane.Client(a.target, timeout=60) as c:
         sid = _long_session(c)
         c.close_session(session_id=sid)  # the end job goes to the queue; only a is there to take it
-    wait_for(lambda: _mid_promotion(r, prefix, sid), timeout=120)
+    wait_for(lambda: _mid_promotion(r, prefix, sid), timeout=SETTLE_S)
     # Held mid-run, whatever the machine's speed, until the drain has asked the worker to stop.
     os.kill(worker, signal.SIGSTOP)
     b = SidecarProcess(tmp_path, "b", redis_url, prefix, tmp_path / "b", **SETTINGS)
     sidecars.append(b)
     a.proc.send_signal(signal.SIGTERM)
-    wait_for(lambda: _pending_signals(worker) & (1 << (signal.SIGTERM - 1)), timeout=120)
+    wait_for(lambda: _pending_signals(worker) & (1 << (signal.SIGTERM - 1)), timeout=SETTLE_S)
     os.kill(worker, signal.SIGCONT)
     assert a.proc.wait(300) == 0
     assert "handed a session-end job back" in a.log.read_text()  # a stopped mid-run and gave the job up
