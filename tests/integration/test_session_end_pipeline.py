@@ -204,9 +204,16 @@ def test_two_sidecar_processes_end_each_session_once(
         lambda: all(
             int(hget(r, KeySpace(prefix).session(s).doc, "promotion_state") or 0) == ARCHIVED for s in sids
         ),
-        60,
+        SETTLE_S,
     )
-    counts = collections.Counter(_events(r, prefix))
+    # An event is relayed just after its state change (the outbox): polled for, then counted.
+    ends = [(t, s) for s in sids for t in (EventType.EXPIRED, EventType.ARCHIVED)]
+
+    def relayed() -> collections.Counter[tuple[EventType, str]] | None:
+        got = collections.Counter(_events(r, prefix))
+        return got if all(got[e] for e in ends) else None
+
+    counts = wait_for(relayed, timeout=SETTLE_S)
     for sid in sids:
         assert counts[(EventType.EXPIRED, sid)] == 1
         assert counts[(EventType.ARCHIVED, sid)] == 1

@@ -211,9 +211,14 @@ def test_a_call_whose_work_outlasts_the_grace_is_answered_unavailable_and_its_wo
     with memlane.Client(b.target, timeout=600) as c:  # the client's retry, on another sidecar
         assert c.promote_session(session_id=sid, close=True).session.promotion_state == ARCHIVED
     r = redis_client(redis_url)
-    ended = collections.Counter(t for t, s in _events(r, prefix) if s == sid)
+
+    def ended() -> collections.Counter[EventType]:
+        return collections.Counter(t for t, s in _events(r, prefix) if s == sid)
+
+    # The event is relayed just after the state change (the outbox): polled for, then counted.
+    wait_for(lambda: ended()[EventType.ARCHIVED], timeout=SETTLE_S)
+    assert ended()[EventType.ARCHIVED] == 1, ended()
     r.close()
-    assert ended[EventType.ARCHIVED] == 1, ended
 
 
 def test_sigterm_hands_session_end_jobs_to_another_sidecar_at_once(
