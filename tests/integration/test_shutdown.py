@@ -28,6 +28,7 @@ from memlane_server.sessions.events import EventType
 from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess, _events
+from tests.integration.test_worker_processes import WorkerProcess
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 PROMOTING = PromotionState.PROMOTION_STATE_PROMOTING
@@ -62,6 +63,14 @@ def sidecars() -> Iterator[list[SidecarProcess]]:
         for pid in children_of(p.proc.pid):  # a worker this test stopped must not outlive it stopped
             _signal(pid, signal.SIGCONT)
         p.stop()
+
+
+@pytest.fixture()
+def workers() -> Iterator[list[WorkerProcess]]:
+    running: list[WorkerProcess] = []
+    yield running
+    for w in running:
+        w.stop()
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -135,15 +144,17 @@ def _mid_promotion(r: Any, prefix: str, sid: str) -> bool:
 
 
 def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_flight(
-    sidecars: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
+    sidecars: list[SidecarProcess], workers: list[WorkerProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
-    a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **SETTINGS)
+    # A thin sidecar (no background jobs): its PromoteSession waits, whatever the machine's speed, until
+    # the test starts a `memlane worker` to run the job. (Not a worker held with SIGSTOP: timers that
+    # expired while it was stopped fire at once when it goes on, and can fail the run it resumes.)
+    data = tmp_path / "shared"
+    thin = {**SETTINGS, "pipeline_enabled": "false"}
+    a = SidecarProcess(tmp_path, "a", redis_url, prefix, data, **thin)
     sidecars.append(a)
-    worker = _worker(a)
     with memlane.Client(a.target, timeout=600) as c:
         sid = _long_session(c, turns=40)
-        # The promotion waits, whatever the machine's speed, until the test lets the worker go on.
-        os.kill(worker, signal.SIGSTOP)
         with memlane.Client(a.target, timeout=600, retry=memlane.NO_RETRY) as w:
             seen: list[collections.Counter[str]] = []
 
@@ -156,7 +167,7 @@ def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_fl
 
             watchers = [_Call(watch) for _ in range(WATCHERS)]
             # PromoteSession runs the session end inside the call: it closes the session (an event every
-            # watcher sees, so all streams are open) and waits for the job the stopped worker holds.
+            # watcher sees, so all streams are open) and waits for its job, which nobody runs yet.
             call = _Call(lambda: c.promote_session(session_id=sid, close=True))
             wait_for(lambda: _closed(c, sid), timeout=SETTLE_S)
             wait_for(
@@ -178,8 +189,9 @@ def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_fl
                 assert isinstance(error, memlane.UnavailableError), t.outcome
                 assert error.reason == "SHUTTING_DOWN", error
             assert call.is_alive()  # refused and ended while the promotion was still running ...
-            os.kill(worker, signal.SIGCONT)
-            call.join(300)
+            worker = WorkerProcess(tmp_path, redis_url, prefix, data)
+            workers.append(worker)
+            call.join(SETTLE_S)
             assert "error" not in call.outcome, call.outcome
             assert call.outcome["ok"].session.promotion_state == ARCHIVED  # ... which finished and answered
     assert a.proc.wait(300) == 0
