@@ -125,7 +125,7 @@ def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_fl
 ) -> None:
     # A thin sidecar (no background jobs): its PromoteSession waits, whatever the machine's speed, until
     # the test starts a `memlane worker` to run the job. (Not a worker held with SIGSTOP: timers that
-    # expired while it was stopped fire at once when it goes on, and failed the run it resumed.)
+    # expired while it was stopped fire at once when it goes on, and can fail the run it resumes.)
     data = tmp_path / "shared"
     thin = {**SETTINGS, "pipeline_enabled": "false"}
     a = SidecarProcess(tmp_path, "a", redis_url, prefix, data, **thin)
