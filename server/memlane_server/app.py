@@ -411,11 +411,13 @@ class Sidecar:
             self._dir_lock.note_redis(pid)
 
     async def _drain_calls(self, server: grpc.aio.Server, grace: float) -> None:
-        """New calls get UNAVAILABLE (retried elsewhere) while the calls in flight finish, within
-        ``grace`` in all; then the gRPC server stops (long streams such as WatchSessionEvents end)."""
-        start = time.monotonic()
+        """New calls get UNAVAILABLE (retried elsewhere) and WatchSessionEvents streams end at once,
+        while the calls in flight get ``grace`` to finish; any still running then is answered
+        UNAVAILABLE (api/admission.py ``drain``). Then the gRPC server stops: every memlane call has been
+        answered by then, and what is left (health checks, a health Watch stream) gets a second at most,
+        not the rest of the grace."""
         await self.admission.drain(grace)
-        await server.stop(max(0.0, grace - (time.monotonic() - start)))
+        await server.stop(1.0)
 
     async def stop(self) -> None:
         """Health NOT_SERVING first (load balancers stop sending), then drain in-flight calls, then hand

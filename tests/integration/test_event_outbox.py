@@ -9,7 +9,6 @@ even if the process that made the change never relays it (its relay fails, or it
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -105,9 +104,9 @@ def test_a_state_change_alone_leaves_its_event_for_the_sweeper(srv: SidecarThrea
     asyncio.run(close_without_relay())
     assert r.llen(keys.outbox(sid)) == 1
     assert _types(r, keys, sid) == []
-    started = time.monotonic()
+    # Polled: when the sweeper gets to it is the outbox grace and sweep interval (settings), not a figure
+    # this test can measure on a loaded machine.
     wait_for(lambda: EventType.CLOSED in _types(r, keys, sid), 30)
-    assert time.monotonic() - started < 25
     assert _types(r, keys, sid).count(int(EventType.CLOSED)) == 1
 
 

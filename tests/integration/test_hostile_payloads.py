@@ -1,7 +1,7 @@
 """Hostile payloads (issue 25): deeply nested native JSON, huge metadata maps on messages and memories,
 and 100,000 tiny messages in one AppendMessages batch. Each ends with a clear error naming the field (or
-the batch), stores nothing of the refused request, and leaves other calls answering; a control of the
-same shape within the limits is accepted.
+the batch) and stores nothing of the refused request; a control of the same shape within the limits is
+accepted. How fast the 100,000 are refused is a figure of `memlane bench`, not a bound here.
 
 Through the real server: real Redis, LanceDB and ONNX embeddings, the real client.
 """
@@ -9,8 +9,6 @@ Through the real server: real Redis, LanceDB and ONNX embeddings, the real clien
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +22,6 @@ from memlane_server.sessions.limits import MAX_NATIVE_DEPTH, Limits
 from tests.conftest import ServerFactory
 
 LIMITS = Limits()
-TINY_PROBE_BOUND_S = 1.2  # GetSession while 100,000 tiny messages are refused (0.35-0.7 s; 1.56 s before)
 
 
 @pytest.fixture(scope="module")
@@ -136,43 +133,22 @@ def test_metadata_at_the_limits_is_accepted(c: memlane.Client, sid: str, user_id
     assert dict(made.metadata) == full
 
 
-def test_a_hundred_thousand_tiny_messages_are_refused_at_once(c: memlane.Client, sid: str) -> None:
+def test_a_hundred_thousand_tiny_messages_are_refused_before_conversion(c: memlane.Client, sid: str) -> None:
     tiny = [Message(role=Role.ROLE_USER, content="x") for _ in range(100_000)]
-    probes: list[float] = []
-    stop = threading.Event()
-
-    def probe() -> None:
-        while not stop.is_set():
-            start = time.perf_counter()
-            c.get_session(session_id=sid)
-            probes.append(time.perf_counter() - start)
-            time.sleep(0.05)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
-    try:
-        start = time.perf_counter()
-        with pytest.raises(memlane.ResourceExhaustedError) as caught:
-            c.append_messages(session_id=sid, messages=tiny)
-        refused_in = time.perf_counter() - start
-    finally:
-        stop.set()
-        prober.join()
-    slowest = max(probes)
-    print(
-        f"\n100,000 tiny messages refused in {refused_in * 1000:.0f} ms; "
-        f"GetSession max {slowest * 1000:.0f} ms"
-    )
+    # The first message has a role no conversion accepts: had the 100,000 been converted before their
+    # count was checked (2.0 s of the event loop, GetSession stalled 1.6 s meanwhile), the answer would be
+    # INVALID_ARGUMENT on messages[0].role. How fast the refusal is, is measured by `memlane bench`
+    # ("AppendMessages refused: 100,000 one-character messages"), not bounded here.
+    unknown_role = Message(role=99, content="x")  # type: ignore[arg-type]  # hostile: no such role
+    with pytest.raises(memlane.ResourceExhaustedError) as caught:
+        c.append_messages(session_id=sid, messages=[unknown_role, *tiny[1:]])
     assert (caught.value.reason, caught.value.field) == ("BATCH_TOO_LARGE", "messages")
-    # Before the count was checked ahead of conversion: refused in ~2.0 s, GetSession stalled ~1.6 s.
-    # What is left is decoding the 700 KB request (~0.4 s here).
-    assert refused_in < 1.5
-    assert slowest < TINY_PROBE_BOUND_S
     assert _count(c, sid) == 0
-    # Positive control: a batch at the limit is accepted whole.
-    start = time.perf_counter()
+    # Positive controls: that role alone is refused at conversion, naming it; a batch at the limit is
+    # accepted whole.
+    with pytest.raises(memlane.InvalidArgumentError) as refused:
+        c.append_messages(session_id=sid, messages=[unknown_role])
+    assert (refused.value.reason, refused.value.field) == ("UNKNOWN_VALUE", "messages[0].role")
+    assert _count(c, sid) == 0
     c.append_messages(session_id=sid, messages=tiny[: LIMITS.max_batch_messages])
-    print(
-        f"{LIMITS.max_batch_messages} tiny messages accepted in {(time.perf_counter() - start) * 1000:.0f} ms"
-    )
     assert _count(c, sid) == LIMITS.max_batch_messages

@@ -21,6 +21,7 @@ import redis
 
 import memlane
 from memlane import Message, PromotionState, Role
+from memlane_server.bench.runner import children_of
 from memlane_server.ltm.schema import TABLE_NAME
 from memlane_server.sessions.end_queue import GROUP
 from memlane_server.sessions.events import EventType
@@ -28,6 +29,8 @@ from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, delete_prefix, hget, raw, redis_client, stream_entries, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
+# A poll's deadline: generous for a loaded machine (a condition met sooner ends the wait at once).
+SETTLE_S = 300
 
 
 class SidecarProcess:
@@ -64,7 +67,7 @@ class SidecarProcess:
         self.target = f"unix:{self.sock}"
         try:
             with memlane.Client(self.target, timeout=2) as c:
-                wait_for(lambda: self._ready(c), timeout=60)
+                wait_for(lambda: self._ready(c), timeout=SETTLE_S)
         except BaseException:
             self.kill()  # never ready: nobody else holds this process to stop it
             raise
@@ -90,6 +93,20 @@ class SidecarProcess:
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+
+    def workers(self) -> list[int]:
+        """Its worker processes (``worker_processes``, default 1), once started: they run its jobs."""
+        return list(wait_for(lambda: children_of(self.proc.pid), timeout=SETTLE_S))
+
+
+def consumer_pids(r: redis.Redis, prefix: str) -> set[int]:
+    """The process id in each consumer name of the job stream's group (``host-pid-hex``): the processes
+    that have read from the queue (a consumer is named on its first read, whether it got a job or not)."""
+    try:
+        names = [c["name"] for c in r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)]
+    except redis.ResponseError:  # no queue or group yet: nobody has read
+        return set()
+    return {int((n.decode() if isinstance(n, bytes) else n).rsplit("-", 2)[1]) for n in names}
 
 
 @pytest.fixture()
@@ -158,20 +175,45 @@ def test_two_sidecar_processes_end_each_session_once(
     common = {"ltm_enabled": "false", "lifecycle_sweep_interval_seconds": 0.2, "pipeline_concurrency": 4}
     procs.append(SidecarProcess(tmp_path, "a", redis_url, prefix, data, **common))
     procs.append(SidecarProcess(tmp_path, "b", redis_url, prefix, data, **common))
-    sids = []
-    for i in range(30):
-        with memlane.Client(procs[i % 2].target, timeout=10) as c:
-            sid = c.create_session(user_id=f"u{i % 3}", ttl_seconds=1).session.session_id
-            c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content=f"hello {i}")])
-            sids.append(sid)
     r = redis_client(redis_url)
+    workers = {pid for p in procs for pid in p.workers()}
+    sids: list[str] = []
+
+    def sessions(n: int) -> None:  # each expires a second after its last message: a job for either
+        for _ in range(n):
+            i = len(sids)
+            with memlane.Client(procs[i % 2].target, timeout=10) as c:
+                sid = c.create_session(user_id=f"u{i % 3}", ttl_seconds=1).session.session_id
+                c.append_messages(
+                    session_id=sid, messages=[Message(role=Role.ROLE_USER, content=f"hello {i}")]
+                )
+                sids.append(sid)
+
+    # Which worker wins a job is a race; that both take jobs is made certain: once one worker has taken
+    # a job it is held (SIGSTOP) while the second half is queued, which it cannot take but for the one
+    # read it may have had waiting (at most pipeline_concurrency jobs), so the other worker takes the rest.
+    sessions(15)
+    first = next(iter(wait_for(lambda: consumer_pids(r, prefix), timeout=SETTLE_S)))
+    os.kill(first, signal.SIGSTOP)
+    try:
+        sessions(15)
+        wait_for(lambda: consumer_pids(r, prefix) - {first}, timeout=SETTLE_S)
+    finally:
+        os.kill(first, signal.SIGCONT)
     wait_for(
         lambda: all(
             int(hget(r, KeySpace(prefix).session(s).doc, "promotion_state") or 0) == ARCHIVED for s in sids
         ),
-        20,
+        SETTLE_S,
     )
-    counts = collections.Counter(_events(r, prefix))
+    # An event is relayed just after its state change (the outbox): polled for, then counted.
+    ends = [(t, s) for s in sids for t in (EventType.EXPIRED, EventType.ARCHIVED)]
+
+    def relayed() -> collections.Counter[tuple[EventType, str]] | None:
+        got = collections.Counter(_events(r, prefix))
+        return got if all(got[e] for e in ends) else None
+
+    counts = wait_for(relayed, timeout=SETTLE_S)
     for sid in sids:
         assert counts[(EventType.EXPIRED, sid)] == 1
         assert counts[(EventType.ARCHIVED, sid)] == 1
@@ -179,8 +221,14 @@ def test_two_sidecar_processes_end_each_session_once(
         f.path for f in ds.dataset(str(data / "archive" / "transcripts"), format="parquet").get_fragments()
     ]
     assert sorted(Path(f).name.split(".")[0] for f in files) == sorted(sids)
-    consumers = r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)
-    assert len(consumers) == 2  # both sidecars took jobs from the one queue
+    queue = KeySpace(prefix).session_end_queue()
+    # Every job acknowledged (a run acknowledges its job just after the session is archived).
+    wait_for(
+        lambda: not r.xpending(queue, GROUP)["pending"],
+        timeout=SETTLE_S,
+        describe=lambda: str(r.xpending_range(queue, GROUP, "-", "+", 10)),
+    )
+    assert consumer_pids(r, prefix) == workers  # both sidecars' workers took jobs from the one queue
     r.close()
 
 

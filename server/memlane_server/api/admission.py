@@ -7,18 +7,22 @@ RESOURCE_EXHAUSTED and a ``retry-after-ms`` trailer (the kind's recent service t
 treats as retryable with backoff. Expensive kinds get small limits of their own, so a flood of assemblies
 never takes the slots of cheap calls (GetSession, AppendMessages...) and the gRPC health service is not
 gated at all. A server stream holds its slot until it ends, so streams are gated only when named
-(AssembleContext, ExportUserData, WatchSessionEvents); the ``*`` default never covers a stream. A
-WatchSessionEvents stream lives until its caller hangs up, so a drain does not wait for it.
+(AssembleContext, ExportUserData, WatchSessionEvents); the ``*`` default never covers a stream.
 
 Runs as the outermost interceptor: a shed call costs no decoding, authentication or handler work. It
-also refuses new calls with UNAVAILABLE once the sidecar starts draining (SIGTERM), while the calls
-already admitted finish.
+also runs the drain (SIGTERM, ``drain``): new calls are refused with UNAVAILABLE, WatchSessionEvents
+streams end at once with UNAVAILABLE (they never end on their own), the calls already admitted get the
+grace period to finish, and those still running at its end are answered UNAVAILABLE too. Every one of
+those answers carries the reason ``SHUTTING_DOWN``: the client retries, on another sidecar or after the
+restart, and what the cut-off call had started is picked up there (a PromoteSession's job goes back to
+the queue; writes are idempotent by id). None of them is left to the transport's GOAWAY and CANCELLED.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -28,9 +32,17 @@ import grpc
 from ..observability.metrics import RpcMetrics
 from .status import trailer
 
+log = logging.getLogger("memlane")
+
 DEFAULT_KIND = "*"
-# Streams that follow events until the caller hangs up: a drain would wait its whole grace for them.
+# Streams that follow events until the caller hangs up: a drain ends them at its start, rather than wait
+# its whole grace for them (the watcher resumes elsewhere from its last event id).
 _FOLLOWERS = frozenset({"WatchSessionEvents"})
+# How long a call the drain cuts off gets to unwind and send its UNAVAILABLE: a cancelled handler unwinds
+# in milliseconds; one that ignores cancellation is left to the gRPC server's stop.
+_ANSWER_S = 2.0
+_SHUTTING_DOWN = "this sidecar is shutting down; retry (another one)"
+_CUT_OFF = "this sidecar is shutting down and its grace period is over; retry (another one)"
 
 
 def parse_limits(spec: str) -> dict[str, int]:
@@ -83,9 +95,13 @@ class Gate:
         return int(min(5000.0, max(20.0, self.service_ms * waves)))
 
 
-async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-    code, message = grpc.StatusCode.UNAVAILABLE, "this sidecar is shutting down; retry (another one)"
+async def _shutting_down(context: grpc.aio.ServicerContext, message: str = _SHUTTING_DOWN) -> None:
+    code = grpc.StatusCode.UNAVAILABLE
     await context.abort(code, message, trailing_metadata=trailer(code, message, "SHUTTING_DOWN"))
+
+
+async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    await _shutting_down(context)
 
 
 # Request bytes are not decoded: the call is refused whatever it carries.
@@ -102,9 +118,18 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
         self.shed = 0  # calls answered RESOURCE_EXHAUSTED so far
         self.draining = False  # set by drain(): new memlane calls are refused
-        self.in_flight = 0  # unary calls and named streams being served (what a drain waits for)
+        # The task serving each memlane call (gRPC runs one per call): what a drain waits for, and cuts
+        # off at the end of its grace; WatchSessionEvents streams apart, ended at the drain's start.
+        self._calls: set[asyncio.Task[Any]] = set()
+        self._followers: set[asyncio.Task[Any]] = set()
+        self._cut: set[asyncio.Task[Any]] = set()  # cancelled by the drain: answer UNAVAILABLE
         self._idle = asyncio.Event()
         self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls being served, WatchSessionEvents streams aside."""
+        return len(self._calls)
 
     def _gate(self, name: str, *, stream: bool) -> Gate | None:
         default = 0 if stream else self._limits.get(DEFAULT_KIND, 0)
@@ -139,7 +164,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        elif gate is not None and handler.unary_stream is not None:
+        elif handler.unary_stream is not None:  # tracked for the drain even when ungated
             wrapped = grpc.unary_stream_rpc_method_handler(
                 self._gated_stream(name, gate, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
@@ -166,28 +191,59 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         )
 
     async def drain(self, timeout_s: float) -> None:
-        """Refuses new calls (UNAVAILABLE: the client retries, elsewhere) and waits up to ``timeout_s``
-        for the calls in flight to finish. Refusing here, rather than stopping the gRPC server at once,
-        gives late callers a retryable UNAVAILABLE instead of the CANCELLED of a server shutting down."""
+        """Refuses new calls (UNAVAILABLE: the client retries, elsewhere), ends the WatchSessionEvents
+        streams, and waits up to ``timeout_s`` for the calls in flight to finish; those still running
+        then are cut off with UNAVAILABLE (``SHUTTING_DOWN``, retried). When this returns, every memlane
+        call has been answered, so stopping the gRPC server after it cancels none (refusing here, rather
+        than stopping the server at once, gives callers a retryable UNAVAILABLE instead of the GOAWAY and
+        CANCELLED of a server shutting down)."""
         self.draining = True
+        await self._cut_off(self._followers, "watch streams")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await self._idle.wait()
+        await self._cut_off(self._calls, "calls still running at the end of the grace period")
 
-    def _enter(self) -> None:
-        self.in_flight += 1
+    async def _cut_off(self, calls: set[asyncio.Task[Any]], what: str) -> None:
+        """Cancels the tasks serving ``calls``; each answers UNAVAILABLE as it unwinds (``_was_cut``)."""
+        cut = set(calls)
+        if not cut:
+            return
+        log.info("drain: ending %d %s with UNAVAILABLE", len(cut), what)
+        self._cut |= cut
+        for task in cut:
+            task.cancel()
+        await asyncio.wait(cut, timeout=_ANSWER_S)
+
+    def _was_cut(self, task: asyncio.Task[Any]) -> bool:
+        """On a CancelledError in a call's task: True when the drain cut the call off (the task then
+        goes on to answer UNAVAILABLE); any other cancellation (the client hung up) propagates."""
+        if task not in self._cut:
+            return False
+        self._cut.discard(task)
+        task.uncancel()
+        return True
+
+    def _enter(self, task: asyncio.Task[Any], *, follows: bool = False) -> None:
+        if follows:
+            self._followers.add(task)
+            return
+        self._calls.add(task)
         self._idle.clear()
 
-    def _exit(self) -> None:
-        self.in_flight -= 1
-        if not self.in_flight:
+    def _exit(self, task: asyncio.Task[Any]) -> None:
+        self._followers.discard(task)
+        self._calls.discard(task)
+        self._cut.discard(task)
+        if not self._calls:
             self._idle.set()
 
     def _gated(
         self, name: str, gate: Gate | None, inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            self._enter()
+            task = _current_task()
+            self._enter(task)
             try:
                 if gate is None:
                     return await inner(request, context)
@@ -197,20 +253,31 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                     return await inner(request, context)
                 finally:
                     gate.leave(time.perf_counter() - held)
+            except asyncio.CancelledError:
+                if not self._was_cut(task):
+                    raise
+                await _shutting_down(context, _CUT_OFF)
             finally:
-                self._exit()
+                self._exit(task)
 
         return call
 
     def _gated_stream(
-        self, name: str, gate: Gate, inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]
+        self,
+        name: str,
+        gate: Gate | None,
+        inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
     ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]:
         follows = name in _FOLLOWERS
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            if not follows:
-                self._enter()
+            task = _current_task()
+            self._enter(task, follows=follows)
             try:
+                if gate is None:
+                    async for item in inner(request, context):
+                        yield item
+                    return
                 await self._admit(name, gate, context)
                 held = time.perf_counter()
                 try:
@@ -218,8 +285,17 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
                         yield item
                 finally:
                     gate.leave(time.perf_counter() - held)
+            except asyncio.CancelledError:
+                if not self._was_cut(task):
+                    raise
+                await _shutting_down(context, _SHUTTING_DOWN if follows else _CUT_OFF)
             finally:
-                if not follows:
-                    self._exit()
+                self._exit(task)
 
         return stream
+
+
+def _current_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    assert task is not None  # gRPC serves every call in a task of its own
+    return task

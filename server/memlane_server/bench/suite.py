@@ -115,6 +115,7 @@ def _echo() -> Iterator[Callable[[int], Latency]]:
 
 
 NO_LTM_ASSEMBLY = "AssembleContext (200 messages, no LTM)"
+REFUSED_BATCH = "AppendMessages refused: 100,000 one-character messages"
 ECHO_RATE = "echo, 32 in flight"
 
 
@@ -253,6 +254,13 @@ def _core(report: Report, target: str, echo: Callable[[int], Latency], n: int, s
         )
         base = echo(n)
         report.latency(
+            measure(REFUSED_BATCH, _refuse_batch(c, sid), 5 if n < 1000 else 20, warmup=1),
+            base,
+            note="the count is checked before conversion (2.0 s before that); tests/integration/"
+            "test_hostile_payloads.py checks the order",
+        )
+        base = echo(n)
+        report.latency(
             measure(
                 NO_LTM_ASSEMBLY,
                 lambda: list(
@@ -271,6 +279,21 @@ def _core(report: Report, target: str, echo: Callable[[int], Latency], n: int, s
         at_least=0.8,
         of=f"throughput: {ECHO_RATE}",
     )
+
+
+def _refuse_batch(c: memlane.Client, sid: str) -> Callable[[], object]:
+    """One AppendMessages of 100,000 one-character messages, refused (BATCH_TOO_LARGE): encoding and
+    decoding the 700 KB request is most of it."""
+    tiny = [Message(role=Role.ROLE_USER, content="x")] * 100_000
+
+    def refuse() -> None:
+        try:
+            c.append_messages(session_id=sid, messages=tiny)
+        except memlane.ResourceExhaustedError:
+            return
+        raise RuntimeError("a batch of 100,000 messages was accepted")
+
+    return refuse
 
 
 async def _throughput(target: str, seconds: float) -> dict[str, float]:
