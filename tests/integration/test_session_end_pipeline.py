@@ -95,8 +95,21 @@ class SidecarProcess:
         self.proc.wait()
 
     def workers(self) -> list[int]:
-        """Its worker processes (``worker_processes``, default 1), once started: they run its jobs."""
-        return list(wait_for(lambda: children_of(self.proc.pid), timeout=SETTLE_S))
+        """Its worker processes (``worker_processes``, default 1), once started: they run its jobs (its
+        other children: the model process, an embedded Redis)."""
+
+        def running() -> list[int]:
+            return [p for p in children_of(self.proc.pid) if " worker " in cmdline(p)]
+
+        return list(wait_for(running, timeout=SETTLE_S))
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line, arguments joined by spaces ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile
+        return ""
 
 
 def consumer_pids(r: redis.Redis, prefix: str) -> set[int]:

@@ -24,7 +24,7 @@ from memlane import Message, PromotionState, Role
 from memlane_server.bench.runner import children_of
 from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
-from tests.integration.test_session_end_pipeline import SidecarProcess, consumer_pids
+from tests.integration.test_session_end_pipeline import SidecarProcess, cmdline, consumer_pids
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED
 PROMOTING = PromotionState.PROMOTION_STATE_PROMOTING
@@ -53,7 +53,7 @@ def _children(pid: int) -> set[int]:
 
 def _workers(pid: int) -> set[int]:
     """The worker processes among ``pid``'s children (beside them: the model process)."""
-    return {p for p in children_of(pid) if " worker " in _cmdline(p)}
+    return {p for p in children_of(pid) if " worker " in cmdline(p)}
 
 
 def _session(c: memlane.Client, user: str, turns: int = 20) -> str:
@@ -97,7 +97,7 @@ def test_session_end_runs_in_a_worker_process(
         # One model per pod: the worker promoted and the serving process recalled through the model
         # process; neither loaded ONNX Runtime (the model process did: the check's positive control).
         kids = _children(a.proc.pid)
-        (model,) = [p for p in kids if _cmdline(p).find("memlane_server.model_process") >= 0]
+        (model,) = [p for p in kids if cmdline(p).find("memlane_server.model_process") >= 0]
         (worker,) = _workers(a.proc.pid)
         assert _maps_onnxruntime(model)
         assert not _maps_onnxruntime(worker) and not _maps_onnxruntime(a.proc.pid)
@@ -108,10 +108,6 @@ def test_session_end_runs_in_a_worker_process(
 
 def _maps_onnxruntime(pid: int) -> bool:
     return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
-
-
-def _cmdline(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
 
 
 def test_a_killed_worker_is_replaced_and_its_session_ends_once(
@@ -339,12 +335,12 @@ def test_a_killed_model_process_is_replaced_and_vectors_flow_again(
     with memlane.Client(a.target, timeout=60) as c:
         c.create_memory(caller=who, kind=memlane.MemoryKind.MEMORY_KIND_FACT, content="Dana keeps bees.")
         assert c.search_memories(caller=who, query="who keeps bees?").results  # positive control
-        (model,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in _cmdline(p)]
+        (model,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in cmdline(p)]
         os.kill(model, signal.SIGKILL)
         wait_for(lambda: "the model process exited; starting it again" in a.log.read_text(), timeout=30)
         hits = c.search_memories(caller=who, query="who keeps bees?").results  # waits for the new one
         assert hits and hits[0].memory.content == "Dana keeps bees."
         out = c.promote_session(session_id=_session(c, "u-model"), close=True)
         assert out.session.promotion_state == ARCHIVED and out.promoted_memory_ids
-    (new,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in _cmdline(p)]
+    (new,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in cmdline(p)]
     assert new != model
