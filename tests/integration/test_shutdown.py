@@ -54,19 +54,12 @@ def prefix(redis_url: str) -> Iterator[str]:
 
 
 @pytest.fixture()
-def sidecars() -> Iterator[list[SidecarProcess]]:
-    running: list[SidecarProcess] = []
+def sidecars() -> Iterator[list[SidecarProcess | WorkerProcess]]:
+    """The processes a test started (sidecars, and a `memlane worker`), stopped at its end."""
+    running: list[SidecarProcess | WorkerProcess] = []
     yield running
     for p in running:
         p.stop()
-
-
-@pytest.fixture()
-def workers() -> Iterator[list[WorkerProcess]]:
-    running: list[WorkerProcess] = []
-    yield running
-    for w in running:
-        w.stop()
 
 
 def _long_session(c: memlane.Client, turns: int = 200) -> str:
@@ -121,7 +114,7 @@ def _mid_promotion(r: Any, prefix: str, sid: str) -> bool:
 
 
 def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_flight(
-    sidecars: list[SidecarProcess], workers: list[WorkerProcess], prefix: str, redis_url: str, tmp_path: Path
+    sidecars: list[SidecarProcess | WorkerProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
     # A thin sidecar (no background jobs): its PromoteSession waits, whatever the machine's speed, until
     # the test starts a `memlane worker` to run the job. (Not a worker held with SIGSTOP: timers that
@@ -166,8 +159,7 @@ def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_fl
                 assert isinstance(error, memlane.UnavailableError), t.outcome
                 assert error.reason == "SHUTTING_DOWN", error
             assert call.is_alive()  # refused and ended while the promotion was still running ...
-            worker = WorkerProcess(tmp_path, redis_url, prefix, data)
-            workers.append(worker)
+            sidecars.append(WorkerProcess(tmp_path, redis_url, prefix, data))
             call.join(SETTLE_S)
             assert "error" not in call.outcome, call.outcome
             assert call.outcome["ok"].session.promotion_state == ARCHIVED  # ... which finished and answered
@@ -175,7 +167,7 @@ def test_sigterm_refuses_new_calls_ends_watch_streams_and_finishes_the_one_in_fl
 
 
 def test_a_call_whose_work_outlasts_the_grace_is_answered_unavailable_and_its_work_done_elsewhere(
-    sidecars: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
+    sidecars: list[SidecarProcess | WorkerProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
     """The drain's promise for a call still running at the end of the grace period: UNAVAILABLE with the
     reason SHUTTING_DOWN (the client retries), not a GOAWAY; its job stays queued, so the retry on
@@ -211,7 +203,7 @@ def test_a_call_whose_work_outlasts_the_grace_is_answered_unavailable_and_its_wo
 
 
 def test_sigterm_hands_session_end_jobs_to_another_sidecar_at_once(
-    sidecars: list[SidecarProcess], prefix: str, redis_url: str, tmp_path: Path
+    sidecars: list[SidecarProcess | WorkerProcess], prefix: str, redis_url: str, tmp_path: Path
 ) -> None:
     a = SidecarProcess(tmp_path, "a", redis_url, prefix, tmp_path / "a", **SETTINGS)
     sidecars.append(a)
