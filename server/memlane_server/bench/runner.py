@@ -108,10 +108,18 @@ class Process:
         return sum(_status_mb(pid, "VmRSS:") for pid in [self.proc.pid, *children_of(self.proc.pid)])
 
     def pss_mb(self) -> float:
-        """Memory of the process and its children together, each shared page counted once (PSS: a page
-        shared by n processes counts 1/n in each): what the pod holds."""
+        """PSS of the process and its children added up (a page shared by n processes counts 1/n in
+        each). It depends on what else runs: a library page shared with a process outside the tree (the
+        bench's own, another sidecar) counts only in part. ``pod_mb`` does not."""
         assert self.proc is not None
         return sum(_rollup_mb(pid, "Pss:") for pid in [self.proc.pid, *children_of(self.proc.pid)])
+
+    def pod_mb(self) -> float:
+        """What the process and its children hold together, as a container of their own would be charged
+        for them: every private page, and each file page (libraries, the model file) once, whoever else on
+        the machine maps it. The memory rows' figure."""
+        assert self.proc is not None
+        return tree_mb([self.proc.pid, *children_of(self.proc.pid)])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -135,6 +143,33 @@ def _status_mb(pid: int, field: str, name: str = "status") -> float:
 
 def _rollup_mb(pid: int, field: str) -> float:
     return _status_mb(pid, field, "smaps_rollup")
+
+
+def tree_mb(pids: list[int]) -> float:
+    """Private (anonymous) resident memory of ``pids`` added up, plus their file-backed resident pages with
+    each mapping of a file counted once (the processes start by exec, so they share no private pages)."""
+    private = 0
+    files: dict[tuple[str, str], int] = {}  # (inode, offset) -> resident kB of that file mapping
+    for pid in pids:
+        key: tuple[str, str] | None = None
+        rss = 0
+        try:
+            lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+        except OSError:  # gone meanwhile
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) >= 5 and "-" in parts[0] and not parts[0].endswith(":"):
+                inode = parts[4]
+                key = (inode, parts[2]) if inode != "0" else None
+            elif parts[0] == "Rss:":
+                rss = int(parts[1])
+            elif parts[0] == "Anonymous:":
+                anon = int(parts[1])
+                private += anon if key is not None else rss
+                if key is not None:
+                    files[key] = max(files.get(key, 0), rss - anon)
+    return (private + sum(files.values())) / 1024
 
 
 def children_of(pid: int) -> list[int]:

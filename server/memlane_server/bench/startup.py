@@ -21,8 +21,9 @@ TARGET_S = 3.0
 
 
 def _one(data_dir: str, port: int, *, idle_memory: bool = False) -> tuple[float, float, str]:
-    """Seconds to healthy; with ``idle_memory``, the PSS of every process once the workers are up and
-    have been idle a few seconds (else 0). Also what the start wrote on stderr besides log lines."""
+    """Seconds to healthy; with ``idle_memory``, the memory of every process (``Process.pod_mb``) once the
+    workers are up and have been idle a few seconds (else 0). Also what the start wrote on stderr besides
+    log lines."""
     target = f"127.0.0.1:{port}"
     args = ["--listen", target, "--admin-listen", "", "--data-dir", data_dir, "--log-format", "json"]
     proc = Process([sys.executable, "-m", "memlane_server.cli", "serve", *args])
@@ -35,7 +36,7 @@ def _one(data_dir: str, port: int, *, idle_memory: bool = False) -> tuple[float,
             if idle_memory:
                 _workers_running(proc)
                 time.sleep(IDLE_SETTLE_S)
-                pss = proc.pss_mb()
+                pss = proc.pod_mb()
         finally:
             proc.stop()
         err.seek(0)
@@ -91,7 +92,7 @@ def startup(report: Report, data_root: str, runs: int) -> None:
         note=f"stderr besides log lines: {noise[:300]!r}" if noise else "nothing on stderr but log lines",
     )
     report.memory(
-        "memory of a default memlane serve, idle, LTM on (PSS, all processes)",
+        "memory of a default memlane serve, idle, LTM on (all processes, each page once)",
         results[-1][1],
         at_most=350,
     )

@@ -141,10 +141,10 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
         with Sidecar(f"{tmp}/core", redis_url, "--ltm-enabled", "false") as core:
             _core(report, core.target, echo, n, seconds)
             report.memory(
-                "memory after load (PSS, all processes): sidecar without LTM",
-                core.proc.pss_mb(),
+                "memory after load (all processes, each page once): sidecar without LTM",
+                core.proc.pod_mb(),
                 at_most=200,
-                note=f"RSS added up: {core.proc.rss_mb():.0f} MB",
+                note=f"PSS {core.proc.pss_mb():.0f} MB, RSS added up {core.proc.rss_mb():.0f} MB",
             )
         phases.update()
         for size in sizes:
@@ -178,10 +178,11 @@ def run(quick: bool, redis_url: str, json_out: str | None, compare: str | None =
                     flood(report, ltm.target, "searcher", seconds)
                     phases.update()
                     report.memory(
-                        f"memory after load (PSS, all processes): sidecar with LTM ({size:,} items)",
-                        ltm.proc.pss_mb(),
+                        "memory after load (all processes, each page once): sidecar with LTM"
+                        f" ({size:,} items)",
+                        ltm.proc.pod_mb(),
                         at_most=500,
-                        note=f"RSS added up: {ltm.proc.rss_mb():.0f} MB",
+                        note=f"PSS {ltm.proc.pss_mb():.0f} MB, RSS added up {ltm.proc.rss_mb():.0f} MB",
                     )
         phases.set_postfix_str("thin serving process")
         _thin(
