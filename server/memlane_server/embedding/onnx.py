@@ -54,6 +54,11 @@ class _Job:
 CHARS_PER_TOKEN = 8
 
 
+def runs_as_query(count: int, bulk: bool | None) -> bool:
+    """Whether a call of ``count`` texts runs in the query lane: ``bulk`` None decides by size."""
+    return count <= QUERY_MAX_TEXTS if bulk is None else not bulk
+
+
 def _lower_priority() -> None:
     """Executor initializer: this thread (Linux schedules threads apart) at a lower CPU priority."""
     with contextlib.suppress(OSError, AttributeError):  # lowering a priority needs no privilege
@@ -192,7 +197,7 @@ class OnnxEmbedder:
             raise RuntimeError("embedder is closed")
         if not texts:
             return np.zeros((0, self.ndims), dtype=np.float32)
-        if not (len(texts) > QUERY_MAX_TEXTS if bulk is None else bulk):
+        if runs_as_query(len(texts), bulk):
             return await self._embed_query(texts)
         chunks = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
         parts = await asyncio.gather(*(self._submit(self._bulk, chunk) for chunk in chunks))

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from .onnx import QUERY_MAX_TEXTS, OnnxEmbedder
+from .onnx import OnnxEmbedder, runs_as_query
 
 log = logging.getLogger("memlane")
 
@@ -198,7 +198,7 @@ class RemoteEmbedder:
         request_id = next(self._ids)
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
         conn.pending[request_id] = future
-        query = self._kind == QUERY and len(texts) <= QUERY_MAX_TEXTS
+        query = runs_as_query(len(texts), None if self._kind == QUERY else True)
         self._texts["query" if query else "bulk"] += len(texts)
         try:
             conn.writer.write(_frame(request_id, self._kind, orjson.dumps(texts)))
