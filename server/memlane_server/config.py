@@ -134,6 +134,9 @@ class ContextSettings:
     context_fallback: str = "gap_summary"  # gap_summary | drop_oldest (when the summary is behind)
     context_max_traces_per_session: int = 500
     context_procedures_max_tokens: int = 1024  # approved procedures injected after the system prompt
+    # A recalled memory that matches no query word and whose meaning is this far from the query (cosine)
+    # is left out of the context rather than spending its budget ("keybindings" vs a dog's name: 0.01).
+    context_memory_min_similarity: float = 0.15
     summary_max_tokens: int = 8192
 
 

@@ -37,6 +37,8 @@ HELP: dict[str, str] = {
     "context_window_turns": "Recent turns kept verbatim by the windowed strategies.",
     "context_reserved_output_tokens": "Tokens of the context window left for the model's answer.",
     "context_system_prompt": "System prompt used when a request sends none.",
+    "context_memory_min_similarity": "Relevance floor of assembly: a recalled memory matching no word of the"
+    " request and whose cosine to it is below this is left out (0: none); SearchMemories takes min_score.",
     "context_summary_trigger_ratio": "Share of the history budget at which a rolling summary is scheduled.",
     "context_fallback": "What assembly does while the rolling summary is behind.",
     "context_max_traces_per_session": "Turn traces kept per session (oldest dropped first).",

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memlane.v1 import context_pb2 as cpb
 from memlane_server.cli import main
-from memlane_server.eval.golden import GoldenFileError, load
+from memlane_server.eval.golden import GoldenFileError, context_repeats, load
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "golden" / "cases.yaml"
 
@@ -28,6 +29,7 @@ def test_the_example_set_passes_and_a_missing_memory_fails(
     assert main(["eval", "golden", "--file", str(EXAMPLE), "--redis-url", redis_url]) == 0
     out = capsys.readouterr().out
     assert "3 cases, 4 questions" in out and _recall(out, 5) >= 0.8
+    assert "memories injected twice in the questions' contexts: 0" in out
 
     # The same set plus a question whose expected memory was never said: recall drops under 1.0 and
     # the run fails at threshold 1, naming the miss.
@@ -60,3 +62,25 @@ def test_malformed_files_are_refused(
     assert main(["eval", "golden", "--file", str(path)]) == 2
     assert complaint in capsys.readouterr().err
     assert load(EXAMPLE).cases  # positive control: the documented example loads
+
+
+def test_a_memory_injected_twice_is_counted() -> None:
+    """The count the golden run prints is 0 above; it would see a repeat by id or by text."""
+    line = cpb.ContextMessage(content="Known:\n- Has a cat named Miso.")
+    once = cpb.ContextBlock(
+        provenance=cpb.PROVENANCE_PROFILE, messages=[line], memories=[cpb.MemoryRef(memory_id="a")]
+    )
+    again = cpb.ContextBlock(
+        provenance=cpb.PROVENANCE_MEMORY,
+        messages=[cpb.ContextMessage(content="Recalled:\n- has a cat  named Miso.")],
+        memories=[cpb.MemoryRef(memory_id="b")],
+    )
+    assert context_repeats([cpb.AssembleContextResponse(blocks=[once])]) == 0
+    assert context_repeats([cpb.AssembleContextResponse(blocks=[once, again])]) == 1
+    same_id = cpb.ContextBlock(provenance=cpb.PROVENANCE_MEMORY, memories=[cpb.MemoryRef(memory_id="a")])
+    assert (
+        context_repeats(
+            [cpb.AssembleContextResponse(blocks=[once]), cpb.AssembleContextResponse(blocks=[same_id])]
+        )
+        == 1
+    )

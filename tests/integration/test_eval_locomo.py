@@ -9,10 +9,12 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pytest
 import redis
 
 from memlane_server.eval import run
 from memlane_server.eval.dataset import clean_evidence, load
+from memlane_server.eval.metrics import Retrieved, repeats_within
 from memlane_server.sessions.keys import KeySpace
 
 
@@ -158,3 +160,9 @@ def test_leave_one_conversation_out(tmp_path: Path, redis_url: str) -> None:
     assert len(saved["leave_one_out"]["folds"]) == 2
     # Every stored item is counted (each is one embedded text): the six turns are no filler.
     assert [c["episodic"] for c in saved["stored_per_conversation"]] == [6, 6]
+    assert saved["stored_per_100_turns"] == pytest.approx(100.0 * 12 / saved["turns"])
+    # No result a reader gets within 512 tokens repeats another's text (and the count would see one).
+    assert saved["systems"]["memlane"]["repeats_within_512tok"] == {"results": 0, "tokens": 0}
+    assert "memories stored per 100 turns" in out.getvalue()
+    doubled = [Retrieved("Ada: hi", ("D1:1",), 3), Retrieved("ada:  HI", ("D2:1",), 3)]
+    assert repeats_within(doubled, 512) == (1, 3) and repeats_within(doubled, 4) == (0, 0)

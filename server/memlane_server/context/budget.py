@@ -41,6 +41,9 @@ class BudgetPolicy:
     rolling_keep_turns: int = 2
     window_turns: int = 20  # sliding window default
     memory_limit: int = 8  # memories recalled per request
+    # Relevance floor: a recalled memory matching no query word, with a cosine to the query below this,
+    # is left out of the context (settings: context_memory_min_similarity).
+    memory_min_similarity: float = 0.15
     # Used when neither the request, the session's metadata nor its channel policy names a strategy.
     default_strategy: Strategy = Strategy.HYBRID
     fallback: Fallback = Fallback.GAP_SUMMARY  # or DROPPED_OLDEST
@@ -126,7 +129,10 @@ def policy_from_settings(settings: ContextSettings) -> BudgetPolicy:
         raise InvalidArgument(f"context_fallback: expected one of {', '.join(fallbacks)}")
     if not 0 < settings.context_summary_trigger_ratio <= 1:
         raise InvalidArgument("context_summary_trigger_ratio: must be in (0, 1]")
+    if not 0 <= settings.context_memory_min_similarity < 1:
+        raise InvalidArgument("context_memory_min_similarity: must be in [0, 1)")
     return BudgetPolicy(
+        memory_min_similarity=settings.context_memory_min_similarity,
         default_reserved_output=settings.context_reserved_output_tokens,
         trigger_ratio=settings.context_summary_trigger_ratio,
         window_turns=settings.context_window_turns,

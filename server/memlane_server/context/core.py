@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..ltm.ranking import text_key
 from ..sessions.channel_policies import ChannelPolicy
 from ..sessions.model import Message, Role, Session, Summary
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
@@ -55,6 +56,8 @@ SUMMARY_HEADING_TOKENS = 24
 SUMMARIZED = (Strategy.HYBRID, Strategy.ROLLING_SUMMARY)
 # The rule that keeps a profile item out of the memory block, as the turn trace states it.
 PROFILE_REPEAT_REASON = "already in the profile block"
+TEXT_REPEAT_REASON = "the same text as another memory"
+WEAK_HIT_REASON = "below the relevance floor (context_memory_min_similarity)"
 
 
 @dataclass(slots=True)
@@ -154,7 +157,7 @@ class Composition:
         self._no_summary = Provenance.SUMMARY in s.req.omit
         self._history: tuple[HistoryPlan, int, list[Message], list[int], int] | None = None
         # What the profile block injected: the memory block never pays for (or shows) an item twice.
-        self._in_profile: frozenset[str] = frozenset()
+        self._in_profile: frozenset[str] = frozenset()  # ids and texts (``text_key``)
         # The range background summarization should take next (set by the history step), if any.
         self.summary_due: SummaryRange | None = None
 
@@ -218,22 +221,60 @@ class Composition:
             else (Provenance.MEMORY, MEMORY_HEADING)
         )
         grant = self.ledger.grant(section)
+        hits = self._distinct(section, hits)
         if section == Section.MEMORY:
-            hits = self._not_in_profile(hits)
+            hits = self._not_in_profile(self._relevant(hits))
         block = hits_block(self.s.costing, provenance, heading, hits, grant)
         if section == Section.PROFILE:
-            self._in_profile = frozenset(m.memory_id for m in block.memories)
+            shown = {m.memory_id for m in block.memories}
+            self._in_profile = frozenset(shown | {text_key(h.text) for h in hits if h.memory_id in shown})
         if len(block.memories) < len(hits):
             removed = len(hits) - len(block.memories)
             self.stats.truncations.append(Truncation(section, "over the section cap", items_removed=removed))
         return self._emit(section, grant, block)
+
+    def _relevant(self, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
+        """Recalled hits without the weak ones: matched by meaning alone (no word of the request), and
+        far from it. Rank-fused scores cannot tell them (the best of a bad list scores as the best of a
+        good one); the cosine can. A hit found through a named speaker's turns (expansion) is kept."""
+        floor = self._policy.memory_min_similarity
+        kept = [
+            h
+            for h in hits
+            if h.parts is None
+            or h.parts.keyword_rank
+            or not h.parts.vector_rank
+            or h.parts.vector_similarity >= floor
+        ]
+        if len(kept) < len(hits):
+            self.stats.truncations.append(
+                Truncation(Section.MEMORY, WEAK_HIT_REASON, items_removed=len(hits) - len(kept))
+            )
+        return kept
+
+    def _distinct(self, section: Section, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
+        """Two memories with one text (one fact written by two agents, one turn stored twice) reach the
+        model once: the first, best ranked; the trace names the rule."""
+        first: dict[str, MemoryHit] = {}
+        for h in hits:
+            first.setdefault(text_key(h.text), h)
+        out = list(first.values())
+        if len(out) < len(hits):
+            self.stats.truncations.append(
+                Truncation(section, TEXT_REPEAT_REASON, items_removed=len(hits) - len(out))
+            )
+        return out
 
     def _not_in_profile(self, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
         """Recalled hits minus those the profile block already holds, at most ``memory_limit`` of them.
         Recall is asked for ``memory_limit`` spares (``Gather.start``), so the slots and tokens a
         repeat would have taken go to the next hits; the trace names the rule and the repeats."""
         limit = self.s.req.memory_limit or self._policy.memory_limit
-        fresh = [h for h in hits if h.memory_id not in self._in_profile]
+        fresh = [
+            h
+            for h in hits
+            if h.memory_id not in self._in_profile and text_key(h.text) not in self._in_profile
+        ]
         repeats = len(hits) - len(fresh)
         if repeats:
             self.stats.truncations.append(

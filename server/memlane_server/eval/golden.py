@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +33,7 @@ from typing import Any, TextIO
 import yaml
 
 import memlane
+from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 
@@ -80,6 +82,7 @@ class Outcome:
     found_at_k: int
     found_at_1: int
     missing: list[str] = field(default_factory=list)
+    repeats: int = 0  # memories (by id or by text) the question's assembled context carries twice
 
 
 def _need(cond: bool, where: str, what: str) -> None:
@@ -144,6 +147,8 @@ def _replay(client: memlane.Client, user_id: str, case: Case) -> None:
 
 def _ask(client: memlane.Client, user_id: str, case: Case, k: int) -> list[Outcome]:
     who = mpb.Caller(user_id=user_id, agent_id=AGENT)
+    asking = f"{user_id}-ask"
+    client.create_session(session_id=asking, user_id=user_id, agent_id=AGENT)
     out = []
     for q in case.questions:
         hits = client.search_memories(caller=who, query=q.ask, limit=k).results
@@ -151,8 +156,22 @@ def _ask(client: memlane.Client, user_id: str, case: Case, k: int) -> list[Outco
         found = [e for e in q.expect if any(e.lower() in t for t in texts)]
         first = [e for e in q.expect if texts and e.lower() in texts[0]]
         missing = [e for e in q.expect if e not in found]
-        out.append(Outcome(case.name, q.ask, len(q.expect), len(found), len(first), missing))
+        repeats = context_repeats(client.assemble_context(session_id=asking, user_input=q.ask))
+        out.append(Outcome(case.name, q.ask, len(q.expect), len(found), len(first), missing, repeats))
     return out
+
+
+def context_repeats(parts: Iterable[cpb.AssembleContextResponse]) -> int:
+    """Memories an assembled context injects twice: the same id in two places, or the same line."""
+    ids: list[str] = []
+    lines: list[str] = []
+    for part in parts:
+        for block in part.blocks:
+            if block.provenance not in (cpb.PROVENANCE_PROFILE, cpb.PROVENANCE_MEMORY):
+                continue
+            ids += [m.memory_id for m in block.memories]
+            lines += [ln for m in block.messages for ln in m.content.splitlines() if ln.startswith("- ")]
+    return (len(ids) - len(set(ids))) + (len(lines) - len({" ".join(ln.casefold().split()) for ln in lines}))
 
 
 def recall(outcomes: list[Outcome], at_one: bool = False) -> float:
@@ -195,6 +214,7 @@ def run(
         if o.missing:
             w(f"  miss  {o.case}: {o.ask!r}: not in the first {k}: {', '.join(map(repr, o.missing))}\n")
     w(f"recall@1 {at_1:.3f}  recall@{k} {at_k:.3f}  (threshold {threshold:.3f})\n")
+    w(f"memories injected twice in the questions' contexts: {sum(o.repeats for o in outcomes)}\n")
     if at_k < threshold:
         w(f"FAIL: recall@{k} {at_k:.3f} is under the threshold {threshold:.3f}\n")
         return 1

@@ -45,12 +45,13 @@ from .dataset import CATEGORIES, SCORED, Conversation, load, turn_messages
 from .loo import LeaveOneOut
 from .loo import evaluate as leave_one_out_eval
 from .memory_off import MemoryOffComparison
-from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile
+from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile, repeats_within
 
 AGENT = "eval-agent"
 # Enough results to fill the largest token budget with turn-sized items; the API allows up to 100.
 SEARCH_LIMIT = 50
 APPEND_BATCH = 100
+REPEAT_BUDGET = 512  # the budget the issue's figures are read at
 _DONE = (spb.PROMOTION_STATE_PROMOTED, spb.PROMOTION_STATE_ARCHIVED)
 
 
@@ -59,9 +60,14 @@ class SystemResult:
     name: str
     by_category: dict[int, Scores] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
+    repeats: int = 0  # results within REPEAT_BUDGET tokens that repeat an earlier result's text
+    repeat_tokens: int = 0
 
     def add(self, category: int, results: list[Retrieved], evidence: frozenset[str]) -> None:
         self.by_category.setdefault(category, Scores()).add(results, evidence)
+        count, tokens = repeats_within(results, REPEAT_BUDGET)
+        self.repeats += count
+        self.repeat_tokens += tokens
 
     def scored(self) -> Scores:
         total = Scores()
@@ -75,6 +81,7 @@ class SystemResult:
             "overall_1_4": self.scored().summary(),
             "categories": {f"{c}-{CATEGORIES[c]}": s.summary() for c, s in sorted(self.by_category.items())},
         }
+        out["repeats_within_512tok"] = {"results": self.repeats, "tokens": self.repeat_tokens}
         if self.latencies_ms:
             out["latency_ms"] = {
                 "p50": percentile(self.latencies_ms, 50),
@@ -106,7 +113,14 @@ class Report:
             **({"context_ab": self.memory_off.to_json()} if self.memory_off else {}),
             **({"leave_one_out": self.leave_one_out.to_json()} if self.leave_one_out else {}),
             "stored_per_conversation": self.embedded,
+            "stored_per_100_turns": self.stored_per_100_turns,
         }
+
+    @property
+    def stored_per_100_turns(self) -> float:
+        """Memories stored (retired ones included) per 100 turns replayed: recall must not be bought
+        with noise."""
+        return 100.0 * sum(sum(e.values()) for e in self.embedded) / max(1, self.turns)
 
     def print(self, out: TextIO = sys.stdout) -> None:
         w = out.write
@@ -120,6 +134,7 @@ class Report:
             # Each stored item is one embedded text: what ingest paid the model for.
             per = "; ".join(", ".join(f"{k} {v}" for k, v in sorted(e.items())) for e in self.embedded)
             w(f"memories stored (each one embedded text), per conversation: {per}\n")
+            w(f"memories stored per 100 turns: {self.stored_per_100_turns:.1f}\n")
         head = [f"@{b}tok" for b in BUDGETS] + [f"R@{k}" for k in CUTOFFS] + ["MRR", "n"]
         w(f"{'system':<10}{'category':<18}" + "".join(f"{h:>9}" for h in head) + "\n")
         for system in self.systems:
@@ -137,6 +152,10 @@ class Report:
                     + "".join(f"{v:>9.3f}" for v in cells)
                     + f"{int(s['n']):>9}\n"
                 )
+            w(
+                f"{system.name:<10}{'repeats':<18} {system.repeats} results within {REPEAT_BUDGET} tokens"
+                f" repeat an earlier one's text ({system.repeat_tokens} tokens)\n"
+            )
             if system.latencies_ms:
                 p50, p99 = percentile(system.latencies_ms, 50), percentile(system.latencies_ms, 99)
                 w(

@@ -68,6 +68,23 @@ class Scores:
         return out
 
 
+def repeats_within(results: Sequence[Retrieved], budget: int) -> tuple[int, int]:
+    """How many of the results a reader gets within ``budget`` repeat an earlier one's text (case and
+    spacing aside), and the tokens they cost: context spent on saying one thing twice."""
+    seen: set[str] = set()
+    used = count = tokens = 0
+    for r in results:
+        if used + r.tokens > budget:
+            break
+        used += r.tokens
+        key = " ".join(r.text.casefold().split())
+        if key in seen:
+            count += 1
+            tokens += r.tokens
+        seen.add(key)
+    return count, tokens
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in 0..100) of a non-empty list."""
     if not values:

@@ -17,7 +17,7 @@ import datetime as dt
 
 from ..sessions.model import Message, Role, Session
 from .attribution import subject_metadata
-from .filler import is_filler, repeat_key
+from .filler import adds_to, heard_words, is_filler, repeat_key
 from .keywords import keywords
 from .model import KIND_EPISODIC, ExtractedMemory
 from .picky import is_small_talk
@@ -68,10 +68,16 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
         and not (len(m.content) <= SMALL_TALK_MAX_CHARS and is_small_talk(m.content))
     ]
     said: set[str] = set()
+    heard: set[str] = set()  # the user's words so far: what an assistant's echo would repeat
     kept: list[bool] = []
     for m in spoken:
         key = repeat_key(_speaker(m), m.content)
-        kept.append(key not in said and not is_filler(m.content))
+        keep = key not in said and not is_filler(m.content)
+        if m.role is Role.USER:
+            heard |= heard_words(m.content)
+        elif keep:
+            keep = adds_to(m.content, heard)
+        kept.append(keep)
         said.add(key)
     # Cut before redacting: the patterns read a few hundred characters past the cut, not a 256 KB turn.
     texts = [redact_head(m.content.strip(), MAX_TURN_CHARS) for m in spoken]

@@ -12,6 +12,11 @@ costs an embedding at ingest. Filler is:
 
 "Words that say something" are ``keywords`` (names, numbers, content words) minus words of reaction
 and appraisal. A reply that starts with yes or no is never filler: it may answer the turn before it.
+
+An assistant's turn is kept only when it states what the user did not (``adds_to``): a name, a number
+or an id of its own (a booking number, a tool's result), or a few words of its own (a decision, an
+answer). Service phrases ("Sure, I can help with that", "Let me check") and an echo of what the user
+said ("You live in Berlin, got it") are not: the user's own turn is the memory.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ _REACTION = frozenset({
     "oh", "ooh", "ah", "aww", "hmm", "brilliant", "excellent", "perfect", "interesting",
     "thanks", "thank", "sorry", "hear", "love", "cute", "impressive", "inspiring", "crazy", "wild",
 })  # fmt: skip
+# The words an assistant serves with, not about anything: what is left of "Of course, let me look into
+# that for you" once they are set aside is nothing.
+_SERVICE = frozenset({
+    "help", "check", "look", "course", "absolutely", "certainly", "moment", "assist", "happy", "glad",
+    "question", "anything", "else", "today", "okay", "right", "away", "hold", "please", "wait",
+    "understand", "see", "back", "find", "noted", "sounds", "let", "into", "got",
+})  # fmt: skip
+# An assistant turn with fewer new content words than this (and no name, number or id of its own)
+# adds nothing to what the user said.
+MIN_NEW_WORDS = 2
 _ANSWERS = ("yes", "yeah", "yep", "no", "nope", "sure")
 MAX_QUESTION_WORDS = 2
 MAX_REACTION_WORDS = 1
@@ -54,6 +69,24 @@ def is_filler(text: str) -> bool:
         return not named and len(words) <= MAX_QUESTION_WORDS
     reacts = len(words) < len(keywords(t, limit=64))
     return not words or (reacts and len(words) <= MAX_REACTION_WORDS)
+
+
+def adds_to(text: str, heard: set[str]) -> bool:
+    """Whether an assistant's turn states something beyond ``heard`` (the user's words so far, lower
+    case): a name, number or id of its own, or ``MIN_NEW_WORDS`` content words of its own."""
+    new = [
+        k
+        for k in keywords(text, limit=64)
+        if (low := k.lower()) not in heard and low not in _SERVICE and low not in _REACTION
+    ]
+    if any(k[:1].isupper() or any(ch.isdigit() for ch in k) for k in new):
+        return True
+    return len(new) >= MIN_NEW_WORDS
+
+
+def heard_words(text: str) -> set[str]:
+    """What ``adds_to`` counts as already said by the user, of one of their turns."""
+    return {k.lower() for k in keywords(text, limit=64)}
 
 
 def repeat_key(speaker: str, text: str) -> str:

@@ -116,14 +116,15 @@ class MemoryWriter(MemoryCore):
                     now=now,
                     session=owner.source_session_id,
                 )
-                peers.matrix[peers.items.index(target)] = kept
-                peers.slots[peers.items.index(target)] = target.slot or self._slots.infer(kept[None, :])[0]
+                at = peers.items.index(target)
+                peers.matrix[at] = kept
+                peers.slots[at] = self._slots.slot_of(target.slot, target.content, kept)
                 batch.touch(target)
                 results.append(IngestResult(target, IngestOutcome.MERGED))
                 _note_stated(stated, draft, target)
                 continue
             item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
-            slot = "" if kind is MemoryKind.EPISODIC else item.slot or self._slots.infer(vector[None, :])[0]
+            slot = "" if kind is MemoryKind.EPISODIC else self._slots.slot_of(item.slot, content, vector)
             results.append(
                 _insert(
                     item,
@@ -170,11 +171,8 @@ class MemoryWriter(MemoryCore):
                 & filters.is_("source_session_id", owner.source_session_id)
             )
             seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
-        slots = [e.slot for e in existing]
-        unslotted = [i for i, s in enumerate(slots) if not s]
-        if unslotted:
-            for i, slot in zip(unslotted, self._slots.infer(matrix[unslotted]), strict=True):
-                slots[i] = slot
+        # Stored slots in their family's name too: items written before a name joined a family meet.
+        slots = self._slots.slots_of([e.slot for e in existing], [e.content for e in existing], matrix)
         return _Peers(existing, matrix, slots), seen_turns
 
     async def _mark_stale_episodes(self, batch: _Batch, now: int) -> None:
@@ -227,7 +225,7 @@ class MemoryWriter(MemoryCore):
             matrix=peers.matrix,
             slots=peers.slots,
             thresholds=Thresholds(self._policy.duplicate_similarity, self._policy.paraphrase_similarity),
-            slot=draft.slot or ("" if kind is MemoryKind.EPISODIC else self._slots.infer(vector[None, :])[0]),
+            slot="" if kind is MemoryKind.EPISODIC else self._slots.slot_of(draft.slot, content, vector),
             subject=who,
         )
         decision = among(peers=allowed)
@@ -257,7 +255,7 @@ class MemoryWriter(MemoryCore):
             kind=kind,
             content=content,
             keywords=clean_keywords(draft.keywords),
-            slot=draft.slot,
+            slot="" if kind is MemoryKind.EPISODIC else self._slots.stated(draft.slot, content),
             group=extra.group if extra else "",
             importance=clamp(draft.importance),
             created_at_ms=now,
@@ -290,7 +288,7 @@ class MemoryWriter(MemoryCore):
             target.content = content
             target.kind = kind
             target.vector = vector.tolist()
-        target.slot = draft.slot or target.slot
+        target.slot = self._slots.stated(draft.slot, "") or target.slot
         meta = {k: v for k, v in draft.metadata.items() if k != LINKS_KEY}
         sessions = [s for s in target.metadata.get(SESSIONS_KEY, "").split(",") if s]
         for sid in (target.source_session_id, session):

@@ -96,6 +96,24 @@ def fuse_and_rank(
     return scored[:limit]
 
 
+def text_key(content: str) -> str:
+    """Two memories with this key say the same words (case and spacing aside): one reaches a reader."""
+    return " ".join(content.casefold().split())
+
+
+def distinct(results: list[ScoredMemory]) -> list[ScoredMemory]:
+    """``results`` without a later one that repeats an earlier one's text: the same turn said in two
+    sessions of one day, or one fact written by two agents, would spend a reader's budget twice."""
+    seen: set[str] = set()
+    out: list[ScoredMemory] = []
+    for r in results:
+        key = text_key(r.item.content)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
 def prune_score(item: MemoryItem, now_ms: int, policy: MemoryTuning) -> float:
     """What keeping an item is worth when a (user, agent) is over its cap: lowest goes first."""
     return (

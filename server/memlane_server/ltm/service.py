@@ -19,7 +19,7 @@ from .expansion import SubQuery, speaker_hits, sub_query
 from .focus import focus
 from .history import Change, ChangeReason
 from .hot import HotEntry, mask_for
-from .ingest import MemoryWriter, clamp, clean_keywords, embedding_text
+from .ingest import MemoryWriter, clamp, clean_keywords, embedding_text, subject_of
 from .listing import list_page
 from .model import (
     Feedback,
@@ -35,7 +35,8 @@ from .model import (
     SearchMode,
     Visibility,
 )
-from .ranking import fuse_and_rank
+from .ranking import distinct, fuse_and_rank, text_key
+from .slots import canonical_slot, slot_by_wording
 from .store import Hit
 from .upkeep import MemoryUpkeep
 
@@ -85,7 +86,8 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             min_score=query.min_score,
             expanded=expanded,
         )
-        return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
+        # Who the query names (ltm/focus.py), then each text once.
+        return distinct(focus(text, ranked, len(ranked)))[: query.limit]
 
     async def _sub_query(self, text: str, hot: HotEntry | None) -> SubQuery | None:
         """Expansion needs the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
@@ -137,9 +139,13 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         )
         profile = Profile()
         used = 0
-        for item in items:
+        said: set[str] = set()
+        for item in _newest_per_slot(items):
             if len(profile.items()) >= max_items:
                 break
+            if text_key(item.content) in said:
+                continue  # one fact written by two agents: shown once
+            said.add(text_key(item.content))
             if used + len(item.content) > max_chars:
                 continue
             used += len(item.content)
@@ -194,7 +200,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         if patch.scope is not None:
             item.scope = MemoryScope(patch.scope)
         if patch.slot is not None:
-            item.slot = patch.slot
+            item.slot = canonical_slot(patch.slot)
         if patch.metadata is not None:
             item.metadata = dict(patch.metadata)
         if patch.valid_until_ms is not None:
@@ -257,6 +263,24 @@ async def _no_hits() -> list[Hit]:
 
 async def _no_vector_hits() -> tuple[list[Hit], list[list[Hit]]]:
     return [], []
+
+
+def _newest_per_slot(items: list[MemoryItem]) -> list[MemoryItem]:
+    """``items`` (in order) with one item per single-valued attribute of one subject: the newest. Ingest
+    supersedes within one (user, agent); the profile also reads other agents' user-wide items, and two
+    homes must not reach the model side by side whoever wrote them."""
+    newest: dict[tuple[str, str], MemoryItem] = {}
+    for item in items:
+        slot = canonical_slot(item.slot) or slot_by_wording(item.content)
+        if slot:
+            key = (subject_of(item.metadata), slot)
+            kept = newest.get(key)
+            if kept is None or (item.updated_at_ms, item.id) > (kept.updated_at_ms, kept.id):
+                newest[key] = item
+    winners = {id(i) for i in newest.values()}
+    return [
+        i for i in items if id(i) in winners or not (canonical_slot(i.slot) or slot_by_wording(i.content))
+    ]
 
 
 def readable(who: Visibility) -> Expr:
