@@ -96,8 +96,9 @@ def test_one_text_reaches_search_and_the_context_once(client: memlane.Client) ->
     for other in ("I also asked about the refund for order 4400.", "The courier for order 4400 was late."):
         _talk(client, user, [said, other])
     _talk(client, user, [said])
-    stored = [m.content for m in _memories(client, user) if "wrong address" in m.content]
-    assert len(stored) == 3 and len(set(stored)) == 1, stored  # three sessions of one day: one text
+    # Three sessions of one day, the same words: one memory whose provenance is all three turns.
+    [stored] = [m for m in _memories(client, user) if "wrong address" in m.content]
+    assert len(stored.source_message_ids) == 3, stored
 
     hits = client.search_memories(caller=_who(user), query="order 4400 wrong address", limit=10).results
     texts = [h.memory.content for h in hits]

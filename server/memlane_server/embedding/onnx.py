@@ -48,6 +48,7 @@ _RUN_TOKENS = 4096
 class _Job:
     texts: list[str]
     future: asyncio.Future[npt.NDArray[np.float32]] = field(repr=False)
+    call: object = None  # the embed call it is a share of: shares of one call never share a batch
 
 
 # Characters kept per token of the model's sequence length (see OnnxEmbedder._run).
@@ -77,11 +78,17 @@ class _Queue:
 
     def take(self, batch_size: int) -> list[_Job]:
         """Queued jobs up to one batch. Jobs of different callers (a worker ending two sessions at once,
-        each with a short last chunk) share a batch, so the model runs full batches."""
+        each with a short last chunk) share a batch, so the model runs full batches; the shares of one
+        call do not (``OnnxEmbedder.embed`` deals them to run side by side)."""
         jobs: list[_Job] = []
+        calls: set[int] = set()
         size = 0
-        while self.jobs and (not jobs or size + len(self.jobs[0].texts) <= batch_size):
+        while self.jobs and (
+            not jobs or (size + len(self.jobs[0].texts) <= batch_size and id(self.jobs[0].call) not in calls)
+        ):
             job = self.jobs.popleft()
+            if job.call is not None:
+                calls.add(id(job.call))
             if job.future.cancelled():
                 continue
             size += len(job.texts)
@@ -199,9 +206,21 @@ class OnnxEmbedder:
             return np.zeros((0, self.ndims), dtype=np.float32)
         if runs_as_query(len(texts), bulk):
             return await self._embed_query(texts)
-        chunks = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
-        parts = await asyncio.gather(*(self._submit(self._bulk, chunk) for chunk in chunks))
-        return np.concatenate(parts, axis=0)
+        # Every thread of the lane gets a share: a session's 35 texts cut at the batch size would run
+        # 32 on one thread and 3 on the other. Dealt in turn from the texts sorted by length, so the
+        # shares cost alike and each holds texts of like length (little padding).
+        n = -(-len(texts) // self._batch_size)  # batches needed
+        shares = max(n, min(self._bulk.threads, len(texts)))
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        dealt = [order[k::shares] for k in range(shares)]
+        call = object()
+        parts = await asyncio.gather(
+            *(self._submit(self._bulk, [texts[i] for i in idx], call) for idx in dealt)
+        )
+        out = np.empty((len(texts), self.ndims), dtype=np.float32)
+        for idx, part in zip(dealt, parts, strict=True):
+            out[idx] = part
+        return out
 
     async def _embed_query(self, texts: list[str]) -> npt.NDArray[np.float32]:
         out = np.empty((len(texts), self.ndims), dtype=np.float32)
@@ -219,7 +238,9 @@ class OnnxEmbedder:
                 self._cache.put(texts[i], fresh[row].copy())
         return out
 
-    def _submit(self, lane: _Lane, texts: list[str]) -> asyncio.Future[npt.NDArray[np.float32]]:
+    def _submit(
+        self, lane: _Lane, texts: list[str], call: object = None
+    ) -> asyncio.Future[npt.NDArray[np.float32]]:
         loop = asyncio.get_running_loop()
         queue = lane.queues.get(loop)
         if queue is None:
@@ -228,7 +249,7 @@ class OnnxEmbedder:
         while len(queue.consumers) < lane.threads:
             task = loop.create_task(self._consume(lane, queue), name=f"memlane-embed-{lane.name}")
             queue.consumers.append(task)
-        job = _Job(texts, loop.create_future())
+        job = _Job(texts, loop.create_future(), call)
         queue.jobs.append(job)
         queue.wakeup.set()
         return job.future

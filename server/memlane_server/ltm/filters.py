@@ -160,6 +160,17 @@ def with_id(memory_id: str) -> Expr:
     return is_("id", _require(memory_id, "memory_id"))
 
 
+def occurred_on_days(days: list[int], day_ms: int) -> Expr:
+    """Items that occurred on one of ``days`` (numbers of whole days since the epoch, UTC)."""
+    expr: Expr | None = None
+    for d in days:
+        on = (col("occurred_at_ms") >= lit(int(d) * day_ms)) & (
+            col("occurred_at_ms") < lit((int(d) + 1) * day_ms)
+        )
+        expr = on if expr is None else expr | on
+    return expr if expr is not None else lit(False)
+
+
 def with_ids(ids: list[str]) -> Expr:
     return among("id", list(ids))
 

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import filters, speakers
+from .keyword_index import KeywordIndex
 from .model import MemoryFilter, MemoryItem, Visibility
 from .schema import META_COLUMNS, from_row
 from .store import Hit, LanceMemoryStore
@@ -60,6 +61,8 @@ class HotEntry:
     # speaker uses it (ltm/expansion.py).
     _speakers: pa.Array | None = None
     _speaker_index: speakers.SpeakerIndex | None = None
+    # BM25 over the rows' content and keywords, built on first need (ltm/keyword_index.py).
+    _keywords: KeywordIndex | None = None
 
     def __len__(self) -> int:
         return int(self.meta.num_rows)
@@ -71,6 +74,18 @@ class HotEntry:
             column, index = await asyncio.to_thread(_speakers_of, self.meta)
             self._speakers, self._speaker_index = column, index
         return self._speaker_index
+
+    async def keyword_index(self) -> KeywordIndex:
+        """The rows' full-text index. Built once per entry, in a thread (see ltm/keyword_index.py)."""
+        if self._keywords is None:
+            self._keywords = await asyncio.to_thread(_keyword_index_of, self.meta)
+        return self._keywords
+
+    async def keyword_top(self, mask: npt.NDArray[np.bool_], query: str, n: int) -> list[Hit]:
+        """The ``n`` rows under ``mask`` that best match ``query``'s words (BM25), best first."""
+        best, scores = (await self.keyword_index()).top(query, mask, n)
+        rows = self.meta.take(pa.array(best)).to_pylist()
+        return [Hit(from_row(r), float(s)) for r, s in zip(rows, scores, strict=True)]
 
     def spoken_by(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
         """Which rows are spoken turns of one of ``names`` (after ``speaker_index``; else none)."""
@@ -285,6 +300,13 @@ def _entry(table: pa.Table, expires: float) -> HotEntry:
 
 def mask_for(entry: HotEntry, flt: MemoryFilter, now_ms: int) -> npt.NDArray[np.bool_]:
     return filters.narrowed_mask(entry.columns, flt, now_ms)
+
+
+def _keyword_index_of(meta: pa.Table) -> KeywordIndex:
+    """What LanceDB's full-text index reads of each row (``schema.search_text``), indexed."""
+    contents = meta.column("content").to_pylist()
+    keywords = meta.column("keywords").to_pylist()
+    return KeywordIndex([" ".join([c or "", *(k or [])]) for c, k in zip(contents, keywords, strict=True)])
 
 
 def _speakers_of(meta: pa.Table) -> tuple[pa.Array, speakers.SpeakerIndex]:

@@ -26,9 +26,10 @@ from .model import (
     Owner,
     new_memory_id,
 )
-from .ranking import STALE_KEY, prune_score
-from .tuning import default_scope
+from .ranking import STALE_KEY, prune_score, text_key
+from .tuning import DAY_MS, default_scope
 
+_DAYS_PER_READ = 16  # days of drafted episodes read for twins in one predicate
 log = logging.getLogger(__name__)
 
 
@@ -95,6 +96,7 @@ class MemoryWriter(MemoryCore):
         reason: ChangeReason,
     ) -> tuple[list[IngestResult], bool]:
         peers, seen_turns = await self._load_peers(owner, accepted, now)
+        twins = await self._load_twins(owner, accepted, now)
         batch = _Batch()
         results: list[IngestResult] = []
         # Which durable items each turn of this batch stated, to link the turn's episode to them.
@@ -103,6 +105,22 @@ class MemoryWriter(MemoryCore):
             prior = seen_turns.get(draft.source_message_ids[0]) if _is_turn_episode(draft, kind) else None
             if prior is not None:
                 results.append(IngestResult(prior, IngestOutcome.SKIPPED))
+                continue
+            twin = twins.get(text_key(content)) if kind is MemoryKind.EPISODIC else None
+            if twin is not None and audience.may_merge(draft, kind, twin):
+                # The same words of the same speaker on the same day (an episode's text holds all three),
+                # said again in another session: one memory, its provenance both turns.
+                self._merge_into(
+                    twin,
+                    draft,
+                    kind=kind,
+                    content=content,
+                    vector=vector,
+                    now=now,
+                    session=owner.source_session_id,
+                )
+                batch.touch(twin)
+                results.append(IngestResult(twin, IngestOutcome.MERGED))
                 continue
             decision = self._decision(draft, kind, content, vector, peers)
             if decision.action is Action.MERGE and decision.target is not None:
@@ -139,6 +157,7 @@ class MemoryWriter(MemoryCore):
             )
             if kind is MemoryKind.EPISODIC:
                 _link_episode(item, stated, batch)
+                twins.setdefault(text_key(content), item)
             else:
                 _note_stated(stated, draft, item)
         await self._mark_stale_episodes(batch, now)
@@ -174,6 +193,29 @@ class MemoryWriter(MemoryCore):
         # Stored slots in their family's name too: items written before a name joined a family meet.
         slots = self._slots.slots_of([e.slot for e in existing], [e.content for e in existing], matrix)
         return _Peers(existing, matrix, slots), seen_turns
+
+    async def _load_twins(
+        self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
+    ) -> dict[str, MemoryItem]:
+        """The (user, agent)'s active episodes that say what a drafted episode says, by text. An episode's
+        text holds its day, so only the drafts' days are read (a filter on text would put caller text in
+        a predicate: ``store.checked`` refuses that)."""
+        texts = {text_key(c) for _, k, c in accepted if k is MemoryKind.EPISODIC}
+        days = sorted(
+            {(d.occurred_at_ms or now) // DAY_MS for d, k, _ in accepted if k is MemoryKind.EPISODIC}
+        )
+        if not texts:
+            return {}
+        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
+        found: dict[str, MemoryItem] = {}
+        for start in range(0, len(days), _DAYS_PER_READ):
+            on_days = filters.occurred_on_days(days[start : start + _DAYS_PER_READ], DAY_MS)
+            for ep in await self._store.fetch(
+                mine & filters.of_kind(MemoryKind.EPISODIC) & on_days, with_vector=True
+            ):
+                if text_key(ep.content) in texts:
+                    found.setdefault(text_key(ep.content), ep)
+        return found
 
     async def _mark_stale_episodes(self, batch: _Batch, now: int) -> None:
         """Episodes that carry a fact retired by this batch say what is no longer true: each is marked

@@ -61,7 +61,7 @@ def fuse_and_rank(
     # Normalized so that first place in every retriever that returned anything scores 1.0.
     norm = (k + 1.0) / (w_keyword + w_vector + w_each * len(lists))
     by_id: dict[str, _Candidate] = {}
-    for rank, hit in enumerate(keyword_hits, start=1):
+    for rank, hit in zip(_shared_ranks(keyword_hits), keyword_hits, strict=True):
         cand = by_id.setdefault(hit.item.id, _Candidate(hit.item, ScoreParts()))
         cand.parts.keyword_rank = rank
         cand.parts.keyword_score = hit.score
@@ -96,22 +96,19 @@ def fuse_and_rank(
     return scored[:limit]
 
 
+def _shared_ranks(hits: list[Hit]) -> list[int]:
+    """1-based ranks where hits of equal score share the best one ("1, 2, 2, 2, 5"): a retriever that
+    scores two items alike has no order between them, and an arbitrary one would decide fusion."""
+    ranks: list[int] = []
+    for i, hit in enumerate(hits):
+        tied = i > 0 and math.isclose(hit.score, hits[i - 1].score, rel_tol=1e-6)
+        ranks.append(ranks[-1] if tied else i + 1)
+    return ranks
+
+
 def text_key(content: str) -> str:
     """Two memories with this key say the same words (case and spacing aside): one reaches a reader."""
     return " ".join(content.casefold().split())
-
-
-def distinct(results: list[ScoredMemory]) -> list[ScoredMemory]:
-    """``results`` without a later one that repeats an earlier one's text: the same turn said in two
-    sessions of one day, or one fact written by two agents, would spend a reader's budget twice."""
-    seen: set[str] = set()
-    out: list[ScoredMemory] = []
-    for r in results:
-        key = text_key(r.item.content)
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
 
 
 def prune_score(item: MemoryItem, now_ms: int, policy: MemoryTuning) -> float:

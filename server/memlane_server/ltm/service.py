@@ -35,7 +35,7 @@ from .model import (
     SearchMode,
     Visibility,
 )
-from .ranking import distinct, fuse_and_rank, text_key
+from .ranking import fuse_and_rank, text_key
 from .slots import canonical_slot, slot_by_wording
 from .store import Hit
 from .upkeep import MemoryUpkeep
@@ -70,7 +70,15 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         want_keywords = query.mode is not SearchMode.VECTOR and bool(text)
         want_vectors = query.mode is not SearchMode.KEYWORD
         sub = await self._sub_query(text, hot) if given is None and want_vectors else None
-        keyword_task = self._store.keyword_search(text, where, n) if want_keywords else _no_hits()
+        keyword_task = (
+            (
+                hot.keyword_top(mask, text, n)
+                if hot is not None and mask is not None
+                else self._store.keyword_search(text, where, n)
+            )
+            if want_keywords
+            else _no_hits()
+        )
         vector_task = (
             self._vector_hits(text, where, n, hot, mask, given=given, sub=sub)
             if want_vectors
@@ -86,8 +94,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             min_score=query.min_score,
             expanded=expanded,
         )
-        # Who the query names (ltm/focus.py), then each text once.
-        return distinct(focus(text, ranked, len(ranked)))[: query.limit]
+        return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
 
     async def _sub_query(self, text: str, hot: HotEntry | None) -> SubQuery | None:
         """Expansion needs the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
