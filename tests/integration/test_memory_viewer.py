@@ -173,10 +173,13 @@ def test_delete_a_memory_needs_the_form_token(seeded: Seeded) -> None:
     page = request(port, seg("users", seeded.user, "memories"))
     assert page.status == 200 and "Prefers email over phone calls." in page.body and "preference" in page.body
     action = seg("users", seeded.user, "memories", seeded.memory_id, "delete")
+    assert action in page.body  # each memory links to its delete page, which asks first
+    confirm = request(port, action)
+    assert confirm.status == 200 and "Delete this memory" in confirm.body and "Prefers email" in confirm.body
     forged = request(port, action, form={"csrf": "0" * 64})
     assert forged.status == 403
     assert "Prefers email" in request(port, seg("users", seeded.user, "memories")).body  # still there
-    done = request(port, action, form={"csrf": csrf_of(page.body)})
+    done = request(port, action, form={"csrf": csrf_of(confirm.body)})
     assert done.status == 303 and done.headers["location"] == seg("users", seeded.user, "memories")
     assert "Prefers email" not in request(port, seg("users", seeded.user, "memories")).body
 
