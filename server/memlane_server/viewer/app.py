@@ -260,6 +260,8 @@ class Viewer:
             chosen = await pages.memories_named(c, user_id, ids)
             return self._page("merge.html", grant=grant, user_id=user_id, chosen=chosen)
         content = (request.form.get("content") or [""])[0].replace("\r\n", "\n").strip()
+        keep = (request.form.get("keep") or [ids[0]])[0]
+        ids = [keep, *(i for i in ids if i != keep)]  # MergeMemories keeps the first it is given
         out = await c.merge_memories(
             caller=memory_pb2.Caller(user_id=user_id), memory_ids=ids, content=content
         )
