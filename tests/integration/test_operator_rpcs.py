@@ -11,6 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memlane
 from memlane import Message, Role
@@ -18,6 +20,7 @@ from memlane.v1 import admin_pb2 as apb
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
 from tests.conftest import ServerFactory
+from tests.hostile import hostile_ids
 
 
 def _user(tag: str) -> str:
@@ -285,3 +288,95 @@ def test_import_refuses_bad_files(client: memlane.Client, user_id: str) -> None:
         client.import_user_data(data=orjson.dumps(head) + b"\n" + orjson.dumps({**message, "content": "x"}))
     # Nothing was written by any refused file.
     assert client.list_users(query=user_id).users == []
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=40)
+    | hostile_ids(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8,
+)
+
+
+def test_import_fuzzed_records_never_fail_inside(server: SidecarThread, client: memlane.Client) -> None:
+    """Every field of every record type replaced by hostile JSON (ids from tests/hostile.py, wrong types,
+    huge numbers, nesting): the import answers INVALID_ARGUMENT naming a line, or imports, never
+    INTERNAL; the sidecar still serves the user afterwards."""
+    user = _user("fuzz-import")
+    sid = _seed(client, user)
+    lines = [orjson.loads(line) for line in _export(client, user).splitlines()]
+    head, records = lines[0], [r for r in lines[1:] if r["record"] != "trace"]
+    client.forget_user(user_id=user)
+
+    @settings(max_examples=40, deadline=None, derandomize=True, database=None)
+    @given(index=st.integers(0, len(records) - 1), field=st.integers(0, 40), value=_JSON_VALUES)
+    def run(index: int, field: int, value: object) -> None:
+        record = dict(records[index])
+        names = [k for k in record if k != "record"]
+        record[names[field % len(names)]] = value
+        # The session goes with each record, so a message is checked field by field, not refused whole
+        # for naming a session the file does not hold.
+        context = [orjson.dumps(r) for r in records if r["record"] == "session" and r is not records[index]]
+        data = b"\n".join(
+            [orjson.dumps(head), *context, orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)]
+        )
+        try:
+            client.import_user_data(data=data, merge=True)
+        except (memlane.InvalidArgumentError, memlane.AlreadyExistsError) as exc:
+            assert "INTERNAL" not in str(exc)
+        except memlane.MemlaneError as exc:
+            raise AssertionError(
+                f"{record['record']}.{names[field % len(names)]}={value!r}: {exc!r}"
+            ) from exc
+
+    run()
+    client.forget_user(user_id=user)
+    assert client.create_session(user_id=user, session_id=sid).session.user_id == user  # still serving
+    client.forget_user(user_id=user)
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value"),
+    [
+        ("message", "metadata", {"a": 1}),
+        ("message", "content", 5),
+        ("message", "seq", -1),
+        ("message", "role", "emperor"),
+        ("session", "metadata", "[1]"),
+        ("session", "status", 99),
+        ("memory", "importance", "high"),
+        ("memory", "kind", "gossip"),
+        ("memory", "metadata", [1]),
+        ("memory", "content", "Card 4111 1111 1111 1111 on file."),  # personal data, as CreateMemory refuses
+        ("memory_version", "item", {"id": "x"}),
+        ("memory_version", "reason", "whim"),
+        ("memory_snapshot", "items", [1]),
+        ("memory_snapshot", "snapshot_id", "a{b}"),
+    ],
+)
+def test_import_refuses_each_bad_field(client: memlane.Client, kind: str, field: str, value: object) -> None:
+    user = _user("badfield")
+    _seed(client, user)
+    lines = [orjson.loads(line) for line in _export(client, user).splitlines()]
+    client.forget_user(user_id=user)
+    first = next(i for i, line in enumerate(lines) if line["record"] == kind)
+    out = [{**line, field: value} if i == first else line for i, line in enumerate(lines)]
+    with pytest.raises(memlane.InvalidArgumentError, match=r"line \d+"):
+        client.import_user_data(data=b"\n".join(orjson.dumps(x) for x in out))
+    assert client.list_users(query=user).users == []  # refused whole: nothing written
+
+
+def test_import_refuses_ids_another_user_holds(client: memlane.Client) -> None:
+    """Ids are kept, so a file whose sessions or memories carry ids another user holds here is refused
+    before anything is written (the other user's data untouched)."""
+    owner, other = _user("owner"), _user("other")
+    _seed(client, owner)
+    data = _export(client, owner).replace(owner.encode(), other.encode())
+    with pytest.raises(memlane.AlreadyExistsError, match="taken by another user"):
+        client.import_user_data(data=data)
+    assert client.list_users(query=other).users == []
+    assert client.list_users(query=owner).users[0].memory_count == 4

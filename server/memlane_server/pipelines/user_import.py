@@ -22,8 +22,8 @@ import orjson
 
 from ..errors import AlreadyExists, InvalidArgument
 from ..ids import check_id
-from ..ltm import MemoryService
-from ..ltm.history import ChangeReason, MemoryHistory, item_bytes
+from ..ltm import MemoryService, filters
+from ..ltm.history import ChangeReason, ImportedVersion, MemoryHistory, item_bytes
 from ..ltm.ingest import embedding_text
 from ..ltm.model import MemoryItem
 from ..ltm.schema import from_row
@@ -71,6 +71,7 @@ class UserImport:
         return sids, mids
 
     async def run(self, file: ExportFile, *, merge: bool) -> ImportReceipt:
+        """Reads and checks every record first, then writes: a file with one bad line writes nothing."""
         user = file.user_id
         receipt = ImportReceipt(user)
         by_kind: dict[str, list[tuple[int, dict[str, Any]]]] = {}
@@ -85,7 +86,11 @@ class UserImport:
             by_kind.setdefault(kind, []).append((number, record))
         sessions = [_session(n, r, user) for n, r in by_kind.get("session", [])]
         items = [self._item(n, r, user) for n, r in by_kind.get("memory", [])]
+        versions = self._versions(user, by_kind.get("memory_version", []))
+        snapshots = [self._snapshot(user, n, r) for n, r in by_kind.get("memory_snapshot", [])]
         sids, mids = await self.held(user)
+        await self._check_free(user, [s.session_id for s in sessions], [i.id for i in items])
+        messages = self._messages(by_kind.get("message", []), sids | {s.session_id for s in sessions})
         if (sids or mids) and not merge:
             if {s.session_id for s in sessions} <= sids and {i.id for i in items} <= mids:
                 merge = True  # the same file again: every record is held, nothing will be written
@@ -94,6 +99,7 @@ class UserImport:
                     f"user {user!r} already has data on this sidecar; import with merge"
                     " (memlane import-user --merge) to add the file's records to it"
                 )
+        # Writes, in the order the data hangs together: sessions, their turns, items, their history.
         fresh: set[str] = set()
         for s in sessions:
             if s.session_id in sids or not await self._sessions.import_session(s):
@@ -101,38 +107,51 @@ class UserImport:
             else:
                 fresh.add(s.session_id)
                 receipt.count(receipt.imported, "session")
-        await self._messages(
-            by_kind.get("message", []), fresh, sids | {s.session_id for s in sessions}, receipt
-        )
+        for sid, batch in messages.items():
+            if sid not in fresh:  # a session held already keeps its own turns
+                receipt.count(receipt.skipped, "message", len(batch))
+                continue
+            for start in range(0, len(batch), _BATCH):
+                await self._sessions.restore(sid, batch[start : start + _BATCH])
+            receipt.count(receipt.imported, "message", len(batch))
         await self._items([i for i in items if i.id not in mids], receipt)
         receipt.count(receipt.skipped, "memory", sum(1 for i in items if i.id in mids))
-        await self._versions(user, by_kind.get("memory_version", []), receipt)
-        await self._snapshots(user, by_kind.get("memory_snapshot", []), receipt)
+        if versions and self._history is not None:
+            written = await self._history.import_versions(user, versions)
+            receipt.count(receipt.imported, "memory_version", written)
+            receipt.count(receipt.skipped, "memory_version", len(versions) - written)
+        await self._write_snapshots(user, snapshots, receipt)
         return receipt
 
-    async def _messages(
-        self,
-        records: list[tuple[int, dict[str, Any]]],
-        fresh: set[str],
-        known: set[str],
-        receipt: ImportReceipt,
-    ) -> None:
-        """Into the sessions this import created; a session held already keeps its own turns."""
+    async def _check_free(self, user: str, session_ids: list[str], memory_ids: list[str]) -> None:
+        """Ids are kept, so an id another user holds here cannot be imported (ALREADY_EXISTS, before
+        anything is written)."""
+        for start in range(0, len(session_ids), _BATCH):
+            chunk = session_ids[start : start + _BATCH]
+            for sid, doc in zip(chunk, await self._sessions.get_many(chunk), strict=True):
+                if doc is not None and doc.user_id != user:
+                    raise AlreadyExists(f"session_id {sid!r} is taken by another user's session here")
+        if self._memory is not None and memory_ids:
+            for start in range(0, len(memory_ids), _BATCH):
+                chunk = memory_ids[start : start + _BATCH]
+                for item in await self._memory.store.fetch(filters.with_ids(chunk), limit=len(chunk)):
+                    if item.user_id != user:
+                        raise AlreadyExists(f"memory id {item.id!r} is taken by another user's memory here")
+
+    def _messages(
+        self, records: list[tuple[int, dict[str, Any]]], known: set[str]
+    ) -> dict[str, list[Message]]:
+        """The file's messages by session, each checked as AppendMessages checks a batch."""
         by_session: dict[str, list[Message]] = {}
         for number, record in records:
             m = _message(number, record)
             if m.session_id not in known:
                 raise _bad(number, "message", f"session {m.session_id!r} is not a session of the file's user")
-            if m.session_id not in fresh:
-                receipt.count(receipt.skipped, "message")
-                continue
             by_session.setdefault(m.session_id, []).append(m)
-        for sid, messages in by_session.items():
-            for start in range(0, len(messages), _BATCH):
-                batch = messages[start : start + _BATCH]
-                check_batch(batch, self._limits, now_ms())
-                await self._sessions.restore(sid, batch)
-            receipt.count(receipt.imported, "message", len(messages))
+        for batch in by_session.values():
+            for start in range(0, len(batch), _BATCH):
+                check_batch(batch[start : start + _BATCH], self._limits, now_ms())
+        return by_session
 
     def _item(self, number: int, record: dict[str, Any], user: str) -> MemoryItem:
         if self._memory is None:
@@ -142,7 +161,10 @@ class UserImport:
         except (KeyError, TypeError, ValueError) as exc:
             raise _bad(number, "memory", f"a field does not parse ({type(exc).__name__})") from None
         _check_item(item, number, user, self._limits)
-        item.content = self._memory.check_content(item.content)
+        try:
+            item.content = self._memory.check_content(item.content)
+        except InvalidArgument as exc:
+            raise _bad(number, "memory", str(exc)) from None
         return item
 
     async def _items(self, items: list[MemoryItem], receipt: ImportReceipt) -> None:
@@ -157,57 +179,55 @@ class UserImport:
         await self._memory.changed(items[0].user_id)
         receipt.count(receipt.imported, "memory", len(items))
 
-    async def _versions(
-        self, user: str, records: list[tuple[int, dict[str, Any]]], receipt: ImportReceipt
-    ) -> None:
-        if not records or self._history is None:
-            return
-        rows = []
+    def _versions(self, user: str, records: list[tuple[int, dict[str, Any]]]) -> list[ImportedVersion]:
+        rows: list[ImportedVersion] = []
         for number, r in records:
             item = self._doc(number, "memory_version", r.get("item"), user)
             try:
                 reason = ChangeReason[str(r.get("reason", "")).upper()]
-                at_ms, actor, deleted = (
-                    int(r["changed_at_ms"]),
-                    str(r.get("changed_by") or ""),
-                    r.get("deleted"),
-                )
+                at_ms, actor, deleted = int(r["changed_at_ms"]), r.get("changed_by") or "", r.get("deleted")
             except (KeyError, TypeError, ValueError):
                 raise _bad(
                     number, "memory_version", "reason, changed_at_ms or changed_by does not parse"
                 ) from None
+            if not isinstance(actor, str) or item.id != r.get("memory_id") or not isinstance(deleted, bool):
+                raise _bad(number, "memory_version", "memory_id, changed_by or deleted is not valid")
+            if not 0 <= at_ms < 2**63:
+                raise _bad(number, "memory_version", "changed_at_ms is out of range")
             check_id(actor, f"line {number}: changed_by", required=False)
-            if item.id != r.get("memory_id") or not isinstance(deleted, bool) or at_ms < 0:
-                raise _bad(number, "memory_version", "memory_id, deleted or changed_at_ms is not valid")
             rows.append((item.id, int(reason), actor, at_ms, deleted, item_bytes(item)))
-        written = await self._history.import_versions(user, rows)
-        receipt.count(receipt.imported, "memory_version", written)
-        receipt.count(receipt.skipped, "memory_version", len(rows) - written)
+        return rows
 
-    async def _snapshots(
-        self, user: str, records: list[tuple[int, dict[str, Any]]], receipt: ImportReceipt
+    def _snapshot(
+        self, user: str, number: int, r: dict[str, Any]
+    ) -> tuple[str, int, bytes, dict[str, bytes]]:
+        """(snapshot id, creation ms, description, item documents by id)."""
+        desc = {k: v for k, v in r.items() if k != "items"}
+        sid, created = desc.get("snapshot_id"), desc.get("created_at_ms")
+        if not isinstance(sid, str) or not isinstance(created, int) or isinstance(created, bool):
+            raise _bad(number, "memory_snapshot", "snapshot_id or created_at_ms is not valid")
+        if not 0 <= created < 2**63 or desc.get("user_id") != user:
+            raise _bad(number, "memory_snapshot", "created_at_ms or user_id is not valid")
+        check_id(sid, f"line {number}: snapshot_id")
+        docs = r.get("items")
+        if not isinstance(docs, list):
+            raise _bad(number, "memory_snapshot", "items is not a list")
+        items = {i.id: item_bytes(i) for i in (self._doc(number, "memory_snapshot", d, user) for d in docs)}
+        return sid, created, orjson.dumps(desc), items
+
+    async def _write_snapshots(
+        self, user: str, snapshots: list[tuple[str, int, bytes, dict[str, bytes]]], receipt: ImportReceipt
     ) -> None:
-        if not records or self._history is None:
+        if not snapshots or self._history is None:
             return
         backend = self._history.snapshots
-        for number, r in records:
-            desc = {k: v for k, v in r.items() if k != "items"}
-            sid, created = desc.get("snapshot_id"), desc.get("created_at_ms")
-            if not isinstance(sid, str) or not isinstance(created, int) or desc.get("user_id") != user:
-                raise _bad(number, "memory_snapshot", "snapshot_id, created_at_ms or user_id is not valid")
-            check_id(sid, f"line {number}: snapshot_id")
-            docs = r.get("items")
-            if not isinstance(docs, list):
-                raise _bad(number, "memory_snapshot", "items is not a list")
-            items = {
-                i.id: item_bytes(i) for i in (self._doc(number, "memory_snapshot", d, user) for d in docs)
-            }
+        for sid, created, desc, items in snapshots:
             try:
                 await backend.reserve(user, sid, created)
             except AlreadyExists:
                 receipt.count(receipt.skipped, "memory_snapshot")
                 continue
-            await backend.write(user, sid, orjson.dumps(desc), items)
+            await backend.write(user, sid, desc, items)
             receipt.count(receipt.imported, "memory_snapshot")
 
     def _doc(self, number: int, kind: str, doc: object, user: str) -> MemoryItem:
