@@ -8,7 +8,6 @@ import hashlib
 import http.client
 import os
 import re
-import shutil
 import socket
 import subprocess
 import uuid
@@ -24,6 +23,7 @@ from memlane import MemoryKind, Message, Role
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from tests.chromium import chromium
 from tests.conftest import ServerFactory
 
 REQUIRE_TOOLS = os.environ.get("MEMLANE_REQUIRE_TOOLS") == "1"
@@ -257,15 +257,6 @@ def test_admin_token_when_auth_is_on(start_server: ServerFactory, tmp_path: Path
 
 
 # ------------------------------------------------------------------------------------------ browser
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        if REQUIRE_TOOLS:
-            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
-    return path
 
 
 def browse(tool: str, url: str, profile: Path, *, screenshot: Path | None = None) -> str:

@@ -68,13 +68,7 @@ class RedisMemoryHistory:
         stream = self._keys.memory_versions(user_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id, reason, deleted, item in entries:
-                fields: dict[Any, Any] = {
-                    "m": memory_id,
-                    "r": reason,
-                    "a": actor,
-                    "d": b"1" if deleted else b"",
-                    "i": item,
-                }
+                fields = _entry_fields(memory_id, reason, actor, deleted, item)
                 pipe.xadd(stream, fields, maxlen=self._max_versions, approximate=True)
             await pipe.execute()
 
@@ -100,13 +94,7 @@ class RedisMemoryHistory:
         for memory_id, reason, actor, at_ms, deleted, item in sorted(rows, key=lambda r: r[3]):
             if (memory_id, at_ms, reason, actor) in held:
                 continue
-            fields: dict[Any, Any] = {
-                "m": memory_id,
-                "r": reason,
-                "a": actor,
-                "d": b"1" if deleted else b"",
-                "i": item,
-            }
+            fields = _entry_fields(memory_id, reason, actor, deleted, item)
             try:
                 await self._redis.xadd(stream, fields, id=f"{max(at_ms, 1)}-*", maxlen=self._max_versions)
             except ResponseError:  # older than the newest entry: streams only grow
@@ -192,6 +180,11 @@ class RedisMemoryHistory:
             pipe.zcard(self._keys.memory_snapshots(user_id))
             versions, snapshots = await pipe.execute()
         return {"redis.memory_versions": int(versions), "redis.memory_snapshots": int(snapshots)}
+
+
+def _entry_fields(memory_id: str, reason: int, actor: str, deleted: bool, item: bytes) -> dict[Any, Any]:
+    """One version as a stream entry holds it (``_entry`` reads it back)."""
+    return {"m": memory_id, "r": reason, "a": actor, "d": b"1" if deleted else b"", "i": item}
 
 
 def _entry(entry_id: str, f: dict[str, Any]) -> JournalEntry:
