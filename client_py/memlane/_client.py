@@ -221,6 +221,7 @@ class _Rpcs:
     extract_memories = _Unary(
         "memory", "ExtractMemories", mpb.ExtractMemoriesRequest, mpb.ExtractMemoriesResponse
     )
+    merge_memories = _Unary("memory", "MergeMemories", mpb.MergeMemoriesRequest, mpb.MergeMemoriesResponse)
     # MemoryService: versions and snapshots
     list_memory_versions = _Unary(
         "memory", "ListMemoryVersions", mpb.ListMemoryVersionsRequest, mpb.ListMemoryVersionsResponse
@@ -274,6 +275,10 @@ class _Rpcs:
     )
     retry_parked_jobs = _Unary(
         "admin", "RetryParkedJobs", apb.RetryParkedJobsRequest, apb.RetryParkedJobsResponse
+    )
+    list_users = _Unary("admin", "ListUsers", apb.ListUsersRequest, apb.ListUsersResponse)
+    import_user_data = _Unary(
+        "admin", "ImportUserData", apb.ImportUserDataRequest, apb.ImportUserDataResponse
     )
     # CheckpointService
     put_checkpoint = _Unary(

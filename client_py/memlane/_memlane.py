@@ -140,10 +140,14 @@ class Memlane:
         responses: list[AssembleContextResponse] = list(stream)
         return _with_input(chat_from_context(responses), user_input, include_input)
 
-    def search(self, user_id: str, query: str, *, limit: int = 10) -> list[ScoredMemory]:
-        """Long-term memories of the user this agent may read, best first, with their score parts."""
+    def search(
+        self, user_id: str, query: str, *, limit: int = 10, min_score: float = 0.0
+    ) -> list[ScoredMemory]:
+        """Long-term memories of the user this agent may read, best first, with their score parts;
+        ``min_score`` leaves out results whose final score is below it (weak matches)."""
         caller = Caller(user_id=user_id, agent_id=self.agent_id)
-        return list(self.client.search_memories(caller=caller, query=query, limit=limit).results)
+        reply = self.client.search_memories(caller=caller, query=query, limit=limit, min_score=min_score)
+        return list(reply.results)
 
     def remember(
         self, user_id: str, content: str, *, kind: MemoryKind.ValueType = MemoryKind.MEMORY_KIND_FACT
@@ -228,10 +232,15 @@ class AsyncMemlane:
         responses: list[AssembleContextResponse] = [r async for r in stream]
         return _with_input(chat_from_context(responses), user_input, include_input)
 
-    async def search(self, user_id: str, query: str, *, limit: int = 10) -> list[ScoredMemory]:
+    async def search(
+        self, user_id: str, query: str, *, limit: int = 10, min_score: float = 0.0
+    ) -> list[ScoredMemory]:
         """See ``Memlane.search``."""
         caller = Caller(user_id=user_id, agent_id=self.agent_id)
-        return list((await self.client.search_memories(caller=caller, query=query, limit=limit)).results)
+        reply = await self.client.search_memories(
+            caller=caller, query=query, limit=limit, min_score=min_score
+        )
+        return list(reply.results)
 
     async def remember(
         self, user_id: str, content: str, *, kind: MemoryKind.ValueType = MemoryKind.MEMORY_KIND_FACT

@@ -18,6 +18,7 @@ from .config import ConfigError, add_flags, build_settings, flags_from
 from .inspect_cli import COMMANDS as INSPECT_COMMANDS
 from .inspect_cli import add_parsers as add_inspect_parsers
 from .inspect_cli import run as run_inspect_command
+from .ops import COMMANDS as OPERATOR_COMMANDS
 from .ops import add_parsers as add_operator_parsers
 from .ops import run as run_operator_command
 from .state_cli import COMMANDS as STATE_COMMANDS
@@ -151,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("memories", "jobs", "forget-user", "export-user"):
+    if args.command in OPERATOR_COMMANDS:
         return run_operator_command(args)
     if args.command == "mcp":
         from memlane.mcp import run as run_mcp

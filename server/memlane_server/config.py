@@ -457,8 +457,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help=f"YAML or TOML settings file (${ENV_PREFIX}CONFIG)")
     for name, f in setting_fields().items():
         allowed = CHOICES.get(name) or (("true", "false") if f.type in (bool, "bool") else None)
+        # ``--address`` is the one name every subcommand gives the sidecar's address (cli_connection.py):
+        # the one serve listens on, here.
+        aliases = ("--address",) if name == "listen" else ()
         parser.add_argument(
             f"--{name.replace('_', '-')}",
+            *aliases,
             dest=name,
             default=None,
             choices=CHOICES.get(name),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -15,6 +14,8 @@ from google.protobuf.message import Message as ProtoMessage
 
 import memlane
 from memlane.v1 import session_pb2
+
+from .cli_connection import add_connection, client, failed, say
 
 COMMANDS = ("health", "sessions", "trace")
 _STATUSES = [n.removeprefix("SESSION_STATUS_").lower() for n in session_pb2.SessionStatus.keys()][1:]  # noqa: SIM118
@@ -29,30 +30,20 @@ def _print(obj: dict[str, Any], *, pretty: bool = False) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def connection(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--target",
-            default=os.environ.get("MEMLANE_TARGET", memlane.DEFAULT_TARGET),
-            help="gRPC address of the sidecar ($MEMLANE_TARGET; default %(default)s)",
-        )
-        p.add_argument(
-            "--token", default=os.environ.get("MEMLANE_TOKEN"), help="bearer token ($MEMLANE_TOKEN)"
-        )
-
     health = sub.add_parser("health", help="ask a sidecar for gRPC health; exit 0 when SERVING")
-    connection(health)
+    add_connection(health)
     health.add_argument("--service", default="", help="a service name (default: the server as a whole)")
     health.add_argument("--timeout", type=float, default=5.0, help="seconds (default %(default)s)")
 
     sessions = sub.add_parser("sessions", help="list a user's sessions or show one session")
     ssub = sessions.add_subparsers(dest="sessions_command", required=True)
     ls = ssub.add_parser("list", help="a user's sessions, newest first, one JSON object per line")
-    connection(ls)
+    add_connection(ls)
     ls.add_argument("--user", required=True, help="the user id")
     ls.add_argument("--status", choices=_STATUSES, help="only sessions in this status")
     ls.add_argument("--limit", type=int, default=50, help="at most this many (default %(default)s)")
     show = ssub.add_parser("show", help="one session and its latest messages, as one JSON object")
-    connection(show)
+    add_connection(show)
     show.add_argument("session_id")
     show.add_argument(
         "--messages", type=int, default=50, help="latest messages to include (default %(default)s)"
@@ -61,7 +52,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     trace = sub.add_parser("trace", help="what the model saw: a turn trace of a session")
     tsub = trace.add_subparsers(dest="trace_command", required=True)
     tshow = tsub.add_parser("show", help="one turn trace as JSON (the latest when no trace id is given)")
-    connection(tshow)
+    add_connection(tshow)
     tshow.add_argument("session_id")
     tshow.add_argument("trace_id", nargs="?", default="", help="a trace id (default: the latest)")
 
@@ -69,21 +60,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> int:
     if args.command == "health":
         return _health(args)
-    with memlane.Client(args.target, token=args.token, timeout=60) as c:
+    with client(args, timeout=60) as c:
         try:
             if args.command == "sessions":
                 return _sessions(c, args)
             return _trace(c, args)
         except memlane.MemlaneError as exc:
-            print(f"memlane: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
+            return failed(exc)
 
 
 def _health(args: argparse.Namespace) -> int:
     import grpc  # noqa: PLC0415 - grpcio-health-checking is a server extra; the image has it
     from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: PLC0415
 
-    with grpc.insecure_channel(args.target) as channel:
+    with grpc.insecure_channel(args.address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
@@ -101,17 +91,22 @@ def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
         status = session_pb2.SessionStatus.SESSION_STATUS_UNSPECIFIED
         if args.status:
             status = session_pb2.SessionStatus.Value(f"SESSION_STATUS_{args.status.upper()}")
-        for shown, s in enumerate(
-            memlane.iter_pages(
-                lambda t: c.list_sessions(
-                    user_id=args.user, status=status, page_size=min(args.limit, 1000), page_token=t
-                ),
-                "sessions",
-            )
+        if args.limit < 1:
+            say("--limit must be at least 1")
+            return 2
+        shown = 0
+        for s in memlane.iter_pages(
+            lambda t: c.list_sessions(
+                user_id=args.user, status=status, page_size=min(args.limit, 1000), page_token=t
+            ),
+            "sessions",
         ):
             if shown >= args.limit:
                 break
             _print(as_dict(s))
+            shown += 1
+        if not shown:
+            say(f"no sessions of user {args.user!r}" + (f" in status {args.status}" if args.status else ""))
         return 0
     session = c.get_session(session_id=args.session_id).session
     messages = c.list_messages(
@@ -131,7 +126,7 @@ def _trace(c: memlane.Client, args: argparse.Namespace) -> int:
     else:
         traces = c.list_turn_traces(session_id=args.session_id, page_size=1).traces
         if not traces:
-            print(f"memlane: session {args.session_id!r} has no turn traces yet", file=sys.stderr)
+            say(f"session {args.session_id!r} has no turn traces yet")
             return 1
         trace = traces[0]
     _print(as_dict(trace), pretty=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -16,6 +15,8 @@ from google.protobuf.message import Message as ProtoMessage
 
 import memlane
 from memlane.v1 import memory_pb2, procedure_pb2
+
+from .cli_connection import add_connection, client, failed
 
 COMMANDS = ("snapshots", "procedures")
 _KINDS = {
@@ -35,10 +36,6 @@ def _print(message: ProtoMessage) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    def connection(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--target", default=os.environ.get("MEMLANE_TARGET", memlane.DEFAULT_TARGET))
-        p.add_argument("--token", default=os.environ.get("MEMLANE_TOKEN"), help="($MEMLANE_TOKEN)")
-
     snaps = sub.add_parser("snapshots", help="named snapshots of a user's long-term memory")
     ssub = snaps.add_subparsers(dest="snapshots_command", required=True)
     actions = {
@@ -50,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     }
     for name, text in actions.items():
         p = ssub.add_parser(name, help=text)
-        connection(p)
+        add_connection(p)
         p.add_argument("--user", required=True)
         p.add_argument("--agent", default="", help="the view: an agent id (default: the token's own)")
         if name != "list":
@@ -67,7 +64,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     decide = {n: psub.add_parser(n, help=f"{n} a version (admins)") for n in ("approve", "reject")}
     back = psub.add_parser("rollback", help="return to an earlier approved version (admins)")
     for p in (ls, propose, *decide.values(), back):
-        connection(p)
+        add_connection(p)
         p.add_argument("--agent", default="", help="the owning agent")
         p.add_argument("--group", default="", help="the owning group (instead of an agent)")
     ls.add_argument("--state", choices=sorted(_STATES), help="only procedures with a version in this state")
@@ -85,14 +82,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    with memlane.Client(args.target, token=args.token, timeout=600) as c:
+    with client(args, timeout=600) as c:
         try:
             if args.command == "snapshots":
                 return _snapshots(c, args)
             return _procedures(c, args)
         except memlane.MemlaneError as exc:
-            print(f"memlane: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
+            return failed(exc)
 
 
 def _snapshots(c: memlane.Client, args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ import hashlib
 import http.client
 import os
 import re
-import shutil
 import socket
 import subprocess
 import uuid
@@ -24,6 +23,7 @@ from memlane import MemoryKind, Message, Role
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from tests.chromium import chromium
 from tests.conftest import ServerFactory
 
 REQUIRE_TOOLS = os.environ.get("MEMLANE_REQUIRE_TOOLS") == "1"
@@ -173,10 +173,13 @@ def test_delete_a_memory_needs_the_form_token(seeded: Seeded) -> None:
     page = request(port, seg("users", seeded.user, "memories"))
     assert page.status == 200 and "Prefers email over phone calls." in page.body and "preference" in page.body
     action = seg("users", seeded.user, "memories", seeded.memory_id, "delete")
+    assert action in page.body  # each memory links to its delete page, which asks first
+    confirm = request(port, action)
+    assert confirm.status == 200 and "Delete this memory" in confirm.body and "Prefers email" in confirm.body
     forged = request(port, action, form={"csrf": "0" * 64})
     assert forged.status == 403
     assert "Prefers email" in request(port, seg("users", seeded.user, "memories")).body  # still there
-    done = request(port, action, form={"csrf": csrf_of(page.body)})
+    done = request(port, action, form={"csrf": csrf_of(confirm.body)})
     assert done.status == 303 and done.headers["location"] == seg("users", seeded.user, "memories")
     assert "Prefers email" not in request(port, seg("users", seeded.user, "memories")).body
 
@@ -254,15 +257,6 @@ def test_admin_token_when_auth_is_on(start_server: ServerFactory, tmp_path: Path
 
 
 # ------------------------------------------------------------------------------------------ browser
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        if REQUIRE_TOOLS:
-            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
-    return path
 
 
 def browse(tool: str, url: str, profile: Path, *, screenshot: Path | None = None) -> str:

@@ -30,8 +30,8 @@ def test_memories_export_and_forget(
         content="The user keeps bees.",
         kind=memory_pb2.MEMORY_KIND_FACT,
     ).memory
-    target = ["--target", server.target]
-    assert main(["memories", "list", "--user", user_id, *target]) == 0
+    target = ["--target", server.target]  # the older name of --address, still accepted
+    assert main(["memories", "list", "--user", user_id, "--json", *target]) == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # JSON lines
     assert [(m["memory_id"], m["content"]) for m in listed] == [(made.memory_id, "The user keeps bees.")]
 
@@ -124,3 +124,101 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(
     whole = _cli(["trace", "show", sid, "--target", server.target], stdout=subprocess.PIPE)
     out, _ = whole.communicate(timeout=60)
     assert whole.returncode == 0 and json.loads(out)["session_id"] == sid
+
+
+def test_users_memories_edit_merge_and_import(
+    server: SidecarThread,
+    client: memlane.Client,
+    start_server: Any,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Issue 32's CLI: users list, memories list with --kind/--query/--limit, edit, merge, and an export
+    imported into another sidecar; every client subcommand takes --address."""
+    user = f"cli-{os.urandom(4).hex()}"
+    address = ["--address", server.target]
+    caller = memory_pb2.Caller(user_id=user)
+    client.create_session(user_id=user)
+    ids = [
+        client.create_memory(caller=caller, content=text, kind=kind).memory.memory_id
+        for text, kind in (
+            ("Drinks coffee black.", memory_pb2.MEMORY_KIND_PREFERENCE),
+            ("Takes no sugar in coffee.", memory_pb2.MEMORY_KIND_PREFERENCE),
+            ("Works as a glassblower.", memory_pb2.MEMORY_KIND_FACT),
+        )
+    ]
+    assert main(["users", "list", "--query", user.upper(), *address]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split("\t") == ["USER_ID", "SESSIONS", "MEMORIES", "LAST_SESSION"]
+    assert table[1].split("\t")[:3] == [user, "1", "3"]
+
+    assert main(["memories", "list", "--user", user, "--kind", "fact", "--json", *address]) == 0
+    assert [json.loads(x)["memory_id"] for x in capsys.readouterr().out.splitlines()] == [ids[2]]
+    assert main(["memories", "list", "--user", user, "--limit", "2", "--json", *address]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["memories", "list", "--user", user, "--query", "coffee", "--limit", "1", *address]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].split("\t") == ["MEMORY_ID", "KIND", "SLOT", "SCORE", "CONTENT"] and len(rows) == 2
+
+    edit = ["memories", "edit", "--user", user, ids[2], *address]
+    assert main([*edit, "--content", "Works as a glassblower in Murano.", "--slot", "occupation"]) == 0
+    edited = json.loads(capsys.readouterr().out)
+    assert edited["content"] == "Works as a glassblower in Murano." and edited["slot"] == "occupation"
+    assert main(edit) == 2 and "--content, --kind" in capsys.readouterr().err  # nothing named to change
+    assert main([*edit, "--valid-until", "soon"]) == 2 and "--valid-until" in capsys.readouterr().err
+    versions = client.list_memory_versions(caller=caller, memory_id=ids[2]).versions
+    assert versions[-1].reason == memory_pb2.MEMORY_CHANGE_REASON_EDIT
+
+    merge = ["memories", "merge", "--user", user, ids[0], ids[1], *address]
+    assert main([*merge, "--content", "Drinks coffee black, no sugar."]) == 2  # destructive: asks first
+    assert "pass --yes" in capsys.readouterr().err
+    assert main([*merge, "--content", "Drinks coffee black, no sugar.", "--yes"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["memory_id"] == ids[0] and merged["superseded_ids"] == [ids[1]]
+
+    out = tmp_path / "export.jsonl"
+    assert main(["export-user", user, "--out", str(out), *address]) == 0
+    other = start_server()
+    imp = ["import-user", str(out), "--address", other.target]
+    assert main(imp) == 0
+    receipt = json.loads(capsys.readouterr().out)
+    assert receipt["user_id"] == user and receipt["imported"]["memory"] == 3
+    assert main(imp) == 0  # the same file again: nothing new, and it says so
+    again = capsys.readouterr()
+    assert json.loads(again.out)["imported"] == {} and "nothing new" in again.err
+    with memlane.Client(other.target) as c:
+        moved = c.get_memory(caller=caller, memory_id=ids[0]).memory
+        assert moved.content == "Drinks coffee black, no sugar."
+
+
+def test_empty_results_and_errors_in_the_commands_words(
+    server: SidecarThread, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    address = ["--address", server.target]
+    nobody = f"nobody-{os.urandom(4).hex()}"
+    for argv, said in (
+        (["sessions", "list", "--user", nobody], f"no sessions of user {nobody!r}"),
+        (["export-user", nobody, "--out", str(tmp_path / "x.jsonl")], "no data held about user"),
+        (["memories", "list", "--user", nobody], f"no memories of user {nobody!r}"),
+        (["users", "list", "--query", nobody], f"no users match {nobody!r}"),
+    ):
+        assert main([*argv, *address]) == 0, argv
+        out = capsys.readouterr()
+        assert out.out == "" and said in out.err, (argv, out)
+    assert main(["jobs", "retry-parked", *address]) == 2
+    err = capsys.readouterr().err
+    assert "PARKED_ID" in err and "--all" in err and "parked_ids" not in err
+    assert main(["jobs", "retry-parked", "p1", "--all", *address]) == 2
+    assert "not both" in capsys.readouterr().err
+    # A refusal of the server names the flag that set the field at fault.
+    assert main(["memories", "list", "--user", "bad{user}", *address]) == 1
+    assert capsys.readouterr().err.startswith("memlane: --user: ")
+    assert main(["health", *address]) == 0  # health takes --address like every other subcommand
+
+
+def test_serve_listens_on_address() -> None:
+    """``serve --address`` is the one name for the sidecar's address (``--listen``, the setting, too)."""
+    from memlane_server.cli import _parser  # noqa: PLC0415 - the parser alone, no server started
+
+    assert _parser().parse_args(["serve", "--address", "127.0.0.1:7001"]).listen == "127.0.0.1:7001"
+    assert _parser().parse_args(["serve", "--listen", "127.0.0.1:7002"]).listen == "127.0.0.1:7002"

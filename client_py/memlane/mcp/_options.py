@@ -97,9 +97,13 @@ def _is_loopback(host: str) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--address",
         "--target",
-        default=os.environ.get("MEMLANE_TARGET", DEFAULT_TARGET),
-        help=f"the sidecar's gRPC address ($MEMLANE_TARGET, default {DEFAULT_TARGET})",
+        dest="target",
+        metavar="HOST:PORT",
+        default=os.environ.get("MEMLANE_ADDRESS") or os.environ.get("MEMLANE_TARGET") or DEFAULT_TARGET,
+        help="the sidecar's gRPC address ($MEMLANE_ADDRESS; --target and $MEMLANE_TARGET are the older"
+        f" names; default {DEFAULT_TARGET})",
     )
     who = parser.add_mutually_exclusive_group()
     who.add_argument(

@@ -88,6 +88,13 @@ class SearchMemories(_Input):
     query: str = Field(min_length=1, description="What to recall, in natural language.")
     limit: int = Field(default=10, ge=1, le=100, description="Most results to return.")
     kinds: list[KindName] = Field(default_factory=list, description="Only these kinds (empty: all).")
+    min_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=100.0,
+        description="Leave out weaker matches: results whose score is below this (0: keep all; a"
+        " strong match scores about 0.5 and more, a weak one about 0.3).",
+    )
 
 
 class Remember(_Input):
@@ -464,6 +471,7 @@ class Tools:
             query=args.query,
             limit=args.limit,
             filter=MemoryFilter(kinds=[_KINDS[k] for k in args.kinds]),
+            min_score=args.min_score,
         )
         found = [{**_memory(r.memory), "score": round(r.score, 4)} for r in reply.results]
         return _lines(found, "no memory matches"), {"memories": found}

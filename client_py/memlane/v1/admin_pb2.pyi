@@ -98,6 +98,216 @@ class ExportUserDataResponse(_message.Message):
 Global___ExportUserDataResponse: _TypeAlias = ExportUserDataResponse  # noqa: Y015
 
 @_typing.final
+class ListUsersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """Only user ids containing this text (case-insensitive); empty: every user."""
+    page_size: _builtins.int
+    """At most 500; 0 means 50."""
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        query: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersRequest: _TypeAlias = ListUsersRequest  # noqa: Y015
+
+@_typing.final
+class UserSummary(_message.Message):
+    """One user memlane holds data about."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    SESSION_COUNT_FIELD_NUMBER: _builtins.int
+    MEMORY_COUNT_FIELD_NUMBER: _builtins.int
+    LAST_SESSION_AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    session_count: _builtins.int
+    """Sessions in Redis (open, closed or archived)."""
+    memory_count: _builtins.int
+    """Long-term memory items, retired ones included."""
+    last_session_at_unix_ms: _builtins.int
+    """The newest session's creation time (0 without sessions)."""
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+        session_count: _builtins.int = ...,
+        memory_count: _builtins.int = ...,
+        last_session_at_unix_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_session_at_unix_ms", b"last_session_at_unix_ms", "memory_count", b"memory_count", "session_count", b"session_count", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserSummary: _TypeAlias = UserSummary  # noqa: Y015
+
+@_typing.final
+class ListUsersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_SIZE_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    total_size: _builtins.int
+    """Users matching the query, across all pages."""
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserSummary]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[Global___UserSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+        total_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "total_size", b"total_size", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersResponse: _TypeAlias = ListUsersResponse  # noqa: Y015
+
+@_typing.final
+class ImportUserDataRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    MERGE_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """JSON lines as ExportUserData writes them: the header line first, then records."""
+    merge: _builtins.bool
+    """Import into a user that already has data here (records with ids already held are left as they are)."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        merge: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "merge", b"merge"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportUserDataRequest: _TypeAlias = ImportUserDataRequest  # noqa: Y015
+
+@_typing.final
+class ImportUserDataResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ImportedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SkippedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class NotRestoredEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    IMPORTED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    NOT_RESTORED_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    @_builtins.property
+    def imported(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records written, per record type ("session": 2, "message": 40, "memory": 12, ...)."""
+
+    @_builtins.property
+    def skipped(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records skipped because their ids were already held (a second import of the same file)."""
+
+    @_builtins.property
+    def not_restored(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records of types an import does not write back, per type: turn traces, framework checkpoints and
+        archived rows (derived, or kept by the archive's own retention; docs/operations.md#export-format).
+        """
+
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+        imported: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        skipped: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        not_restored: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["imported", b"imported", "not_restored", b"not_restored", "skipped", b"skipped", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportUserDataResponse: _TypeAlias = ImportUserDataResponse  # noqa: Y015
+
+@_typing.final
 class ForgetUserRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

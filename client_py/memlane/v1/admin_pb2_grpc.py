@@ -56,6 +56,16 @@ class AdminServiceStub:
                 request_serializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsResponse.FromString,
                 _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/memlane.v1.AdminService/ListUsers',
+                request_serializer=memlane_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.ImportUserData = channel.unary_unary(
+                '/memlane.v1.AdminService/ImportUserData',
+                request_serializer=memlane_dot_v1_dot_admin__pb2.ImportUserDataRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_admin__pb2.ImportUserDataResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -104,6 +114,31 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListUsers(self, request, context):
+        """The users memlane holds data about (sessions or long-term memory), ordered by user id, with their
+        counts; `query` narrows to ids containing it (case-insensitive). Admins and auditors see every
+        user; a call bound to an end user (user token) sees that user only; other agents are refused.
+        Errors: INVALID_ARGUMENT (page_size, page_token, query), PERMISSION_DENIED, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportUserData(self, request, context):
+        """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
+        sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
+        versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
+        holds whole lines and starts with the header line; a file too large for one call is sent in several,
+        each starting with the header, the later ones with `merge`. Callers need the admin role.
+        Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
+        user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
+        than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
+        RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +161,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RetryParkedJobs,
                     request_deserializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_admin__pb2.RetryParkedJobsResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=memlane_dot_v1_dot_admin__pb2.ListUsersRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_admin__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'ImportUserData': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportUserData,
+                    request_deserializer=memlane_dot_v1_dot_admin__pb2.ImportUserDataRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_admin__pb2.ImportUserDataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -238,6 +283,60 @@ class AdminService:
             '/memlane.v1.AdminService/RetryParkedJobs',
             memlane_dot_v1_dot_admin__pb2.RetryParkedJobsRequest.SerializeToString,
             memlane_dot_v1_dot_admin__pb2.RetryParkedJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.AdminService/ListUsers',
+            memlane_dot_v1_dot_admin__pb2.ListUsersRequest.SerializeToString,
+            memlane_dot_v1_dot_admin__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportUserData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.AdminService/ImportUserData',
+            memlane_dot_v1_dot_admin__pb2.ImportUserDataRequest.SerializeToString,
+            memlane_dot_v1_dot_admin__pb2.ImportUserDataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,23 @@ class AdminServiceStub:
     Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
     Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
     """
+    ListUsers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListUsersRequest, _admin_pb2.ListUsersResponse]
+    """The users memlane holds data about (sessions or long-term memory), ordered by user id, with their
+    counts; `query` narrows to ids containing it (case-insensitive). Admins and auditors see every
+    user; a call bound to an end user (user token) sees that user only; other agents are refused.
+    Errors: INVALID_ARGUMENT (page_size, page_token, query), PERMISSION_DENIED, UNAVAILABLE.
+    """
+    ImportUserData: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ImportUserDataRequest, _admin_pb2.ImportUserDataResponse]
+    """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
+    sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
+    versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
+    holds whole lines and starts with the header line; a file too large for one call is sent in several,
+    each starting with the header, the later ones with `merge`. Callers need the admin role.
+    Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
+    user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
+    than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
+    RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -92,6 +109,23 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Queues parked jobs again, each with a fresh failure count: the named ones, or every one with `all`.
     Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
     Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
+    """
+    ListUsers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListUsersRequest, _admin_pb2.ListUsersResponse]  # type: ignore[assignment]
+    """The users memlane holds data about (sessions or long-term memory), ordered by user id, with their
+    counts; `query` narrows to ids containing it (case-insensitive). Admins and auditors see every
+    user; a call bound to an end user (user token) sees that user only; other agents are refused.
+    Errors: INVALID_ARGUMENT (page_size, page_token, query), PERMISSION_DENIED, UNAVAILABLE.
+    """
+    ImportUserData: _aio.UnaryUnaryMultiCallable[_admin_pb2.ImportUserDataRequest, _admin_pb2.ImportUserDataResponse]  # type: ignore[assignment]
+    """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
+    sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
+    versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
+    holds whole lines and starts with the header line; a file too large for one call is sent in several,
+    each starting with the header, the later ones with `merge`. Callers need the admin role.
+    Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
+    user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
+    than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
+    RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -146,6 +180,35 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """Queues parked jobs again, each with a fresh failure count: the named ones, or every one with `all`.
         Safe to repeat: an id no longer parked is reported in `not_parked`, not refused.
         Errors: INVALID_ARGUMENT (malformed id; neither ids nor `all`), PERMISSION_DENIED, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ListUsers(
+        self,
+        request: _admin_pb2.ListUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListUsersResponse, _abc.Awaitable[_admin_pb2.ListUsersResponse]]:
+        """The users memlane holds data about (sessions or long-term memory), ordered by user id, with their
+        counts; `query` narrows to ids containing it (case-insensitive). Admins and auditors see every
+        user; a call bound to an end user (user token) sees that user only; other agents are refused.
+        Errors: INVALID_ARGUMENT (page_size, page_token, query), PERMISSION_DENIED, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportUserData(
+        self,
+        request: _admin_pb2.ImportUserDataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ImportUserDataResponse, _abc.Awaitable[_admin_pb2.ImportUserDataResponse]]:
+        """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
+        sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
+        versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
+        holds whole lines and starts with the header line; a file too large for one call is sent in several,
+        each starting with the header, the later ones with `merge`. Callers need the admin role.
+        Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
+        user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
+        than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
+        RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1073,6 +1073,72 @@ class ExtractMemoriesResponse(_message.Message):
 Global___ExtractMemoriesResponse: _TypeAlias = ExtractMemoriesResponse  # noqa: Y015
 
 @_typing.final
+class MergeMemoriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    SLOT_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    """The merged item's text; empty keeps the first item's."""
+    kind: Global___MemoryKind.ValueType
+    """The merged item's kind; unspecified keeps the first item's."""
+    slot: _builtins.str
+    """The merged item's slot; empty keeps the first item's."""
+    @_builtins.property
+    def caller(self) -> Global___Caller: ...
+    @_builtins.property
+    def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The items to merge: the first is kept and becomes the merged item, the others are superseded by it."""
+
+    def __init__(
+        self,
+        *,
+        caller: Global___Caller | None = ...,
+        memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        content: _builtins.str = ...,
+        kind: Global___MemoryKind.ValueType = ...,
+        slot: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "content", b"content", "kind", b"kind", "memory_ids", b"memory_ids", "slot", b"slot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MergeMemoriesRequest: _TypeAlias = MergeMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class MergeMemoriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memory(self) -> Global___Memory:
+        """The kept item as the merge left it."""
+
+    @_builtins.property
+    def superseded_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The items now superseded by it."""
+
+    def __init__(
+        self,
+        *,
+        memory: Global___Memory | None = ...,
+        superseded_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "superseded_ids", b"superseded_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MergeMemoriesResponse: _TypeAlias = MergeMemoriesResponse  # noqa: Y015
+
+@_typing.final
 class MemoryVersion(_message.Message):
     """One kept version of an item: the item as the change left it."""
 

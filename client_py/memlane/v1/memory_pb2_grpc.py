@@ -81,6 +81,11 @@ class MemoryServiceStub:
                 request_serializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesRequest.SerializeToString,
                 response_deserializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesResponse.FromString,
                 _registered_method=True)
+        self.MergeMemories = channel.unary_unary(
+                '/memlane.v1.MemoryService/MergeMemories',
+                request_serializer=memlane_dot_v1_dot_memory__pb2.MergeMemoriesRequest.SerializeToString,
+                response_deserializer=memlane_dot_v1_dot_memory__pb2.MergeMemoriesResponse.FromString,
+                _registered_method=True)
         self.ListMemoryVersions = channel.unary_unary(
                 '/memlane.v1.MemoryService/ListMemoryVersions',
                 request_serializer=memlane_dot_v1_dot_memory__pb2.ListMemoryVersionsRequest.SerializeToString,
@@ -196,6 +201,20 @@ class MemoryServiceServicer:
         the results unless dry_run.
         Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
         RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MergeMemories(self, request, context):
+        """Folds two or more of a user's items into the first one named (an operator fixing duplicates): it
+        takes the given content (or keeps its own), kind and slot, gains every source's provenance (message
+        ids, sessions, keywords, the highest importance, the usage counts) and the others are superseded by
+        it (kept for audit, never served). Each change is kept as a version (the kept item's reason MERGE,
+        the others' SUPERSEDE). Repeating a merge that is done returns the kept item.
+        Errors: INVALID_ARGUMENT (fewer than two or more than 50 ids, an id twice, content as for
+        UpdateMemory, a source already retired), NOT_FOUND (an id missing or not visible to the caller),
+        PERMISSION_DENIED (auditor), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -317,6 +336,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ExtractMemories,
                     request_deserializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesRequest.FromString,
                     response_serializer=memlane_dot_v1_dot_memory__pb2.ExtractMemoriesResponse.SerializeToString,
+            ),
+            'MergeMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.MergeMemories,
+                    request_deserializer=memlane_dot_v1_dot_memory__pb2.MergeMemoriesRequest.FromString,
+                    response_serializer=memlane_dot_v1_dot_memory__pb2.MergeMemoriesResponse.SerializeToString,
             ),
             'ListMemoryVersions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListMemoryVersions,
@@ -599,6 +623,33 @@ class MemoryService:
             '/memlane.v1.MemoryService/ExtractMemories',
             memlane_dot_v1_dot_memory__pb2.ExtractMemoriesRequest.SerializeToString,
             memlane_dot_v1_dot_memory__pb2.ExtractMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MergeMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memlane.v1.MemoryService/MergeMemories',
+            memlane_dot_v1_dot_memory__pb2.MergeMemoriesRequest.SerializeToString,
+            memlane_dot_v1_dot_memory__pb2.MergeMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

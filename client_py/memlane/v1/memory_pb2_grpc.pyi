@@ -75,6 +75,16 @@ class MemoryServiceStub:
     Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
     RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
     """
+    MergeMemories: _grpc.UnaryUnaryMultiCallable[_memory_pb2.MergeMemoriesRequest, _memory_pb2.MergeMemoriesResponse]
+    """Folds two or more of a user's items into the first one named (an operator fixing duplicates): it
+    takes the given content (or keeps its own), kind and slot, gains every source's provenance (message
+    ids, sessions, keywords, the highest importance, the usage counts) and the others are superseded by
+    it (kept for audit, never served). Each change is kept as a version (the kept item's reason MERGE,
+    the others' SUPERSEDE). Repeating a merge that is done returns the kept item.
+    Errors: INVALID_ARGUMENT (fewer than two or more than 50 ids, an id twice, content as for
+    UpdateMemory, a source already retired), NOT_FOUND (an id missing or not visible to the caller),
+    PERMISSION_DENIED (auditor), UNAVAILABLE.
+    """
     ListMemoryVersions: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListMemoryVersionsRequest, _memory_pb2.ListMemoryVersionsResponse]
     """--- Versions and snapshots (issue 18). Every change to an item is kept as a version (who, when,
     why); a named snapshot of the memory a caller can read can be taken, diffed against now and
@@ -162,6 +172,16 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     the results unless dry_run.
     Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
     RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
+    """
+    MergeMemories: _aio.UnaryUnaryMultiCallable[_memory_pb2.MergeMemoriesRequest, _memory_pb2.MergeMemoriesResponse]  # type: ignore[assignment]
+    """Folds two or more of a user's items into the first one named (an operator fixing duplicates): it
+    takes the given content (or keeps its own), kind and slot, gains every source's provenance (message
+    ids, sessions, keywords, the highest importance, the usage counts) and the others are superseded by
+    it (kept for audit, never served). Each change is kept as a version (the kept item's reason MERGE,
+    the others' SUPERSEDE). Repeating a merge that is done returns the kept item.
+    Errors: INVALID_ARGUMENT (fewer than two or more than 50 ids, an id twice, content as for
+    UpdateMemory, a source already retired), NOT_FOUND (an id missing or not visible to the caller),
+    PERMISSION_DENIED (auditor), UNAVAILABLE.
     """
     ListMemoryVersions: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListMemoryVersionsRequest, _memory_pb2.ListMemoryVersionsResponse]  # type: ignore[assignment]
     """--- Versions and snapshots (issue 18). Every change to an item is kept as a version (who, when,
@@ -301,6 +321,22 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         the results unless dry_run.
         Errors: INVALID_ARGUMENT (missing user_id or messages; a message field, as for AppendMessages),
         RESOURCE_EXHAUSTED (message or batch too large), UNAVAILABLE (store or LLM provider).
+        """
+
+    @_abc_1.abstractmethod
+    def MergeMemories(
+        self,
+        request: _memory_pb2.MergeMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.MergeMemoriesResponse, _abc.Awaitable[_memory_pb2.MergeMemoriesResponse]]:
+        """Folds two or more of a user's items into the first one named (an operator fixing duplicates): it
+        takes the given content (or keeps its own), kind and slot, gains every source's provenance (message
+        ids, sessions, keywords, the highest importance, the usage counts) and the others are superseded by
+        it (kept for audit, never served). Each change is kept as a version (the kept item's reason MERGE,
+        the others' SUPERSEDE). Repeating a merge that is done returns the kept item.
+        Errors: INVALID_ARGUMENT (fewer than two or more than 50 ids, an id twice, content as for
+        UpdateMemory, a source already retired), NOT_FOUND (an id missing or not visible to the caller),
+        PERMISSION_DENIED (auditor), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

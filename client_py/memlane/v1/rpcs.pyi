@@ -322,6 +322,19 @@ class SyncRpcs:
         dry_run: bool = ...,
     ) -> memlane.v1.memory_pb2.ExtractMemoriesResponse: ...
 
+    def merge_memories(
+        self,
+        request: memlane.v1.memory_pb2.MergeMemoriesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        memory_ids: Iterable[str] = ...,
+        content: str = ...,
+        kind: memlane.v1.memory_pb2.MemoryKind.ValueType = ...,
+        slot: str = ...,
+    ) -> memlane.v1.memory_pb2.MergeMemoriesResponse: ...
+
     def list_memory_versions(
         self,
         request: memlane.v1.memory_pb2.ListMemoryVersionsRequest | None = None,
@@ -435,6 +448,27 @@ class SyncRpcs:
         parked_ids: Iterable[str] = ...,
         all: bool = ...,
     ) -> memlane.v1.admin_pb2.RetryParkedJobsResponse: ...
+
+    def list_users(
+        self,
+        request: memlane.v1.admin_pb2.ListUsersRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        query: str = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> memlane.v1.admin_pb2.ListUsersResponse: ...
+
+    def import_user_data(
+        self,
+        request: memlane.v1.admin_pb2.ImportUserDataRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        data: bytes = ...,
+        merge: bool = ...,
+    ) -> memlane.v1.admin_pb2.ImportUserDataResponse: ...
 
     def put_checkpoint(
         self,
@@ -912,6 +946,19 @@ class AsyncRpcs:
         dry_run: bool = ...,
     ) -> Awaitable[memlane.v1.memory_pb2.ExtractMemoriesResponse]: ...
 
+    def merge_memories(
+        self,
+        request: memlane.v1.memory_pb2.MergeMemoriesRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        caller: memlane.v1.memory_pb2.Caller = ...,
+        memory_ids: Iterable[str] = ...,
+        content: str = ...,
+        kind: memlane.v1.memory_pb2.MemoryKind.ValueType = ...,
+        slot: str = ...,
+    ) -> Awaitable[memlane.v1.memory_pb2.MergeMemoriesResponse]: ...
+
     def list_memory_versions(
         self,
         request: memlane.v1.memory_pb2.ListMemoryVersionsRequest | None = None,
@@ -1025,6 +1072,27 @@ class AsyncRpcs:
         parked_ids: Iterable[str] = ...,
         all: bool = ...,
     ) -> Awaitable[memlane.v1.admin_pb2.RetryParkedJobsResponse]: ...
+
+    def list_users(
+        self,
+        request: memlane.v1.admin_pb2.ListUsersRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        query: str = ...,
+        page_size: int = ...,
+        page_token: str = ...,
+    ) -> Awaitable[memlane.v1.admin_pb2.ListUsersResponse]: ...
+
+    def import_user_data(
+        self,
+        request: memlane.v1.admin_pb2.ImportUserDataRequest | None = None,
+        /,
+        *,
+        timeout: float | None = None,
+        data: bytes = ...,
+        merge: bool = ...,
+    ) -> Awaitable[memlane.v1.admin_pb2.ImportUserDataResponse]: ...
 
     def put_checkpoint(
         self,

@@ -121,10 +121,16 @@ export class Memlane {
     return withInput(chatFromContext(responses), userInput, includeInput);
   }
 
-  /** Long-term memories of the user this agent may read, best first, with their score parts. */
-  async search(userId: string, query: string, options: { limit?: number } = {}): Promise<ScoredMemory[]> {
+  /** Long-term memories of the user this agent may read, best first, with their score parts; `minScore`
+   * leaves out results whose final score is below it (weak matches). */
+  async search(
+    userId: string,
+    query: string,
+    options: { limit?: number; minScore?: number } = {},
+  ): Promise<ScoredMemory[]> {
     const caller = { userId, agentId: this.agentId };
-    return (await this.client.searchMemories({ caller, query, limit: options.limit ?? 10 })).results;
+    const request = { caller, query, limit: options.limit ?? 10, minScore: options.minScore ?? 0 };
+    return (await this.client.searchMemories(request)).results;
   }
 
   /** Stores a fact (or a preference, instruction, episode) about the user; the memory id (that of an

@@ -18,6 +18,16 @@ const m = new Memlane(target(), { agentId: "support-bot", channel: "web" });
 afterAll(() => m.close());
 
 describe("Memlane", () => {
+  it("search leaves out matches weaker than minScore (issue 31)", async () => {
+    const user = unique("ms");
+    const strong = await m.remember(user, "Prefers vim keybindings in every editor.", { kind: MemoryKind.PREFERENCE });
+    const weak = await m.remember(user, "User's dog is named Rex.", { kind: MemoryKind.PREFERENCE });
+    const every = await m.search(user, "keybindings");
+    expect(new Set(every.map((h) => h.memory?.memoryId))).toEqual(new Set([strong, weak])); // the weak hit is there
+    const kept = await m.search(user, "keybindings", { minScore: 0.5 });
+    expect(kept.map((h) => h.memory?.memoryId)).toEqual([strong]); // positive control: the strong one stays
+  });
+
   it("the common path", async () => {
     const user = unique("u");
     const sid = unique("chat");

@@ -16,9 +16,12 @@ from memlane.v1 import admin_pb2 as apb
 from memlane.v1 import admin_pb2_grpc as apb_grpc
 
 from ..access.identity import current_caller
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, PermissionDenied
 from ..ids import check_id
-from ..pipelines.user_data import UserData
+from ..pipelines import export_format
+from ..pipelines.user_data import Record, UserData
+from ..pipelines.user_directory import UserDirectory
+from ..pipelines.user_import import UserImport
 from ..sessions.end_queue import SessionEndQueue
 from .parked_jobs import ParkedJobsMixin
 
@@ -50,9 +53,24 @@ def _parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
 
 
 class AdminServicer(ParkedJobsMixin, apb_grpc.AdminServiceServicer):
-    def __init__(self, user_data: UserData, queue: SessionEndQueue) -> None:
+    def __init__(
+        self, user_data: UserData, queue: SessionEndQueue, users: UserDirectory, importer: UserImport
+    ) -> None:
         self._data = user_data
         self._queue = queue
+        self._users = users
+        self._importer = importer
+
+    async def _records(self, user_id: str) -> AsyncIterator[Record]:
+        """The export's records in the file format: the header first (only when there is anything to
+        export: a user memlane holds nothing about exports as nothing), then each record tagged with
+        its type."""
+        first = True
+        async for kind, record in self._data.export(user_id):
+            if first:
+                yield export_format.HEADER, export_format.header(user_id)
+                first = False
+            yield kind, export_format.tagged(kind, record)
 
     async def ExportUserData(
         self, request: apb.ExportUserDataRequest, context: _Ctx
@@ -67,7 +85,7 @@ class AdminServicer(ParkedJobsMixin, apb_grpc.AdminServiceServicer):
                 yield part
             return
         kind, buf = "", bytearray()
-        async for k, record in self._data.export(request.user_id):
+        async for k, record in self._records(request.user_id):
             if buf and (k != kind or len(buf) >= _CHUNK):
                 yield apb.ExportUserDataResponse(kind=kind, data=bytes(buf))
                 buf.clear()
@@ -78,13 +96,52 @@ class AdminServicer(ParkedJobsMixin, apb_grpc.AdminServiceServicer):
 
     async def _parquet(self, user_id: str) -> AsyncIterator[apb.ExportUserDataResponse]:
         by_kind: dict[str, list[dict[str, Any]]] = {}
-        async for kind, record in self._data.export(user_id):
+        async for kind, record in self._records(user_id):
             by_kind.setdefault(kind, []).append(_flat(record))
         for kind, rows in by_kind.items():
             data = await asyncio.to_thread(_parquet_bytes, rows)
             parts = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)]
             for i, chunk in enumerate(parts):
                 yield apb.ExportUserDataResponse(kind=kind, data=chunk, part=i, last_part=i == len(parts) - 1)
+
+    async def ListUsers(self, request: apb.ListUsersRequest, context: _Ctx) -> apb.ListUsersResponse:
+        me = current_caller()
+        if not me.user_id:  # a call bound to an end user sees that user alone, whatever its role
+            try:
+                me.check_admin("list users", auditors_too=True)
+            except PermissionDenied:
+                raise PermissionDenied(
+                    f"agent {me.agent_id!r} may not list users: it needs the admin or auditor role"
+                ) from None
+        page = await self._users.list(request.query, request.page_size, request.page_token, only=me.user_id)
+        return apb.ListUsersResponse(
+            users=[
+                apb.UserSummary(
+                    user_id=u.user_id,
+                    session_count=u.session_count,
+                    memory_count=u.memory_count,
+                    last_session_at_unix_ms=u.last_session_at_ms,
+                )
+                for u in page.users
+            ],
+            next_page_token=page.next_page_token,
+            total_size=page.total,
+        )
+
+    async def ImportUserData(
+        self, request: apb.ImportUserDataRequest, context: _Ctx
+    ) -> apb.ImportUserDataResponse:
+        me = current_caller()
+        me.check_admin("import user data")
+        file = export_format.parse(request.data)
+        me.check_user(file.user_id, "the file's user_id")
+        receipt = await self._importer.run(file, merge=request.merge)
+        return apb.ImportUserDataResponse(
+            user_id=receipt.user_id,
+            imported=receipt.imported,
+            skipped=receipt.skipped,
+            not_restored=receipt.not_restored,
+        )
 
     async def ForgetUser(self, request: apb.ForgetUserRequest, context: _Ctx) -> apb.ForgetUserResponse:
         current_caller().check_admin("erase a user")

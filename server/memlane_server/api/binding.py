@@ -30,9 +30,12 @@ SESSION_FIELDS = (
     "target_session_id",
     "session_ids",  # PruneCheckpoints (repeated)
 )
-# RPCs that name no user: operator work on the session-end queue, refused to everyone but admins.
+# RPCs that name no user in a request field: operator work on the session-end queue, refused to
+# everyone but admins; ListUsers, whose handler narrows a bound call to its user; ImportUserData, whose
+# user is named inside the file and held to the binding by its handler.
 OPERATOR_RPCS = frozenset(
-    {"memlane.v1.AdminService.ListParkedJobs", "memlane.v1.AdminService.RetryParkedJobs"}
+    f"memlane.v1.AdminService.{name}"
+    for name in ("ListParkedJobs", "RetryParkedJobs", "ListUsers", "ImportUserData")
 )
 # RPCs on an agent's procedural memory (procedure.proto): they name no user because procedures are the
 # agent's, not a user's. A version learned from a session names it (``source_session_id``, checked

@@ -33,8 +33,9 @@ from ..ltm import (
     Visibility,
     default_scope,
 )
+from ..ltm.merging import MemoryMerge
 from ..ltm.vectors import check_texts
-from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_timestamp
+from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_short, check_timestamp
 from ..sessions.model import Session
 from ..sessions.once import OnceMarks
 from ..sessions.store import now_ms
@@ -198,6 +199,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         admission: EmbeddingAdmission,
     ) -> None:
         self._memory = memory
+        self._merge = MemoryMerge(memory)
         self._extractor = extractor
         self._feedback_marks = feedback_marks
         # What callers' texts may cost the model, per call and in flight (embedding/admission.py).
@@ -333,6 +335,23 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         ):
             item = await self._memory.update(who, m.memory_id, patch)
         return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
+
+    async def MergeMemories(
+        self, request: mpb.MergeMemoriesRequest, context: _Ctx
+    ) -> mpb.MergeMemoriesResponse:
+        who = _who(request.caller, write=True)
+        for i, memory_id in enumerate(request.memory_ids):
+            check_id(memory_id, f"memory_ids[{i}]")
+        check_short(request.slot, "slot", _LIMITS)
+        async with self._admission.admit([request.content] if request.content else [], "content"):
+            item, superseded = await self._merge.merge(
+                who,
+                list(request.memory_ids),
+                content=request.content,
+                kind=_kind(request.kind) if request.kind else None,
+                slot=request.slot,
+            )
+        return mpb.MergeMemoriesResponse(memory=memory_to_pb(item), superseded_ids=superseded)
 
     async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:
         check_id(request.memory_id, "memory_id")

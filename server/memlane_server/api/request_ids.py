@@ -28,6 +28,7 @@ ID_FIELDS = frozenset(
         "groups",
         "participants",
         "message_ids",
+        "memory_ids",
         "source_agent_ids",
         "source_message_ids",
         "procedure_id",

@@ -112,6 +112,11 @@ class MemoryCore:
             for user_id in user_ids:
                 await self._on_change(user_id, removed)
 
+    def check_content(self, content: str) -> str:
+        """The rules every stored text meets (present, bounded, no personal data), for writers beside
+        the service (ltm/merging.py); returns the text stripped."""
+        return self._check_content(content)
+
     def _check_content(self, content: str) -> str:
         text = content.strip()
         if not text:

@@ -87,8 +87,16 @@ class HistoryLog(Protocol):
 JournalRow = tuple[str, str, int, str, int, bool, bytes]
 
 
+# A version read from an export, to journal again: (memory id, reason, actor, at ms, deleted, item document).
+ImportedVersion = tuple[str, int, str, int, bool, bytes]
+
+
 class JournalBackend(Protocol):
     """Where the journal's rows are kept, encoded."""
+
+    async def import_entries(self, user_id: str, rows: Sequence[ImportedVersion]) -> int:
+        """Journals exported versions at their own times, leaving out those held already."""
+        ...
 
     async def append(
         self, user_id: str, actor: str, entries: Sequence[tuple[str, int, bool, bytes]]
@@ -136,6 +144,11 @@ class MemoryHistory:
     @property
     def snapshots(self) -> SnapshotBackend:
         return self._backend
+
+    async def import_versions(self, user_id: str, rows: Sequence[ImportedVersion]) -> int:
+        """Versions from an export (ImportUserData), at the times they were made; returns how many were
+        new."""
+        return await self._backend.import_entries(user_id, rows)
 
     async def record(self, user_id: str, actor: str, changes: Sequence[Change]) -> None:
         rows = [(c.item.id, int(c.reason), c.deleted, item_bytes(c.item)) for c in changes]

@@ -96,6 +96,16 @@ class KeySpace:
         """ZSET: session ids of one user, scored by creation time."""
         return f"{self.prefix}:user:{{{user_id}}}:sessions"
 
+    def all_user_sessions(self) -> str:
+        """A SCAN pattern matching every user's sessions index (ListUsers reads users from it)."""
+        return f"{self.prefix}:user:{{*}}:sessions"
+
+    def user_id_from_sessions_key(self, key: str) -> str | None:
+        head, tail = f"{self.prefix}:user:{{", "}:sessions"
+        if key.startswith(head) and key.endswith(tail):
+            return key[len(head) : -len(tail)]
+        return None
+
     def user_pattern(self, user_id: str) -> str:
         """A SCAN pattern matching every per-user key (sessions index, LTM version, once-marks), with the
         id's glob characters escaped: a user id is the caller's string, never a pattern."""

@@ -68,15 +68,39 @@ class RedisMemoryHistory:
         stream = self._keys.memory_versions(user_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             for memory_id, reason, deleted, item in entries:
-                fields: dict[Any, Any] = {
-                    "m": memory_id,
-                    "r": reason,
-                    "a": actor,
-                    "d": b"1" if deleted else b"",
-                    "i": item,
-                }
+                fields = _entry_fields(memory_id, reason, actor, deleted, item)
                 pipe.xadd(stream, fields, maxlen=self._max_versions, approximate=True)
             await pipe.execute()
+
+    async def import_entries(
+        self, user_id: str, rows: Sequence[tuple[str, int, str, int, bool, bytes]]
+    ) -> int:
+        """Journals versions read from an export (ImportUserData) at the times they were made, oldest
+        first; a version the journal holds already (same item, time, reason, author) is left out, so an
+        import run twice journals nothing the second time. Returns how many were written. A version older
+        than the journal's newest entry (an import merged into a user with history here) is journaled
+        now, its own time kept in the item it carries."""
+        if self._max_versions <= 0 or not rows:
+            return 0
+        stream = self._keys.memory_versions(user_id)
+        held: set[tuple[str, int, int, str]] = set()
+        after = ""
+        while True:
+            page, after = await self.entries(user_id, "", after, 500)
+            held |= {(e.memory_id, e.at_ms, e.reason, e.actor) for e in page}
+            if not after:
+                break
+        written = 0
+        for memory_id, reason, actor, at_ms, deleted, item in sorted(rows, key=lambda r: r[3]):
+            if (memory_id, at_ms, reason, actor) in held:
+                continue
+            fields = _entry_fields(memory_id, reason, actor, deleted, item)
+            try:
+                await self._redis.xadd(stream, fields, id=f"{max(at_ms, 1)}-*", maxlen=self._max_versions)
+            except ResponseError:  # older than the newest entry: streams only grow
+                await self._redis.xadd(stream, fields, maxlen=self._max_versions, approximate=True)
+            written += 1
+        return written
 
     async def entries(
         self, user_id: str, memory_id: str, after: str, limit: int
@@ -156,6 +180,11 @@ class RedisMemoryHistory:
             pipe.zcard(self._keys.memory_snapshots(user_id))
             versions, snapshots = await pipe.execute()
         return {"redis.memory_versions": int(versions), "redis.memory_snapshots": int(snapshots)}
+
+
+def _entry_fields(memory_id: str, reason: int, actor: str, deleted: bool, item: bytes) -> dict[Any, Any]:
+    """One version as a stream entry holds it (``_entry`` reads it back)."""
+    return {"m": memory_id, "r": reason, "a": actor, "d": b"1" if deleted else b"", "i": item}
 
 
 def _entry(entry_id: str, f: dict[str, Any]) -> JournalEntry:

@@ -92,16 +92,7 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
 
         ``default_ttl_seconds`` (the channel policy's expiry) replaces the store-wide default when
         ``s.ttl_seconds`` is 0; a policy default of 0 means no time expiry (explicit close only)."""
-        check_id(s.session_id, "session_id", required=False)
-        check_id(s.user_id, "user_id")
-        check_id(s.agent_id, "agent_id", required=False)
-        for name in ("channel", "group", "model"):
-            check_short(getattr(s, name), name, self.limits)
-        check_metadata(s.metadata, "metadata", self.limits)
-        check_list(s.participants, "participants", self.limits)
-        check_list(s.tags, "tags", self.limits)
-        if s.ttl_seconds < 0:
-            raise InvalidArgument("ttl_seconds must not be negative")
+        self._check_new(s)
         s = replace(
             s,
             session_id=s.session_id or new_id(),
@@ -112,6 +103,33 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
             or (self.default_ttl_seconds if default_ttl_seconds is None else default_ttl_seconds),
         )
         s.created_at_ms = s.last_activity_at_ms = now_ms()
+        if not await self._insert(s):
+            return await self.get(s.session_id), False
+        return s, True
+
+    async def import_session(self, s: Session) -> bool:
+        """Writes an exported session document as it was (ImportUserData): status, times, summary and
+        lifecycle kept. Only when the id is free: False when this user's session of that id is held
+        already (an import run twice), AlreadyExists when another user's is."""
+        check_id(s.session_id, "session_id")
+        self._check_new(s)
+        return await self._insert(s)
+
+    def _check_new(self, s: Session) -> None:
+        check_id(s.session_id, "session_id", required=False)
+        check_id(s.user_id, "user_id")
+        check_id(s.agent_id, "agent_id", required=False)
+        for name in ("channel", "group", "model"):
+            check_short(getattr(s, name), name, self.limits)
+        check_metadata(s.metadata, "metadata", self.limits)
+        check_list(s.participants, "participants", self.limits)
+        check_list(s.tags, "tags", self.limits)
+        if s.ttl_seconds < 0:
+            raise InvalidArgument("ttl_seconds must not be negative")
+
+    async def _insert(self, s: Session) -> bool:
+        """The document if its id is free, then the indexes; an active session also gets its inactivity
+        timer. False when a session of this user holds the id already."""
         k = self.keys.session(s.session_id)
         flat: list[Any] = []
         for name, value in encode_session(s).items():
@@ -126,15 +144,39 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
             existing = await self.get(s.session_id)
             if existing.user_id != s.user_id:
                 raise AlreadyExists(f"session_id {s.session_id!r} is taken by another user's session")
-            return existing, False
+            return False
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(self.keys.all_sessions(), {s.session_id: s.created_at_ms})
             pipe.zadd(self.keys.user_sessions(s.user_id), {s.session_id: s.created_at_ms})
-            if s.ttl_seconds > 0:
+            if s.ttl_seconds > 0 and s.status is SessionStatus.ACTIVE:
                 pipe.set(k.alive, 1, px=s.ttl_seconds * 1000)
-                pipe.zadd(self.keys.deadlines(), {s.session_id: s.created_at_ms + s.ttl_seconds * 1000})
+                deadline = max(s.last_activity_at_ms, s.created_at_ms) + s.ttl_seconds * 1000
+                pipe.zadd(self.keys.deadlines(), {s.session_id: deadline})
             await pipe.execute()
-        return s, True
+        return True
+
+    # ----------------------------------------------------------------- users (ListUsers)
+
+    async def users_with_sessions(self) -> set[str]:
+        """Every user with a sessions index, read from the index keys' names (one SCAN)."""
+        found: set[str] = set()
+        async for raw in self.redis.scan_iter(match=self.keys.all_user_sessions(), count=1000):
+            user = self.keys.user_id_from_sessions_key(raw.decode() if isinstance(raw, bytes) else str(raw))
+            if user:
+                found.add(user)
+        return found
+
+    async def session_counts(self, users: list[str]) -> list[tuple[int, int]]:
+        """(sessions, the newest one's creation ms) of each user."""
+        out = []
+        for user in users:  # a page of users: one small round trip each
+            key = self.keys.user_sessions(user)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zcard(key)
+                pipe.zrange(key, -1, -1, withscores=True)
+                count, newest = await pipe.execute()
+            out.append((int(count), int(newest[0][1]) if newest else 0))
+        return out
 
     async def list_sessions(self, f: SessionFilter, size: int, token: str) -> tuple[list[Session], str]:
         """Newest first. The index is per user when ``f.user_id`` is set, else global."""

@@ -4,11 +4,11 @@ the request in (``ViewerAccess``), read through the API, render a template (auto
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlencode
 
+from google.protobuf import field_mask_pb2
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 import memlane
@@ -48,6 +48,16 @@ def _when(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _date_of(ms: int, ends_range: bool = False) -> str:
+    """A filter's date as a date input shows it (an end of range was stored as the next day's start)."""
+    if not ms:
+        return ""
+    moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC) - (
+        dt.timedelta(days=1) if ends_range else dt.timedelta()
+    )
+    return moment.strftime("%Y-%m-%d")
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(Path(__file__).parent / "templates"),
@@ -56,6 +66,7 @@ def _environment() -> Environment:
     env.globals.update(
         url=url,
         when=_when,
+        date_of=_date_of,
         kind=lambda v: pages.enum_name(memory_pb2.MemoryKind, v, "MEMORY_KIND_"),
         scope=lambda v: pages.enum_name(memory_pb2.MemoryScope, v, "MEMORY_SCOPE_"),
         role=lambda v: pages.enum_name(session_pb2.Role, v, "ROLE_"),
@@ -121,19 +132,30 @@ class Viewer:
     async def _dispatch(self, request: HttpRequest, parts: list[str], grant: Grant) -> HttpResponse:
         c = self._client(grant)
         post = request.method == "POST"
-        routes: dict[tuple[str, int, bool], Callable[[], Awaitable[HttpResponse]]] = {
-            ("", 0, False): lambda: self._index(request, grant),
-            ("users", 2, False): lambda: self._user(c, parts[1], grant),
-            ("users", 3, False): lambda: self._user_sub(c, parts[1], parts[2], grant),
-            ("users", 3, True): lambda: self._wipe(c, parts[1], parts[2], request, grant),
-            ("users", 5, True): lambda: self._delete_memory(c, parts[1], parts[2:], grant),
-            ("sessions", 2, False): lambda: self._session(c, parts[1], grant),
-            ("sessions", 4, False): lambda: self._trace(c, parts[1], parts[2], parts[3], grant),
-        }
-        handler = routes.get((parts[0] if parts else "", len(parts), post))
-        if handler is None:
-            return self._page("error.html", "404 Not Found", message="no such page")
-        return await handler()
+        match parts, post:
+            case [], False:
+                return await self._index(c, request, grant)
+            case ["users", user], False:
+                return await self._user(c, user, grant)
+            case ["users", user, "memories"], False:
+                return await self._memories(c, user, request, grant)
+            case ["users", user, "merge"], _:
+                return await self._merge(c, user, request, grant, post=post)
+            case ["users", user, "wipe"], False:
+                return self._page("wipe.html", grant=grant, user_id=user, erased=None, message="")
+            case ["users", user, "wipe"], True:
+                return await self._wipe(c, user, request, grant)
+            case ["users", user, "memories", memory_id], False:
+                return await self._memory(c, user, memory_id, grant)
+            case ["users", user, "memories", memory_id, "edit"], True:
+                return await self._edit(c, user, memory_id, request)
+            case ["users", user, "memories", memory_id, "delete"], _:
+                return await self._delete_memory(c, user, memory_id, grant, post=post)
+            case ["sessions", session_id], False:
+                return await self._session(c, session_id, grant)
+            case ["sessions", session_id, "traces", trace_id], False:
+                return await self._trace(c, session_id, trace_id, grant)
+        return self._page("error.html", "404 Not Found", message="no such page")
 
     async def _login(self, request: HttpRequest) -> HttpResponse:
         if not self._access.auth_required:
@@ -148,11 +170,13 @@ class Viewer:
             return _redirect(url(), {"Set-Cookie": cookie})
         return self._page("login.html", message="")
 
-    async def _index(self, request: HttpRequest, grant: Grant) -> HttpResponse:
-        user = (request.query.get("user") or [""])[0].strip()
+    async def _index(self, c: memlane.AsyncClient, request: HttpRequest, grant: Grant) -> HttpResponse:
+        user = _arg(request, "user")
         if user:
             return _redirect(url("users", user))
-        return self._page("index.html", grant=grant)
+        query, token = _arg(request, "q"), _arg(request, "page")
+        page = await pages.users(c, query, token)
+        return self._page("index.html", grant=grant, query=query, page=page, token=token)
 
     async def _user(self, c: memlane.AsyncClient, user_id: str, grant: Grant) -> HttpResponse:
         sessions = await pages.user_sessions(c, user_id)
@@ -160,19 +184,92 @@ class Viewer:
             "user.html", grant=grant, user_id=user_id, sessions=sessions, status_of=pages.status_of
         )
 
-    async def _user_sub(self, c: memlane.AsyncClient, user_id: str, what: str, grant: Grant) -> HttpResponse:
-        if what == "memories":
-            items = await pages.memories(c, user_id)
-            return self._page("memories.html", grant=grant, user_id=user_id, memories=items)
-        if what == "wipe":
-            return self._page("wipe.html", grant=grant, user_id=user_id, erased=None, message="")
-        return self._page("error.html", "404 Not Found", message="no such page")
+    async def _memories(
+        self, c: memlane.AsyncClient, user_id: str, request: HttpRequest, grant: Grant
+    ) -> HttpResponse:
+        try:
+            q = _memory_query(request)
+        except ValueError as exc:
+            return self._page("error.html", "400 Bad Request", message=str(exc))
+        token = _arg(request, "page")
+        page = await pages.memory_list(c, user_id, q, token)
+        more = _query_string(request, page=page.next_token) if page.next_token else ""
+        return self._page(
+            "memories.html",
+            grant=grant,
+            user_id=user_id,
+            q=q,
+            page=page,
+            more=more,
+            kinds=_KINDS,
+            scopes=_SCOPES,
+        )
+
+    async def _memory(
+        self, c: memlane.AsyncClient, user_id: str, memory_id: str, grant: Grant, message: str = ""
+    ) -> HttpResponse:
+        detail = await pages.memory_detail(c, user_id, memory_id)
+        return self._page(
+            "memory.html",
+            "400 Bad Request" if message else "200 OK",
+            grant=grant,
+            user_id=user_id,
+            d=detail,
+            kinds=_KINDS,
+            scopes=_SCOPES,
+            message=message,
+            reason=lambda v: pages.enum_name(memory_pb2.MemoryChangeReason, v, "MEMORY_CHANGE_REASON_"),
+            date_input=_date_input,
+        )
+
+    async def _edit(
+        self, c: memlane.AsyncClient, user_id: str, memory_id: str, request: HttpRequest
+    ) -> HttpResponse:
+        """Through UpdateMemory, naming only what changed: the version it journals says who changed
+        what (its changed_by is the viewer's caller)."""
+        caller = memory_pb2.Caller(user_id=user_id)
+        now = (await c.get_memory(caller=caller, memory_id=memory_id)).memory
+        form = request.form
+        new = memory_pb2.Memory(memory_id=memory_id)
+        new.content = (form.get("content") or [now.content])[0].replace("\r\n", "\n").strip()
+        new.slot = (form.get("slot") or [now.slot])[0].strip()
+        new.kind = _KINDS.get((form.get("kind") or [""])[0], now.kind)
+        new.scope = _SCOPES.get((form.get("scope") or [""])[0], now.scope)
+        try:
+            new.valid_until_unix_ms = _date_ms((form.get("valid_until") or [""])[0], end_of_day=True)
+        except ValueError as exc:
+            return self._page("error.html", "400 Bad Request", message=str(exc))
+        fields = ("content", "slot", "kind", "scope", "valid_until_unix_ms")
+        paths = [f for f in fields if getattr(new, f) != getattr(now, f)]
+        if paths:
+            await c.update_memory(
+                caller=caller, memory=new, update_mask=field_mask_pb2.FieldMask(paths=paths)
+            )
+        return _redirect(url("users", user_id, "memories", memory_id))
+
+    async def _merge(
+        self, c: memlane.AsyncClient, user_id: str, request: HttpRequest, grant: Grant, *, post: bool
+    ) -> HttpResponse:
+        """GET: the chosen memories and the merged text to confirm; POST: MergeMemories."""
+        source = request.form if post else request.query
+        ids = [i for i in source.get("id", []) if i]
+        if len(ids) < 2:
+            message = "Choose at least two memories to merge (the boxes on the memories page)."
+            return self._page("error.html", "400 Bad Request", message=message)
+        if not post:
+            chosen = await pages.memories_named(c, user_id, ids)
+            return self._page("merge.html", grant=grant, user_id=user_id, chosen=chosen)
+        content = (request.form.get("content") or [""])[0].replace("\r\n", "\n").strip()
+        keep = (request.form.get("keep") or [ids[0]])[0]
+        ids = [keep, *(i for i in ids if i != keep)]  # MergeMemories keeps the first it is given
+        out = await c.merge_memories(
+            caller=memory_pb2.Caller(user_id=user_id), memory_ids=ids, content=content
+        )
+        return _redirect(url("users", user_id, "memories", out.memory.memory_id))
 
     async def _wipe(
-        self, c: memlane.AsyncClient, user_id: str, what: str, request: HttpRequest, grant: Grant
+        self, c: memlane.AsyncClient, user_id: str, request: HttpRequest, grant: Grant
     ) -> HttpResponse:
-        if what != "wipe":
-            return self._page("error.html", "404 Not Found", message="no such page")
         if (request.form.get("confirm") or [""])[0] != user_id:
             message = "Type the user id exactly to confirm; nothing was erased."
             return self._page(
@@ -182,12 +279,13 @@ class Viewer:
         return self._page("wipe.html", grant=grant, user_id=user_id, erased=erased, message="")
 
     async def _delete_memory(
-        self, c: memlane.AsyncClient, user_id: str, rest: list[str], grant: Grant
+        self, c: memlane.AsyncClient, user_id: str, memory_id: str, grant: Grant, *, post: bool
     ) -> HttpResponse:
-        what, memory_id, action = rest
-        if (what, action) != ("memories", "delete"):
-            return self._page("error.html", "404 Not Found", message="no such page")
-        await c.delete_memory(caller=memory_pb2.Caller(user_id=user_id), memory_id=memory_id)
+        caller = memory_pb2.Caller(user_id=user_id)
+        if not post:  # destructive: the memory shown, and a button to confirm
+            memory = (await c.get_memory(caller=caller, memory_id=memory_id)).memory
+            return self._page("delete.html", grant=grant, user_id=user_id, memory=memory)
+        await c.delete_memory(caller=caller, memory_id=memory_id)
         return _redirect(url("users", user_id, "memories"))
 
     async def _session(self, c: memlane.AsyncClient, session_id: str, grant: Grant) -> HttpResponse:
@@ -204,11 +302,63 @@ class Viewer:
         )
 
     async def _trace(
-        self, c: memlane.AsyncClient, session_id: str, what: str, trace_id: str, grant: Grant
+        self, c: memlane.AsyncClient, session_id: str, trace_id: str, grant: Grant
     ) -> HttpResponse:
-        if what != "traces":
-            return self._page("error.html", "404 Not Found", message="no such page")
         session = (await c.get_session(session_id=session_id)).session
         trace = (await c.get_turn_trace(session_id=session_id, trace_id=trace_id)).trace
         blocks = await pages.trace_blocks(c, session.user_id, trace)
         return self._page("trace.html", grant=grant, session=session, trace=trace, blocks=blocks)
+
+
+_KINDS = {n.removeprefix("MEMORY_KIND_").lower(): v for n, v in memory_pb2.MemoryKind.items() if v}
+_SCOPES = {n.removeprefix("MEMORY_SCOPE_").lower(): v for n, v in memory_pb2.MemoryScope.items() if v}
+_STATES = ("active", "retired", "all")
+
+
+def _arg(request: HttpRequest, name: str) -> str:
+    return (request.query.get(name) or [""])[0].strip()
+
+
+def _date_ms(text: str, *, end_of_day: bool = False) -> int:
+    """``YYYY-MM-DD`` (or an ISO time) as UTC milliseconds; empty is 0. A bare date that ends a range
+    means the end of that day."""
+    text = text.strip()
+    if not text:
+        return 0
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is not a date (YYYY-MM-DD)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    if end_of_day and len(text) == 10:
+        moment += dt.timedelta(days=1)
+    return int(moment.timestamp() * 1000)
+
+
+def _date_input(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M") if ms else ""
+
+
+def _memory_query(request: HttpRequest) -> pages.MemoryQuery:
+    """The filters of the memories page; raises ValueError for one that does not parse."""
+    state = _arg(request, "state") or "active"
+    if state not in _STATES:
+        raise ValueError(f"state must be one of {', '.join(_STATES)}")
+    return pages.MemoryQuery(
+        text=_arg(request, "q"),
+        kinds=[_KINDS[k] for k in request.query.get("kind", []) if k in _KINDS],
+        scopes=[_SCOPES[s] for s in request.query.get("scope", []) if s in _SCOPES],
+        agent=_arg(request, "agent"),
+        slot=_arg(request, "slot"),
+        state=state,
+        since_ms=_date_ms(_arg(request, "since")),
+        until_ms=_date_ms(_arg(request, "until"), end_of_day=True),
+    )
+
+
+def _query_string(request: HttpRequest, **replace: str) -> str:
+    """The request's query string with some values replaced (the "more" link keeps the filters)."""
+    pairs = [(k, v) for k, vs in request.query.items() if k not in replace for v in vs]
+    pairs += [(k, v) for k, v in replace.items() if v]
+    return urlencode(pairs)

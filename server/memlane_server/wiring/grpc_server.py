@@ -52,6 +52,8 @@ from ..observability.domain import DomainMetrics
 from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics
 from ..pipelines.user_data import UserData
+from ..pipelines.user_directory import UserDirectory
+from ..pipelines.user_import import UserImport
 from ..sessions.edits import MessageEditor
 from ..sessions.fence import ErasureJournal
 from ..sessions.once import OnceMarks
@@ -236,7 +238,13 @@ def _add_session_services(server: grpc.aio.Server, p: Served) -> None:
 
 def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
     st = p.stores
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(p.user_data, p.end.queue), server)
+    admin = AdminServicer(
+        p.user_data,
+        p.end.queue,
+        UserDirectory(st.sessions, p.ltm),
+        UserImport(st.sessions, p.ltm, st.memory_history),
+    )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
     if p.ltm is not None and p.extractor is not None:
         memory_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicerWithHistory(

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memlane/v1/admin.proto.
  */
 export const file_memlane_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChZtZW1sYW5lL3YxL2FkbWluLnByb3RvEgptZW1sYW5lLnYxIlIKFUV4cG9ydFVzZXJEYXRhUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEigKBmZvcm1hdBgCIAEoDjIYLm1lbWxhbmUudjEuRXhwb3J0Rm9ybWF0IlUKFkV4cG9ydFVzZXJEYXRhUmVzcG9uc2USDAoEa2luZBgBIAEoCRIMCgRkYXRhGAIgASgMEgwKBHBhcnQYAyABKAUSEQoJbGFzdF9wYXJ0GAQgASgIIiQKEUZvcmdldFVzZXJSZXF1ZXN0Eg8KB3VzZXJfaWQYASABKAki2wEKEkZvcmdldFVzZXJSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEjoKBmVyYXNlZBgCIAMoCzIqLm1lbWxhbmUudjEuRm9yZ2V0VXNlclJlc3BvbnNlLkVyYXNlZEVudHJ5EhwKFGNvbXBsZXRlZF9hdF91bml4X21zGAMgASgDEhgKEG9wZXJhdG9yX2FjdGlvbnMYBCADKAkSEQoJcmV3cml0dGVuGAUgAygJGi0KC0VyYXNlZEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEimwEKCVBhcmtlZEpvYhIRCglwYXJrZWRfaWQYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkSGwoTZW5xdWV1ZWRfYXRfdW5peF9tcxgEIAEoAxIQCghmYWlsdXJlcxgFIAEoBRINCgVlcnJvchgGIAEoCRIZChFwYXJrZWRfYXRfdW5peF9tcxgHIAEoAyI+ChVMaXN0UGFya2VkSm9ic1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiVgoWTGlzdFBhcmtlZEpvYnNSZXNwb25zZRIjCgRqb2JzGAEgAygLMhUubWVtbGFuZS52MS5QYXJrZWRKb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjkKFlJldHJ5UGFya2VkSm9ic1JlcXVlc3QSEgoKcGFya2VkX2lkcxgBIAMoCRILCgNhbGwYAiABKAgiVQoXUmV0cnlQYXJrZWRKb2JzUmVzcG9uc2USJgoHcmV0cmllZBgBIAMoCzIVLm1lbWxhbmUudjEuUGFya2VkSm9iEhIKCm5vdF9wYXJrZWQYAiADKAkqYQoMRXhwb3J0Rm9ybWF0Eh0KGUVYUE9SVF9GT1JNQVRfVU5TUEVDSUZJRUQQABIXChNFWFBPUlRfRk9STUFUX0pTT05MEAESGQoVRVhQT1JUX0ZPUk1BVF9QQVJRVUVUEAIy6wIKDEFkbWluU2VydmljZRJZCg5FeHBvcnRVc2VyRGF0YRIhLm1lbWxhbmUudjEuRXhwb3J0VXNlckRhdGFSZXF1ZXN0GiIubWVtbGFuZS52MS5FeHBvcnRVc2VyRGF0YVJlc3BvbnNlMAESSwoKRm9yZ2V0VXNlchIdLm1lbWxhbmUudjEuRm9yZ2V0VXNlclJlcXVlc3QaHi5tZW1sYW5lLnYxLkZvcmdldFVzZXJSZXNwb25zZRJXCg5MaXN0UGFya2VkSm9icxIhLm1lbWxhbmUudjEuTGlzdFBhcmtlZEpvYnNSZXF1ZXN0GiIubWVtbGFuZS52MS5MaXN0UGFya2VkSm9ic1Jlc3BvbnNlEloKD1JldHJ5UGFya2VkSm9icxIiLm1lbWxhbmUudjEuUmV0cnlQYXJrZWRKb2JzUmVxdWVzdBojLm1lbWxhbmUudjEuUmV0cnlQYXJrZWRKb2JzUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("ChZtZW1sYW5lL3YxL2FkbWluLnByb3RvEgptZW1sYW5lLnYxIlIKFUV4cG9ydFVzZXJEYXRhUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEigKBmZvcm1hdBgCIAEoDjIYLm1lbWxhbmUudjEuRXhwb3J0Rm9ybWF0IlUKFkV4cG9ydFVzZXJEYXRhUmVzcG9uc2USDAoEa2luZBgBIAEoCRIMCgRkYXRhGAIgASgMEgwKBHBhcnQYAyABKAUSEQoJbGFzdF9wYXJ0GAQgASgIIkgKEExpc3RVc2Vyc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkibAoLVXNlclN1bW1hcnkSDwoHdXNlcl9pZBgBIAEoCRIVCg1zZXNzaW9uX2NvdW50GAIgASgDEhQKDG1lbW9yeV9jb3VudBgDIAEoAxIfChdsYXN0X3Nlc3Npb25fYXRfdW5peF9tcxgEIAEoAyJoChFMaXN0VXNlcnNSZXNwb25zZRImCgV1c2VycxgBIAMoCzIXLm1lbWxhbmUudjEuVXNlclN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhIKCnRvdGFsX3NpemUYAyABKAMiNAoVSW1wb3J0VXNlckRhdGFSZXF1ZXN0EgwKBGRhdGEYASABKAwSDQoFbWVyZ2UYAiABKAgijwMKFkltcG9ydFVzZXJEYXRhUmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRJCCghpbXBvcnRlZBgCIAMoCzIwLm1lbWxhbmUudjEuSW1wb3J0VXNlckRhdGFSZXNwb25zZS5JbXBvcnRlZEVudHJ5EkAKB3NraXBwZWQYAyADKAsyLy5tZW1sYW5lLnYxLkltcG9ydFVzZXJEYXRhUmVzcG9uc2UuU2tpcHBlZEVudHJ5EkkKDG5vdF9yZXN0b3JlZBgEIAMoCzIzLm1lbWxhbmUudjEuSW1wb3J0VXNlckRhdGFSZXNwb25zZS5Ob3RSZXN0b3JlZEVudHJ5Gi8KDUltcG9ydGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ARouCgxTa2lwcGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ARoyChBOb3RSZXN0b3JlZEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEiJAoRRm9yZ2V0VXNlclJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCSLbAQoSRm9yZ2V0VXNlclJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSOgoGZXJhc2VkGAIgAygLMioubWVtbGFuZS52MS5Gb3JnZXRVc2VyUmVzcG9uc2UuRXJhc2VkRW50cnkSHAoUY29tcGxldGVkX2F0X3VuaXhfbXMYAyABKAMSGAoQb3BlcmF0b3JfYWN0aW9ucxgEIAMoCRIRCglyZXdyaXR0ZW4YBSADKAkaLQoLRXJhc2VkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASKbAQoJUGFya2VkSm9iEhEKCXBhcmtlZF9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIbChNlbnF1ZXVlZF9hdF91bml4X21zGAQgASgDEhAKCGZhaWx1cmVzGAUgASgFEg0KBWVycm9yGAYgASgJEhkKEXBhcmtlZF9hdF91bml4X21zGAcgASgDIj4KFUxpc3RQYXJrZWRKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJWChZMaXN0UGFya2VkSm9ic1Jlc3BvbnNlEiMKBGpvYnMYASADKAsyFS5tZW1sYW5lLnYxLlBhcmtlZEpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiOQoWUmV0cnlQYXJrZWRKb2JzUmVxdWVzdBISCgpwYXJrZWRfaWRzGAEgAygJEgsKA2FsbBgCIAEoCCJVChdSZXRyeVBhcmtlZEpvYnNSZXNwb25zZRImCgdyZXRyaWVkGAEgAygLMhUubWVtbGFuZS52MS5QYXJrZWRKb2ISEgoKbm90X3BhcmtlZBgCIAMoCSphCgxFeHBvcnRGb3JtYXQSHQoZRVhQT1JUX0ZPUk1BVF9VTlNQRUNJRklFRBAAEhcKE0VYUE9SVF9GT1JNQVRfSlNPTkwQARIZChVFWFBPUlRfRk9STUFUX1BBUlFVRVQQAjKOBAoMQWRtaW5TZXJ2aWNlElkKDkV4cG9ydFVzZXJEYXRhEiEubWVtbGFuZS52MS5FeHBvcnRVc2VyRGF0YVJlcXVlc3QaIi5tZW1sYW5lLnYxLkV4cG9ydFVzZXJEYXRhUmVzcG9uc2UwARJLCgpGb3JnZXRVc2VyEh0ubWVtbGFuZS52MS5Gb3JnZXRVc2VyUmVxdWVzdBoeLm1lbWxhbmUudjEuRm9yZ2V0VXNlclJlc3BvbnNlElcKDkxpc3RQYXJrZWRKb2JzEiEubWVtbGFuZS52MS5MaXN0UGFya2VkSm9ic1JlcXVlc3QaIi5tZW1sYW5lLnYxLkxpc3RQYXJrZWRKb2JzUmVzcG9uc2USWgoPUmV0cnlQYXJrZWRKb2JzEiIubWVtbGFuZS52MS5SZXRyeVBhcmtlZEpvYnNSZXF1ZXN0GiMubWVtbGFuZS52MS5SZXRyeVBhcmtlZEpvYnNSZXNwb25zZRJICglMaXN0VXNlcnMSHC5tZW1sYW5lLnYxLkxpc3RVc2Vyc1JlcXVlc3QaHS5tZW1sYW5lLnYxLkxpc3RVc2Vyc1Jlc3BvbnNlElcKDkltcG9ydFVzZXJEYXRhEiEubWVtbGFuZS52MS5JbXBvcnRVc2VyRGF0YVJlcXVlc3QaIi5tZW1sYW5lLnYxLkltcG9ydFVzZXJEYXRhUmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * @generated from message memlane.v1.ExportUserDataRequest
@@ -75,6 +75,171 @@ export const ExportUserDataResponseSchema: GenMessage<ExportUserDataResponse> = 
   messageDesc(file_memlane_v1_admin, 1);
 
 /**
+ * @generated from message memlane.v1.ListUsersRequest
+ */
+export type ListUsersRequest = Message<"memlane.v1.ListUsersRequest"> & {
+  /**
+   * Only user ids containing this text (case-insensitive); empty: every user.
+   *
+   * @generated from field: string query = 1;
+   */
+  query: string;
+
+  /**
+   * At most 500; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memlane.v1.ListUsersRequest.
+ * Use `create(ListUsersRequestSchema)` to create a new message.
+ */
+export const ListUsersRequestSchema: GenMessage<ListUsersRequest> = /*@__PURE__*/
+  messageDesc(file_memlane_v1_admin, 2);
+
+/**
+ * One user memlane holds data about.
+ *
+ * @generated from message memlane.v1.UserSummary
+ */
+export type UserSummary = Message<"memlane.v1.UserSummary"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * Sessions in Redis (open, closed or archived).
+   *
+   * @generated from field: int64 session_count = 2;
+   */
+  sessionCount: bigint;
+
+  /**
+   * Long-term memory items, retired ones included.
+   *
+   * @generated from field: int64 memory_count = 3;
+   */
+  memoryCount: bigint;
+
+  /**
+   * The newest session's creation time (0 without sessions).
+   *
+   * @generated from field: int64 last_session_at_unix_ms = 4;
+   */
+  lastSessionAtUnixMs: bigint;
+};
+
+/**
+ * Describes the message memlane.v1.UserSummary.
+ * Use `create(UserSummarySchema)` to create a new message.
+ */
+export const UserSummarySchema: GenMessage<UserSummary> = /*@__PURE__*/
+  messageDesc(file_memlane_v1_admin, 3);
+
+/**
+ * @generated from message memlane.v1.ListUsersResponse
+ */
+export type ListUsersResponse = Message<"memlane.v1.ListUsersResponse"> & {
+  /**
+   * @generated from field: repeated memlane.v1.UserSummary users = 1;
+   */
+  users: UserSummary[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * Users matching the query, across all pages.
+   *
+   * @generated from field: int64 total_size = 3;
+   */
+  totalSize: bigint;
+};
+
+/**
+ * Describes the message memlane.v1.ListUsersResponse.
+ * Use `create(ListUsersResponseSchema)` to create a new message.
+ */
+export const ListUsersResponseSchema: GenMessage<ListUsersResponse> = /*@__PURE__*/
+  messageDesc(file_memlane_v1_admin, 4);
+
+/**
+ * @generated from message memlane.v1.ImportUserDataRequest
+ */
+export type ImportUserDataRequest = Message<"memlane.v1.ImportUserDataRequest"> & {
+  /**
+   * JSON lines as ExportUserData writes them: the header line first, then records.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * Import into a user that already has data here (records with ids already held are left as they are).
+   *
+   * @generated from field: bool merge = 2;
+   */
+  merge: boolean;
+};
+
+/**
+ * Describes the message memlane.v1.ImportUserDataRequest.
+ * Use `create(ImportUserDataRequestSchema)` to create a new message.
+ */
+export const ImportUserDataRequestSchema: GenMessage<ImportUserDataRequest> = /*@__PURE__*/
+  messageDesc(file_memlane_v1_admin, 5);
+
+/**
+ * @generated from message memlane.v1.ImportUserDataResponse
+ */
+export type ImportUserDataResponse = Message<"memlane.v1.ImportUserDataResponse"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * Records written, per record type ("session": 2, "message": 40, "memory": 12, ...).
+   *
+   * @generated from field: map<string, int64> imported = 2;
+   */
+  imported: { [key: string]: bigint };
+
+  /**
+   * Records skipped because their ids were already held (a second import of the same file).
+   *
+   * @generated from field: map<string, int64> skipped = 3;
+   */
+  skipped: { [key: string]: bigint };
+
+  /**
+   * Records of types an import does not write back, per type: turn traces, framework checkpoints and
+   * archived rows (derived, or kept by the archive's own retention; docs/operations.md#export-format).
+   *
+   * @generated from field: map<string, int64> not_restored = 4;
+   */
+  notRestored: { [key: string]: bigint };
+};
+
+/**
+ * Describes the message memlane.v1.ImportUserDataResponse.
+ * Use `create(ImportUserDataResponseSchema)` to create a new message.
+ */
+export const ImportUserDataResponseSchema: GenMessage<ImportUserDataResponse> = /*@__PURE__*/
+  messageDesc(file_memlane_v1_admin, 6);
+
+/**
  * @generated from message memlane.v1.ForgetUserRequest
  */
 export type ForgetUserRequest = Message<"memlane.v1.ForgetUserRequest"> & {
@@ -89,7 +254,7 @@ export type ForgetUserRequest = Message<"memlane.v1.ForgetUserRequest"> & {
  * Use `create(ForgetUserRequestSchema)` to create a new message.
  */
 export const ForgetUserRequestSchema: GenMessage<ForgetUserRequest> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 2);
+  messageDesc(file_memlane_v1_admin, 7);
 
 /**
  * @generated from message memlane.v1.ForgetUserResponse
@@ -135,7 +300,7 @@ export type ForgetUserResponse = Message<"memlane.v1.ForgetUserResponse"> & {
  * Use `create(ForgetUserResponseSchema)` to create a new message.
  */
 export const ForgetUserResponseSchema: GenMessage<ForgetUserResponse> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 3);
+  messageDesc(file_memlane_v1_admin, 8);
 
 /**
  * A session-end job taken off the queue after failing too often.
@@ -192,7 +357,7 @@ export type ParkedJob = Message<"memlane.v1.ParkedJob"> & {
  * Use `create(ParkedJobSchema)` to create a new message.
  */
 export const ParkedJobSchema: GenMessage<ParkedJob> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 4);
+  messageDesc(file_memlane_v1_admin, 9);
 
 /**
  * @generated from message memlane.v1.ListParkedJobsRequest
@@ -216,7 +381,7 @@ export type ListParkedJobsRequest = Message<"memlane.v1.ListParkedJobsRequest"> 
  * Use `create(ListParkedJobsRequestSchema)` to create a new message.
  */
 export const ListParkedJobsRequestSchema: GenMessage<ListParkedJobsRequest> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 5);
+  messageDesc(file_memlane_v1_admin, 10);
 
 /**
  * @generated from message memlane.v1.ListParkedJobsResponse
@@ -238,7 +403,7 @@ export type ListParkedJobsResponse = Message<"memlane.v1.ListParkedJobsResponse"
  * Use `create(ListParkedJobsResponseSchema)` to create a new message.
  */
 export const ListParkedJobsResponseSchema: GenMessage<ListParkedJobsResponse> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 6);
+  messageDesc(file_memlane_v1_admin, 11);
 
 /**
  * @generated from message memlane.v1.RetryParkedJobsRequest
@@ -264,7 +429,7 @@ export type RetryParkedJobsRequest = Message<"memlane.v1.RetryParkedJobsRequest"
  * Use `create(RetryParkedJobsRequestSchema)` to create a new message.
  */
 export const RetryParkedJobsRequestSchema: GenMessage<RetryParkedJobsRequest> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 7);
+  messageDesc(file_memlane_v1_admin, 12);
 
 /**
  * @generated from message memlane.v1.RetryParkedJobsResponse
@@ -290,7 +455,7 @@ export type RetryParkedJobsResponse = Message<"memlane.v1.RetryParkedJobsRespons
  * Use `create(RetryParkedJobsResponseSchema)` to create a new message.
  */
 export const RetryParkedJobsResponseSchema: GenMessage<RetryParkedJobsResponse> = /*@__PURE__*/
-  messageDesc(file_memlane_v1_admin, 8);
+  messageDesc(file_memlane_v1_admin, 13);
 
 /**
  * Encoding of an export.
@@ -383,6 +548,37 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof RetryParkedJobsRequestSchema;
     output: typeof RetryParkedJobsResponseSchema;
+  },
+  /**
+   * The users memlane holds data about (sessions or long-term memory), ordered by user id, with their
+   * counts; `query` narrows to ids containing it (case-insensitive). Admins and auditors see every
+   * user; a call bound to an end user (user token) sees that user only; other agents are refused.
+   * Errors: INVALID_ARGUMENT (page_size, page_token, query), PERMISSION_DENIED, UNAVAILABLE.
+   *
+   * @generated from rpc memlane.v1.AdminService.ListUsers
+   */
+  listUsers: {
+    methodKind: "unary";
+    input: typeof ListUsersRequestSchema;
+    output: typeof ListUsersResponseSchema;
+  },
+  /**
+   * Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
+   * sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
+   * versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
+   * holds whole lines and starts with the header line; a file too large for one call is sent in several,
+   * each starting with the header, the later ones with `merge`. Callers need the admin role.
+   * Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
+   * user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
+   * than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
+   * RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+   *
+   * @generated from rpc memlane.v1.AdminService.ImportUserData
+   */
+  importUserData: {
+    methodKind: "unary";
+    input: typeof ImportUserDataRequestSchema;
+    output: typeof ImportUserDataResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_memlane_v1_admin, 0);
