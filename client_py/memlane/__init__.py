@@ -14,7 +14,7 @@ exported here.
 from importlib import metadata as _metadata
 
 from ._chat import ChatMessage
-from ._client import DEFAULT_TARGET, AsyncClient, Client, iter_pages
+from ._client import DEFAULT_TARGET, AsyncClient, Client, address_from_env, iter_pages
 from ._errors import (
     AbortedError,
     AlreadyExistsError,
@@ -144,6 +144,7 @@ __all__ = [
     "UnimplementedError",
     "UnknownError",
     "VisibilityKind",
+    "address_from_env",
     "iter_pages",
     "new_id",
 ]

@@ -13,6 +13,7 @@ transport (blocking or asyncio), so the two can never drift apart.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
@@ -43,6 +44,14 @@ Req_contra = TypeVar("Req_contra", bound=ProtoMessage, contravariant=True)
 Resp_co = TypeVar("Resp_co", bound=ProtoMessage, covariant=True)
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def address_from_env() -> str:
+    """The sidecar's address as the environment names it ($MEMLANE_ADDRESS, or the older
+    $MEMLANE_TARGET), else ``DEFAULT_TARGET``: what every command line defaults to."""
+    return os.environ.get("MEMLANE_ADDRESS") or os.environ.get("MEMLANE_TARGET") or DEFAULT_TARGET
+
+
 DEFAULT_TIMEOUT = 30.0
 AGENT_HEADER = "x-memlane-agent"
 USER_TOKEN_HEADER = "x-memlane-user-token"  # a signed end-user token (JWT), when the sidecar binds users

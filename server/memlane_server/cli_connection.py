@@ -39,17 +39,13 @@ _FLAGS = {
 }
 
 
-def default_address() -> str:
-    return os.environ.get("MEMLANE_ADDRESS") or os.environ.get("MEMLANE_TARGET") or memlane.DEFAULT_TARGET
-
-
 def add_connection(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address",
         "--target",
         dest="address",
         metavar="HOST:PORT",
-        default=default_address(),
+        default=memlane.address_from_env(),
         help="gRPC address of the sidecar ($MEMLANE_ADDRESS; --target and $MEMLANE_TARGET are the older"
         " names; default %(default)s)",
     )

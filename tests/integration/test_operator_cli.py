@@ -163,7 +163,9 @@ def test_users_memories_edit_merge_and_import(
     edit = ["memories", "edit", "--user", user, ids[2], *address]
     assert main([*edit, "--content", "Works as a glassblower in Murano.", "--slot", "occupation"]) == 0
     edited = json.loads(capsys.readouterr().out)
-    assert edited["content"] == "Works as a glassblower in Murano." and edited["slot"] == "occupation"
+    assert (
+        edited["content"] == "Works as a glassblower in Murano." and edited["slot"] == "job"
+    )  # the family's name
     assert main(edit) == 2 and "--content, --kind" in capsys.readouterr().err  # nothing named to change
     assert main([*edit, "--valid-until", "soon"]) == 2 and "--valid-until" in capsys.readouterr().err
     versions = client.list_memory_versions(caller=caller, memory_id=ids[2]).versions

@@ -23,6 +23,8 @@ EXPECTED = {
     "OutOfRangeError", "PermissionDeniedError", "PromotionState", "ResourceExhaustedError", "RetryPolicy",
     "Role", "Session", "SessionStatus", "Summary", "Topology", "UnauthenticatedError", "UnavailableError",
     "UnimplementedError", "UnknownError", "VisibilityKind", "iter_pages", "new_id",
+    # where a command line finds the sidecar ($MEMLANE_ADDRESS): the server's CLI and the MCP server's
+    "address_from_env",
     # grouping bases of the errors, and the field at fault
     "ClientError", "RetryableError", "ServerError", "FieldViolation",
     # the high-level layer and the types a developer meets first

@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .._client import DEFAULT_TARGET
+from .._client import DEFAULT_TARGET, address_from_env
 
 TOKEN_ENV = "MEMLANE_TOKEN"  # the caller (agent) bearer token, as for every other memlane command
 USER_TOKEN_ENV = "MEMLANE_USER_TOKEN"  # a signed end-user token, when the sidecar binds users
@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target",
         dest="target",
         metavar="HOST:PORT",
-        default=os.environ.get("MEMLANE_ADDRESS") or os.environ.get("MEMLANE_TARGET") or DEFAULT_TARGET,
+        default=address_from_env(),
         help="the sidecar's gRPC address ($MEMLANE_ADDRESS; --target and $MEMLANE_TARGET are the older"
         f" names; default {DEFAULT_TARGET})",
     )

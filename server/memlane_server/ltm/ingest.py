@@ -110,19 +110,9 @@ class MemoryWriter(MemoryCore):
             if twin is not None and audience.may_merge(draft, kind, twin):
                 # The same words of the same speaker on the same day (an episode's text holds all three),
                 # said again in another session: one memory, its provenance both turns.
-                self._merge_into(
-                    twin,
-                    draft,
-                    kind=kind,
-                    content=content,
-                    vector=vector,
-                    now=now,
-                    session=owner.source_session_id,
-                )
-                batch.touch(twin)
-                results.append(IngestResult(twin, IngestOutcome.MERGED))
-                continue
-            decision = self._decision(draft, kind, content, vector, peers)
+                decision = Decision(Action.MERGE, target=twin)
+            else:
+                decision = self._decision(draft, kind, content, vector, peers)
             if decision.action is Action.MERGE and decision.target is not None:
                 target = decision.target
                 kept = self._merge_into(
@@ -134,12 +124,13 @@ class MemoryWriter(MemoryCore):
                     now=now,
                     session=owner.source_session_id,
                 )
-                at = peers.items.index(target)
-                peers.matrix[at] = kept
-                peers.slots[at] = self._slots.slot_of(target.slot, target.content, kept)
+                at = next((i for i, p in enumerate(peers.items) if p is target), None)
+                if at is not None:  # a durable item: what later drafts are compared with changed
+                    peers.matrix[at] = kept
+                    peers.slots[at] = self._slots.slot_of(target.slot, target.content, kept)
+                    _note_stated(stated, draft, target)
                 batch.touch(target)
                 results.append(IngestResult(target, IngestOutcome.MERGED))
-                _note_stated(stated, draft, target)
                 continue
             item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
             slot = "" if kind is MemoryKind.EPISODIC else self._slots.slot_of(item.slot, content, vector)
