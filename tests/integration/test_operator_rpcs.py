@@ -18,6 +18,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import admin_pb2 as apb
 from memlane.v1 import memory_pb2 as mpb
+from memlane.v1 import procedure_pb2 as ppb
 from memlane_server.background import SidecarThread
 from tests.conftest import ServerFactory
 from tests.hostile import hostile_ids
@@ -182,6 +183,14 @@ def _seed(c: memlane.Client, user: str) -> str:
     _memory(c, user, "Has a dog named Rex.", kind=mpb.MEMORY_KIND_FACT, source_message_ids=["m-rex"])
     c.create_memory_snapshot(caller=caller, snapshot_id="before-fix", note="seeded")
     assert c.get_memory(caller=caller, memory_id=first.memory_id).memory.superseded_by
+    # A procedure version learned from the session: the user's data too (it quotes their turns).
+    c.propose_procedure(
+        procedure_id=f"damaged-{sid[-6:]}",
+        kind=ppb.PROCEDURE_KIND_ROUTINE,
+        content="For a damaged order: apologise, ship a replacement, confirm the delivery door.",
+        title="damaged order",
+        source_session_id=sid,
+    )
     return sid
 
 
@@ -221,6 +230,12 @@ def test_import_round_trip_into_a_fresh_sidecar(
         assert receipt.imported["session"] == 1 and receipt.imported["message"] == 3
         assert receipt.imported["memory"] == 4 and receipt.imported["memory_snapshot"] == 1
         assert receipt.imported["memory_version"] >= 4
+        # The procedure version comes back as a proposal of its owner, under this sidecar's approval.
+        assert receipt.imported["procedure"] == 1 and "procedure" not in receipt.not_restored
+        [proc] = [p for p in other.list_procedures().procedures if p.procedure_id == f"damaged-{sid[-6:]}"]
+        [version] = proc.versions
+        assert version.state == ppb.PROCEDURE_STATE_PROPOSED and "replacement" in version.content
+        assert version.source_session_id == sid
         after = {
             q: [
                 (h.memory.memory_id, h.memory.content)
@@ -242,6 +257,7 @@ def test_import_round_trip_into_a_fresh_sidecar(
             assert (
                 dict(again.imported) == {} and again.skipped["memory"] == 4 and again.skipped["session"] == 1
             )
+            assert again.skipped["procedure"] == 1
         versions = other.list_memory_versions(caller=caller, page_size=500).versions
         assert len(versions) == receipt.imported["memory_version"]
         # A different file for a user held here is refused unless merge is set.
@@ -356,6 +372,9 @@ def test_import_fuzzed_records_never_fail_inside(server: SidecarThread, client: 
         ("memory_version", "reason", "whim"),
         ("memory_snapshot", "items", [1]),
         ("memory_snapshot", "snapshot_id", "a{b}"),
+        ("procedure", "owner", "a:x{y}"),
+        ("procedure", "kind", "spell"),
+        ("procedure", "content", "Call the user on 4111 1111 1111 1111."),
     ],
 )
 def test_import_refuses_each_bad_field(client: memlane.Client, kind: str, field: str, value: object) -> None:

@@ -3,7 +3,10 @@
 What is written back: sessions (their documents as they were: status, times, summary), their messages
 (ids and order kept), long-term memory items (ids, provenance and state kept; vectors made again by this
 sidecar's model, so a file from a sidecar with another model still recalls right), the items' version
-history at the times it was made, and snapshots. What is not: turn traces (a record of what one
+history at the times it was made, snapshots, and the procedure versions learned from the user's
+sessions: each as a proposal of its agent or group (``ProcedureService.propose``, so the PII rule and
+the approval policy of this sidecar apply: a version the extractor wrote always waits for an operator,
+and no version comes back active on its old approval). What is not: turn traces (a record of what one
 assembly saw, not memory), framework checkpoints and archived rows (kept by the archive's own
 retention); they are counted in ``not_restored``.
 
@@ -27,13 +30,15 @@ from ..ltm.history import ChangeReason, ImportedVersion, MemoryHistory, item_byt
 from ..ltm.ingest import embedding_text
 from ..ltm.model import MemoryItem
 from ..ltm.schema import from_row
+from ..procedures.service import ProcedureService, Proposal
 from ..sessions.codec import decode_session
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata
 from ..sessions.model import Message, Role, Session, VisibilityKind
+from ..sessions.procedure_model import Kind, Origin, Owner
 from ..sessions.store import SessionStore, now_ms
 from .export_format import ExportFile
 
-NOT_RESTORED = ("trace", "checkpoint", "procedure")  # and every "archive.<dataset>"
+NOT_RESTORED = ("trace", "checkpoint")  # and every "archive.<dataset>"
 _BATCH = 500  # messages restored per Redis round trip, items embedded per call
 
 
@@ -55,11 +60,16 @@ def _bad(number: int, kind: str, why: str) -> InvalidArgument:
 
 class UserImport:
     def __init__(
-        self, sessions: SessionStore, memory: MemoryService | None, history: MemoryHistory | None
+        self,
+        sessions: SessionStore,
+        memory: MemoryService | None,
+        history: MemoryHistory | None,
+        procedures: ProcedureService | None = None,
     ) -> None:
         self._sessions = sessions
         self._memory = memory
         self._history = history
+        self._procedures = procedures
         self._limits = Limits()
 
     async def held(self, user_id: str) -> tuple[set[str], set[str]]:
@@ -79,7 +89,7 @@ class UserImport:
             if kind in NOT_RESTORED or kind.startswith("archive."):
                 receipt.count(receipt.not_restored, kind)
                 continue
-            if kind not in ("session", "message", "memory", "memory_version", "memory_snapshot"):
+            if kind not in ("session", "message", "memory", "memory_version", "memory_snapshot", "procedure"):
                 raise _bad(number, kind, "not a record type of this format")
             if record.get("user_id", user) != user:
                 raise _bad(number, kind, "belongs to another user than the header's")
@@ -88,6 +98,7 @@ class UserImport:
         items = [self._item(n, r, user) for n, r in by_kind.get("memory", [])]
         versions = self._versions(user, by_kind.get("memory_version", []))
         snapshots = [self._snapshot(user, n, r) for n, r in by_kind.get("memory_snapshot", [])]
+        proposals = [self._proposal(user, n, r) for n, r in by_kind.get("procedure", [])]
         sids, mids = await self.held(user)
         await self._check_free(user, [s.session_id for s in sessions], [i.id for i in items])
         messages = self._messages(by_kind.get("message", []), sids | {s.session_id for s in sessions})
@@ -121,7 +132,57 @@ class UserImport:
             receipt.count(receipt.imported, "memory_version", written)
             receipt.count(receipt.skipped, "memory_version", len(versions) - written)
         await self._write_snapshots(user, snapshots, receipt)
+        await self._propose(proposals, receipt)
         return receipt
+
+    def _proposal(self, user: str, number: int, r: dict[str, Any]) -> Proposal:
+        if self._procedures is None:
+            raise _bad(number, "procedure", "procedures are not served by this sidecar")
+        try:
+            owner = Owner.from_tag(str(r["owner"]))
+            kind, origin = Kind[str(r["kind"]).upper()], Origin[str(r["origin"]).upper()]
+            ids = [str(i) for i in r.get("source_message_ids") or []]
+            p = Proposal(
+                owner=owner,
+                procedure_id=str(r["procedure_id"]),
+                content=str(r["content"]),
+                kind=kind,
+                title=str(r.get("title") or ""),
+                reason=str(r.get("reason") or ""),
+                origin=origin,
+                proposed_by=str(r.get("proposed_by") or ""),
+                source_session_id=str(r.get("source_session_id") or ""),
+                source_message_ids=tuple(ids),
+                source_user_id=user,
+            )
+        except (KeyError, TypeError, ValueError):
+            raise _bad(
+                number, "procedure", "owner, procedure_id, kind, origin or content does not parse"
+            ) from None
+        if kind is Kind.UNSPECIFIED or origin is Origin.UNSPECIFIED:
+            raise _bad(number, "procedure", "kind and origin must be named")
+        for value, name in (
+            (owner.agent_id, "owner"),
+            (owner.group, "owner"),
+            (p.procedure_id, "procedure_id"),
+            (p.proposed_by, "proposed_by"),
+            (p.source_session_id, "source_session_id"),
+            *((i, "source_message_ids") for i in ids),
+        ):
+            check_id(value, f"line {number}: {name}", required=name == "procedure_id")
+        try:
+            self._procedures.check(p)
+        except InvalidArgument as exc:
+            raise _bad(number, "procedure", str(exc)) from None
+        return p
+
+    async def _propose(self, proposals: list[Proposal], receipt: ImportReceipt) -> None:
+        """Each as a proposal; one with the same content as a version held already is that version."""
+        if self._procedures is None:
+            return
+        for p in proposals:
+            _, _, created = await self._procedures.propose(p)
+            receipt.count(receipt.imported if created else receipt.skipped, "procedure")
 
     async def _check_free(self, user: str, session_ids: list[str], memory_ids: list[str]) -> None:
         """Ids are kept, so an id another user holds here cannot be imported (ALREADY_EXISTS, before

@@ -81,7 +81,7 @@ class ProcedureService:
 
     async def propose(self, p: Proposal) -> tuple[Procedure, int, bool]:
         """(the procedure, the proposed version, whether it is new). Equal content: the existing version."""
-        content = self._check(p)
+        content = self.check(p)
         # The extractor's versions always wait for a human: a transcript excerpt from one user's session
         # must not reach every other user's context unseen.
         auto = p.origin is not Origin.EXTRACTOR and self._auto(p.owner)
@@ -262,7 +262,8 @@ class ProcedureService:
                 return new if new is not None else Procedure(owner, procedure_id, "")
         raise Conflict(f"procedure {procedure_id!r} changed concurrently; retry")
 
-    def _check(self, p: Proposal) -> str:
+    def check(self, p: Proposal) -> str:
+        """The proposal's content as stored; raises ``InvalidArgument`` (empty, too long, no kind, PII)."""
         content = p.content.strip()
         if not content:
             raise InvalidArgument("content is required")

@@ -242,7 +242,7 @@ def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
         p.user_data,
         p.end.queue,
         UserDirectory(st.sessions, p.ltm),
-        UserImport(st.sessions, p.ltm, st.memory_history),
+        UserImport(st.sessions, p.ltm, st.memory_history, st.procedures),
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
     if p.ltm is not None and p.extractor is not None:
