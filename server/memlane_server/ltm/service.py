@@ -70,15 +70,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         want_keywords = query.mode is not SearchMode.VECTOR and bool(text)
         want_vectors = query.mode is not SearchMode.KEYWORD
         sub = await self._sub_query(text, hot) if given is None and want_vectors else None
-        keyword_task = (
-            (
-                hot.keyword_top(mask, text, n)
-                if hot is not None and mask is not None
-                else self._store.keyword_search(text, where, n)
-            )
-            if want_keywords
-            else _no_hits()
-        )
+        keyword_task = self._keyword_hits(text, where, n, hot, mask) if want_keywords else _no_hits()
         vector_task = (
             self._vector_hits(text, where, n, hot, mask, given=given, sub=sub)
             if want_vectors
@@ -95,6 +87,14 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             expanded=expanded,
         )
         return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
+
+    async def _keyword_hits(
+        self, text: str, where: Expr, n: int, hot: HotEntry | None, mask: npt.NDArray[np.bool_] | None
+    ) -> list[Hit]:
+        """BM25 over the reader's entry in memory (ltm/keyword_index.py), else LanceDB's full-text index."""
+        if hot is not None and mask is not None:
+            return await hot.keyword_top(mask, text, n)
+        return await self._store.keyword_search(text, where, n)
 
     async def _sub_query(self, text: str, hot: HotEntry | None) -> SubQuery | None:
         """Expansion needs the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
