@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import os
 import re
 import socket
 import subprocess
@@ -26,7 +25,6 @@ from memlane_server.background import SidecarThread
 from tests.chromium import chromium
 from tests.conftest import ServerFactory
 
-REQUIRE_TOOLS = os.environ.get("MEMLANE_REQUIRE_TOOLS") == "1"
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 
 

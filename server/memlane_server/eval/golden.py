@@ -38,6 +38,7 @@ from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 
 from ..background import SidecarThread
+from ..ltm.ranking import text_key
 from ..sessions.scratch import drop_keys
 from .locomo import eval_settings
 
@@ -171,7 +172,7 @@ def context_repeats(parts: Iterable[cpb.AssembleContextResponse]) -> int:
                 continue
             ids += [m.memory_id for m in block.memories]
             lines += [ln for m in block.messages for ln in m.content.splitlines() if ln.startswith("- ")]
-    return (len(ids) - len(set(ids))) + (len(lines) - len({" ".join(ln.casefold().split()) for ln in lines}))
+    return (len(ids) - len(set(ids))) + (len(lines) - len({text_key(ln) for ln in lines}))
 
 
 def recall(outcomes: list[Outcome], at_one: bool = False) -> float:

@@ -13,6 +13,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..ltm.ranking import text_key
+
 BUDGETS = (256, 512, 1024)
 CUTOFFS = (5, 10)
 
@@ -77,7 +79,7 @@ def repeats_within(results: Sequence[Retrieved], budget: int) -> tuple[int, int]
         if used + r.tokens > budget:
             break
         used += r.tokens
-        key = " ".join(r.text.casefold().split())
+        key = text_key(r.text)
         if key in seen:
             count += 1
             tokens += r.tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from .model import (
     new_memory_id,
 )
 from .ranking import STALE_KEY, prune_score, text_key
+from .slots import canonical_slot, stated_slot
 from .tuning import DAY_MS, default_scope
 
 _DAYS_PER_READ = 16  # days of drafted episodes read for twins in one predicate
@@ -95,8 +97,9 @@ class MemoryWriter(MemoryCore):
         now: int,
         reason: ChangeReason,
     ) -> tuple[list[IngestResult], bool]:
-        peers, seen_turns = await self._load_peers(owner, accepted, now)
-        twins = await self._load_twins(owner, accepted, now)
+        peers, (seen_turns, twins) = await asyncio.gather(
+            self._load_peers(owner, now), self._load_episodes(owner, accepted, now)
+        )
         batch = _Batch()
         results: list[IngestResult] = []
         # Which durable items each turn of this batch stated, to link the turn's episode to them.
@@ -160,11 +163,8 @@ class MemoryWriter(MemoryCore):
         await self._journal(owner.user_id, owner.agent_id, _changes(stored, batch, dropped, reason))
         return results, bool(dropped)
 
-    async def _load_peers(
-        self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
-    ) -> tuple[_Peers, dict[str, MemoryItem]]:
-        """The (user, agent)'s active non-episodic items with their vectors, and the episodes already
-        stored for this session's turns (by the turn's message id: a re-run must not add them twice)."""
+    async def _load_peers(self, owner: Owner, now: int) -> _Peers:
+        """The (user, agent)'s active non-episodic items with their vectors."""
         mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
         existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
         ndims = self._embedder.ndims
@@ -173,40 +173,41 @@ class MemoryWriter(MemoryCore):
             if existing
             else np.zeros((0, ndims), np.float32)
         )
-        seen_turns: dict[str, MemoryItem] = {}
-        if owner.source_session_id and any(k is MemoryKind.EPISODIC for _, k, _ in accepted):
-            episodes = await self._store.fetch(
-                mine
-                & filters.of_kind(MemoryKind.EPISODIC)
-                & filters.is_("source_session_id", owner.source_session_id)
-            )
-            seen_turns = {mid: ep for ep in episodes for mid in ep.source_message_ids[:1]}
         # Stored slots in their family's name too: items written before a name joined a family meet.
         slots = self._slots.slots_of([e.slot for e in existing], [e.content for e in existing], matrix)
-        return _Peers(existing, matrix, slots), seen_turns
+        return _Peers(existing, matrix, slots)
 
-    async def _load_twins(
+    async def _load_episodes(
         self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
-    ) -> dict[str, MemoryItem]:
-        """The (user, agent)'s active episodes that say what a drafted episode says, by text. An episode's
-        text holds its day, so only the drafts' days are read (a filter on text would put caller text in
-        a predicate: ``store.checked`` refuses that)."""
-        texts = {text_key(c) for _, k, c in accepted if k is MemoryKind.EPISODIC}
-        days = sorted(
-            {(d.occurred_at_ms or now) // DAY_MS for d, k, _ in accepted if k is MemoryKind.EPISODIC}
+    ) -> tuple[dict[str, MemoryItem], dict[str, MemoryItem]]:
+        """The (user, agent)'s active episodes a drafted one may repeat, in one read (per
+        ``_DAYS_PER_READ`` days of drafts): those stored for this session's turns, by the turn's message
+        id (a re-run must not add them twice), and those saying what a drafted episode says, by text. An
+        episode's text holds its day, so only the drafts' days are read for the second (a filter on text
+        would put caller text in a predicate: ``store.checked`` refuses that)."""
+        drafted = [(d, c) for d, k, c in accepted if k is MemoryKind.EPISODIC]
+        if not drafted:
+            return {}, {}
+        texts = {text_key(c) for _, c in drafted}
+        days = sorted({(d.occurred_at_ms or now) // DAY_MS for d, _ in drafted})
+        mine = (
+            filters.written_by(owner.user_id, owner.agent_id)
+            & filters.active(now)
+            & filters.of_kind(MemoryKind.EPISODIC)
         )
-        if not texts:
-            return {}
-        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
-        found: dict[str, MemoryItem] = {}
+        session = owner.source_session_id
+        seen_turns: dict[str, MemoryItem] = {}
+        twins: dict[str, MemoryItem] = {}
         for start in range(0, len(days), _DAYS_PER_READ):
-            on_days = filters.occurred_on_days(days[start : start + _DAYS_PER_READ], DAY_MS)
-            for ep in await self._store.fetch(
-                mine & filters.of_kind(MemoryKind.EPISODIC) & on_days, with_vector=True
-            ):
+            where = filters.occurred_on_days(days[start : start + _DAYS_PER_READ], DAY_MS)
+            if session and not start:
+                where = where | filters.is_("source_session_id", session)
+            for ep in await self._store.fetch(mine & where, with_vector=True):
+                if session and ep.source_session_id == session:
+                    seen_turns.update({mid: ep for mid in ep.source_message_ids[:1]})
                 if text_key(ep.content) in texts:
-                    found.setdefault(text_key(ep.content), ep)
-        return found
+                    twins.setdefault(text_key(ep.content), ep)
+        return seen_turns, twins
 
     async def _mark_stale_episodes(self, batch: _Batch, now: int) -> None:
         """Episodes that carry a fact retired by this batch say what is no longer true: each is marked
@@ -288,7 +289,7 @@ class MemoryWriter(MemoryCore):
             kind=kind,
             content=content,
             keywords=clean_keywords(draft.keywords),
-            slot="" if kind is MemoryKind.EPISODIC else self._slots.stated(draft.slot, content),
+            slot="" if kind is MemoryKind.EPISODIC else stated_slot(draft.slot, content),
             group=extra.group if extra else "",
             importance=clamp(draft.importance),
             created_at_ms=now,
@@ -321,19 +322,12 @@ class MemoryWriter(MemoryCore):
             target.content = content
             target.kind = kind
             target.vector = vector.tolist()
-        target.slot = self._slots.stated(draft.slot, "") or target.slot
-        meta = {k: v for k, v in draft.metadata.items() if k != LINKS_KEY}
-        sessions = [s for s in target.metadata.get(SESSIONS_KEY, "").split(",") if s]
-        for sid in (target.source_session_id, session):
-            if sid and sid not in sessions:
-                sessions.append(sid)
-        if len(sessions) > 1:
-            meta[SESSIONS_KEY] = ",".join(sessions[-self._policy.max_source_ids :])
+        target.slot = canonical_slot(draft.slot) or target.slot
+        meta = {k: v for k, v in draft.metadata.items() if k not in (LINKS_KEY, SESSIONS_KEY)}
         target.metadata = {**target.metadata, **meta}
+        fold_provenance(target, [session], draft.source_message_ids, self._policy.max_source_ids)
         target.importance = max(target.importance, clamp(draft.importance))
         target.keywords = clean_keywords([*draft.keywords, *target.keywords])
-        ids = list(dict.fromkeys([*target.source_message_ids, *draft.source_message_ids]))
-        target.source_message_ids = ids[-self._policy.max_source_ids :]
         target.updated_at_ms = now
         return np.asarray(target.vector, dtype=np.float32)
 
@@ -495,6 +489,20 @@ def embedding_text(content: str, keywords: Sequence[str]) -> str:
     them as the full-text index does."""
     keys = " ".join(clean_keywords(keywords))
     return f"{content}\n{keys}" if keys else content
+
+
+def fold_provenance(
+    target: MemoryItem, sessions: Sequence[str], message_ids: Sequence[str], max_ids: int
+) -> None:
+    """What ``target`` came from grows by ``sessions`` and ``message_ids`` (oldest first, each once, the
+    newest ``max_ids`` kept): every session beyond its own is listed under ``SESSIONS_KEY``."""
+    known = [s for s in target.metadata.get(SESSIONS_KEY, "").split(",") if s]
+    for sid in (target.source_session_id, *sessions):
+        if sid and sid not in known:
+            known.append(sid)
+    if len(known) > 1:
+        target.metadata = {**target.metadata, SESSIONS_KEY: ",".join(known[-max_ids:])}
+    target.source_message_ids = list(dict.fromkeys([*target.source_message_ids, *message_ids]))[-max_ids:]
 
 
 def clamp(value: float) -> float:

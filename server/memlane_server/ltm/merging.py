@@ -9,9 +9,10 @@ from dataclasses import replace
 from ..errors import InvalidArgument, NotFound
 from . import filters
 from .history import Change, ChangeReason
-from .ingest import SESSIONS_KEY, clamp, clean_keywords, embedding_text
+from .ingest import SESSIONS_KEY, clamp, clean_keywords, embedding_text, fold_provenance
 from .model import MemoryItem, MemoryKind, Visibility
 from .service import MemoryService, readable
+from .slots import canonical_slot
 
 MAX_MERGE = 50  # items one call may fold together: an operator's fix, not a bulk rewrite
 
@@ -56,7 +57,7 @@ class MemoryMerge:
         _fold(kept, [o for o in others if o.superseded_by != kept.id], m.policy.max_source_ids)
         kept.content = text or kept.content
         kept.kind = kind or kept.kind
-        kept.slot = slot or kept.slot
+        kept.slot = canonical_slot(slot) or kept.slot
         kept.updated_at_ms = now
         for o in others:
             o.superseded_by = kept.id
@@ -78,17 +79,7 @@ def _fold(kept: MemoryItem, others: list[MemoryItem], max_ids: int) -> None:
     """The sources' provenance and standing into the kept item: message ids and sessions accumulate
     (oldest first, as ingest's merge keeps them), keywords join, importance is the highest, the counts
     add up; the earliest time the thing happened stays."""
-    sessions = [s for s in kept.metadata.get(SESSIONS_KEY, "").split(",") if s]
-    ids = list(kept.source_message_ids)
     for o in others:
-        for sid in (
-            kept.source_session_id,
-            *o.metadata.get(SESSIONS_KEY, "").split(","),
-            o.source_session_id,
-        ):
-            if sid and sid not in sessions:
-                sessions.append(sid)
-        ids += o.source_message_ids
         kept.keywords = clean_keywords([*kept.keywords, *o.keywords])
         kept.importance = clamp(max(kept.importance, o.importance))
         kept.usage_count += o.usage_count
@@ -97,6 +88,7 @@ def _fold(kept: MemoryItem, others: list[MemoryItem], max_ids: int) -> None:
         if o.occurred_at_ms and (not kept.occurred_at_ms or o.occurred_at_ms < kept.occurred_at_ms):
             kept.occurred_at_ms = o.occurred_at_ms
         kept.source_session_id = kept.source_session_id or o.source_session_id
-    kept.source_message_ids = list(dict.fromkeys(ids))[-max_ids:]
-    if len(sessions) > 1:
-        kept.metadata = {**kept.metadata, SESSIONS_KEY: ",".join(sessions[-max_ids:])}
+    sessions = [
+        s for o in others for s in (*o.metadata.get(SESSIONS_KEY, "").split(","), o.source_session_id)
+    ]
+    fold_provenance(kept, sessions, [i for o in others for i in o.source_message_ids], max_ids)

@@ -36,7 +36,7 @@ from .model import (
     Visibility,
 )
 from .ranking import fuse_and_rank, text_key
-from .slots import canonical_slot, slot_by_wording
+from .slots import canonical_slot, stated_slot
 from .store import Hit
 from .upkeep import MemoryUpkeep
 
@@ -276,18 +276,16 @@ def _newest_per_slot(items: list[MemoryItem]) -> list[MemoryItem]:
     """``items`` (in order) with one item per single-valued attribute of one subject: the newest. Ingest
     supersedes within one (user, agent); the profile also reads other agents' user-wide items, and two
     homes must not reach the model side by side whoever wrote them."""
+    slots = [stated_slot(i.slot, i.content) for i in items]
     newest: dict[tuple[str, str], MemoryItem] = {}
-    for item in items:
-        slot = canonical_slot(item.slot) or slot_by_wording(item.content)
+    for item, slot in zip(items, slots, strict=True):
         if slot:
             key = (subject_of(item.metadata), slot)
             kept = newest.get(key)
             if kept is None or (item.updated_at_ms, item.id) > (kept.updated_at_ms, kept.id):
                 newest[key] = item
     winners = {id(i) for i in newest.values()}
-    return [
-        i for i in items if id(i) in winners or not (canonical_slot(i.slot) or slot_by_wording(i.content))
-    ]
+    return [i for i, slot in zip(items, slots, strict=True) if not slot or id(i) in winners]
 
 
 def readable(who: Visibility) -> Expr:

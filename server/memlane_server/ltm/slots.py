@@ -82,6 +82,12 @@ _WORDING: tuple[tuple[str, linear_regex.Pattern], ...] = tuple(
 )
 
 
+def stated_slot(given: str, content: str) -> str:
+    """The slot an item is stored with: the one it was given, in its family's name, else the one its
+    wording names ("" if neither: meaning alone is not stored, ``SlotReader`` re-reads it on comparison)."""
+    return canonical_slot(given) or slot_by_wording(content)
+
+
 def slot_by_wording(content: str) -> str:
     """The slot a statement names by its first words ("Lives in Munich." is ``location``), or ""."""
     head = content.strip()[:200]
@@ -115,18 +121,13 @@ class SlotReader:
             if self._matrix is None:
                 self._matrix = await self._embedder.embed([DESCRIPTIONS[n] for n in self._names])
 
-    def stated(self, given: str, content: str) -> str:
-        """The slot an item is stored with: the one it was given, in its family's name, else the one
-        its wording names ("" if neither: meaning alone is not stored, it is re-read on comparison)."""
-        return canonical_slot(given) or slot_by_wording(content)
-
     def slot_of(self, given: str, content: str, vector: npt.NDArray[np.float32]) -> str:
-        """The slot an item is compared under: ``stated``, else the one recognised by meaning."""
-        return self.stated(given, content) or self.infer(vector[None, :])[0]
+        """The slot an item is compared under: ``stated_slot``, else the one recognised by meaning."""
+        return stated_slot(given, content) or self.infer(vector[None, :])[0]
 
     def slots_of(self, given: list[str], contents: list[str], vectors: npt.NDArray[np.float32]) -> list[str]:
         """``slot_of`` of many items (one matrix product for those that need meaning)."""
-        out = [self.stated(g, c) for g, c in zip(given, contents, strict=True)]
+        out = [stated_slot(g, c) for g, c in zip(given, contents, strict=True)]
         bare = [i for i, s in enumerate(out) if not s]
         if bare:
             for i, slot in zip(bare, self.infer(vectors[bare]), strict=True):
