@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from memlane_server.bench.ltm_data import filler
+from memlane_server.config import Settings
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii
 from memlane_server.ltm import (
@@ -27,6 +28,7 @@ from memlane_server.ltm import (
     RecallQuery,
     Visibility,
 )
+from memlane_server.wiring.stores import memory_tuning
 
 TOPICS = [
     "hiking",
@@ -46,7 +48,7 @@ async def run(size: int, embedder: OnnxEmbedder, queries: int) -> None:
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceMemoryStore.open(tmp, embedder.ndims)
-        svc = MemoryService(store, embedder, guard=find_pii)
+        svc = MemoryService(store, embedder, memory_tuning(Settings().ltm), guard=find_pii)
         users = max(1, size // 100)
         items = filler(size - 100, users, rng)
         for start in range(0, len(items), 20_000):
@@ -90,7 +92,7 @@ async def run(size: int, embedder: OnnxEmbedder, queries: int) -> None:
 async def promotion(embedder: OnnxEmbedder, n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceMemoryStore.open(tmp, embedder.ndims)
-        svc = MemoryService(store, embedder, guard=find_pii)
+        svc = MemoryService(store, embedder, memory_tuning(Settings().ltm), guard=find_pii)
         t = time.perf_counter()
         for u in range(n // 50):
             drafts = [

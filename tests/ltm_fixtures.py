@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from memlane_server.config import Settings
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii
 from memlane_server.ltm import LanceMemoryStore, MemoryService, MemoryTuning
+from memlane_server.wiring.stores import memory_tuning
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -33,8 +35,10 @@ async def open_memory(
 ) -> MemoryService:
     store = await LanceMemoryStore.open(str(path), embedder.ndims)
     if clock is None:
-        return MemoryService(store, embedder, policy, guard=find_pii)
-    return MemoryService(store, embedder, policy, guard=find_pii, clock=clock)
+        return MemoryService(store, embedder, policy or memory_tuning(Settings().ltm), guard=find_pii)
+    return MemoryService(
+        store, embedder, policy or memory_tuning(Settings().ltm), guard=find_pii, clock=clock
+    )
 
 
 @pytest_asyncio.fixture

@@ -48,12 +48,10 @@ from .sessions.store import SessionStore
 from .summarizers import Summarizer
 from .tokens import TokenCounter
 from .viewer import viewer_for
-from .wiring import access, grpc_server
-from .wiring import ltm as wiring_ltm
-from .wiring.context import build_context
+from .wiring import grpc_server
+from .wiring import stores as wiring_stores
 from .wiring.embedding import load_embedder
-from .wiring.lifecycle import SessionEnd, build_session_end
-from .wiring.providers import build_extractor, build_summarizer
+from .wiring.lifecycle import SessionEnd, build_context, build_extractor, build_session_end, build_summarizer
 from .wiring.stores import Stores, build_stores
 from .worker_pool import WorkerPool
 
@@ -237,7 +235,7 @@ class Sidecar:
             self._closes["embedder"] = embedder.close
         assert self._embedder is not None
         telemetry.register_embedding(self.registry, self._embedder)
-        store = await wiring_ltm.open_store(
+        store = await wiring_stores.open_store(
             s.ltm,
             data_dir=s.server.data_dir,
             ndims=self._embedder.ndims,
@@ -248,11 +246,11 @@ class Sidecar:
         self._closes["ltm store"] = _async(store.close)
         self._health.add_check("ltm", store.health)
         versions = LtmVersions(self.redis, self.keys)
-        self.ltm = wiring_ltm.memory_service(
+        self.ltm = wiring_stores.memory_service(
             s.ltm, store, self._embedder, versions=versions, history=self.stores.memory_history
         )
         self._closes["ltm"] = self.ltm.close
-        self._maintenance = maintenance = wiring_ltm.maintenance(s.ltm, self.ltm)  # started with the jobs
+        self._maintenance = maintenance = wiring_stores.maintenance(s.ltm, self.ltm)  # started with the jobs
         self._closes["ltm maintenance"] = maintenance.close
         if self._memory is None:
             self._memory = LtmMemorySource(self.ltm, cross_channel_episodes=s.ltm.ltm_cross_channel_episodes)
@@ -301,12 +299,12 @@ class Sidecar:
     async def _serve(self, extractor: Extractor | None, context: ContextAssembler) -> None:
         """The gRPC server: built, bound and started; health SERVING."""
         s = self.settings
-        self._policy = access.start_policy(s.access)
+        self._policy = grpc_server.start_policy(s.access)
         self._closes["policy reload"] = self._policy.stop
         listens = [a.strip() for a in s.server.listen.split(",") if a.strip()]
         gate = grpc_server.ConnectionGate(len(listens), self._pod)
         server, self.admission = grpc_server.new_server(
-            s.server, self.registry, access.authenticator(s.access, self._policy), self.stores, gate
+            s.server, self.registry, grpc_server.authenticator(s.access, self._policy), self.stores, gate
         )
         self._user_data = grpc_server.user_data(self.redis, self.stores, context, self.ltm, self.end)
         served = grpc_server.Served(
@@ -328,7 +326,7 @@ class Sidecar:
         )
         services = grpc_server.add_servicers(server, served)
         for address in listens:
-            self.addresses.append(grpc_server.bind(server, address, access.tls_credentials(s.access)))
+            self.addresses.append(grpc_server.bind(server, address, grpc_server.tls_credentials(s.access)))
         await server.start()
         self._drains["calls"] = functools.partial(self._drain_calls, server, s.server.shutdown_grace_seconds)
         await self._health.serve([*services[:2], ""])

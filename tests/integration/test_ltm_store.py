@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from memlane_server.config import Settings
 from memlane_server.embedding import OnnxEmbedder
 from memlane_server.errors import AlreadyExists, InvalidArgument, NotFound
 from memlane_server.extraction import RulesExtractor, build_episodes
@@ -18,7 +19,6 @@ from memlane_server.ltm import (
     MemoryPatch,
     MemoryScope,
     MemoryService,
-    MemoryTuning,
     NewMemory,
     Owner,
     RecallQuery,
@@ -27,6 +27,7 @@ from memlane_server.ltm import (
 )
 from memlane_server.ltm.tuning import DAY_MS
 from memlane_server.sessions.model import Message, Role, Session
+from memlane_server.wiring.stores import memory_tuning
 from tests.ltm_fixtures import embedder, memory, open_memory
 
 __all__ = ["embedder", "memory"]
@@ -192,7 +193,9 @@ async def test_client_id_is_idempotent_and_pii_rejected(memory: MemoryService) -
 
 
 async def test_cap_prunes_lowest_score(tmp_path: Path, embedder: OnnxEmbedder) -> None:
-    svc = await open_memory(tmp_path / "cap", embedder, MemoryTuning(max_items_per_agent=5))
+    svc = await open_memory(
+        tmp_path / "cap", embedder, memory_tuning(Settings.of(ltm_max_items_per_agent=5).ltm)
+    )
     try:
         topics = ["chess", "sailing", "pottery", "jazz", "origami", "kayaking", "astronomy"]
         drafts = [

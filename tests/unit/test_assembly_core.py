@@ -8,14 +8,16 @@ counts are exact; each section stays within its cap; the conversation is the new
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from memlane_server.access.identity import Caller
+from memlane_server.config import Settings
 from memlane_server.context import (
     AssembleRequest,
-    BudgetPolicy,
     Fallback,
     MemoryHit,
     Provenance,
@@ -29,6 +31,7 @@ from memlane_server.errors import InvalidArgument
 from memlane_server.sessions.channel_policies import ChannelPolicy
 from memlane_server.sessions.model import Message, Role, Session, Summary, VisibilityKind
 from memlane_server.tokens import TokenCounter
+from memlane_server.wiring.lifecycle import budget_policy
 
 COUNTER = TokenCounter()
 WORDS = ["order", "ORD-1234", "we", "decided", "must", "plan", "hello", "é", "日本", "ok?", "ana@example.com"]
@@ -104,7 +107,7 @@ def test_headroom_invariant_of_the_pure_core(
     profile: list[MemoryHit],
     memories: list[MemoryHit],
 ) -> None:
-    policy = BudgetPolicy(fallback=fallback)
+    policy = replace(budget_policy(Settings().context), fallback=fallback)
     turns = _turns(data, n)
     if user_input and input_is_last_turn:  # the input already stored, as the viewer's own turn
         turns.append(Message(f"m{n + 1}", "s", Role.USER, user_input, seq=n + 1, source_agent_id="me"))
@@ -178,14 +181,14 @@ def _settled(user_input: str, turns: list[Message], window: int) -> tuple[Compos
     s = settle(
         req,
         session,
-        policy=BudgetPolicy(),
+        policy=budget_policy(Settings().context),
         channel=ChannelPolicy(),
         counter=COUNTER,
         default_model="",
         trace_id="t",
     )
     tokens = COUNTER.count_many([m.content for m in turns], s.model)
-    return Composition(s, BudgetPolicy(), 8192), GatheredHistory(turns, turns, tokens)
+    return Composition(s, budget_policy(Settings().context), 8192), GatheredHistory(turns, turns, tokens)
 
 
 def test_an_input_already_stored_is_charged_once_and_its_budget_goes_to_history() -> None:

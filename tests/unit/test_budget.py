@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from memlane_server.context import BudgetPolicy, Ledger, Section, SectionCaps
+from memlane_server.config import Settings
+from memlane_server.context import Ledger, Section, SectionCaps
 from memlane_server.context.budget import plan_budget
 from memlane_server.errors import InvalidArgument
+from memlane_server.wiring.lifecycle import budget_policy
 
 
 def test_priority_order_lowest_section_absorbs_the_shortfall() -> None:
-    policy = BudgetPolicy()
+    policy = budget_policy(Settings().context)
     plan = plan_budget(1000, 200, 0, SectionCaps(system=700, history=900), policy)
     ledger = Ledger(plan)
     assert ledger.grant(Section.SYSTEM) == 700
@@ -26,4 +28,4 @@ def test_priority_order_lowest_section_absorbs_the_shortfall() -> None:
 
 def test_reserved_output_beyond_window_is_invalid() -> None:
     with pytest.raises(InvalidArgument):
-        plan_budget(1000, 1001, 0, SectionCaps(), BudgetPolicy())
+        plan_budget(1000, 1001, 0, SectionCaps(), budget_policy(Settings().context))

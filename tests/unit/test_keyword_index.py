@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memlane_server.config import Settings
 from memlane_server.ltm.keyword_index import KeywordIndex, fold, stem, terms
 from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
 from memlane_server.ltm.ranking import fuse_and_rank
 from memlane_server.ltm.store import Hit
-from memlane_server.ltm.tuning import MemoryTuning
+from memlane_server.wiring.stores import memory_tuning
 
 
 @pytest.mark.parametrize(
@@ -63,6 +64,6 @@ def test_fusion_gives_tied_keyword_scores_one_rank() -> None:
     # Two items the keyword side cannot tell apart: the vector side decides between them.
     keyword = [_hit(1, 2.4), _hit(2, 2.4)]
     vector = [_hit(2, 0.8), _hit(1, 0.5)]
-    ranked = fuse_and_rank(keyword, vector, policy=MemoryTuning(), now_ms=0, limit=5)
+    ranked = fuse_and_rank(keyword, vector, policy=memory_tuning(Settings().ltm), now_ms=0, limit=5)
     assert [r.item.id for r in ranked] == ["m2", "m1"]
     assert [r.parts.keyword_rank for r in ranked] == [1, 1]

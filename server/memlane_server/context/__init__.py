@@ -1,7 +1,7 @@
 """Working-memory assembly: budgets, strategies, rolling summaries, turn traces."""
 
 from .assembler import ContextAssembler
-from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, policy_from_settings, resolve_window
+from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, resolve_window
 from .model import (
     AssembleRequest,
     AssembleStats,
@@ -52,6 +52,5 @@ __all__ = [
     "TurnTrace",
     "parse_strategy",
     "plan_budget",
-    "policy_from_settings",
     "resolve_window",
 ]

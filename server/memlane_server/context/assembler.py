@@ -53,7 +53,7 @@ class ContextAssembler:
         *,
         memory: MemorySource | None = None,
         scheduler: SummaryScheduler | None = None,
-        policy: BudgetPolicy | None = None,
+        policy: BudgetPolicy,
         system_prompt: str = "",
         default_model: str = "",
         max_summary_tokens: int = 8192,
@@ -73,7 +73,7 @@ class ContextAssembler:
         self._counter = counter
         self._memory: MemorySource = memory or NoMemory()
         self._scheduler = scheduler
-        self._policy = policy or BudgetPolicy()
+        self._policy = policy
         self._system_prompt = system_prompt
         self._default_model = default_model
         self._max_summary_tokens = max_summary_tokens

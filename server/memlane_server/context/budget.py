@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ContextSettings
 from ..errors import InvalidArgument
 from ..tokens import context_window_for_model
 from .model import Fallback, Section, SectionBudget, SectionCaps, Strategy
-from .strategy import parse_strategy
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetPolicy:
-    """Server-side defaults; a request may override caps, strategy and window size."""
+    """Server-side defaults; a request may override caps, strategy and window size. The fields without a
+    default are settings (``context_*``: the settings hold their defaults; ``wiring/`` builds the policy);
+    the shares and maxima are constants of the budget's shape, not settings."""
 
-    default_reserved_output: int = 1024
+    default_reserved_output: int  # context_reserved_output_tokens
     # Default caps as shares of what is available after reserved output and input, with absolute maxima,
     # so that no section is ever uncapped and the history keeps the bulk of a small window.
     system_share: float = 0.25
@@ -34,19 +34,19 @@ class BudgetPolicy:
     # History: the rolling summary's share of the history budget.
     summary_share: float = 0.25
     # Summarize once the unsummarized turns reach this share of the history budget (never at the limit).
-    trigger_ratio: float = 0.75
+    trigger_ratio: float  # context_summary_trigger_ratio
     # After summarizing, hybrid keeps this share of the history budget as verbatim recent turns...
     hybrid_recent_share: float = 0.5
     # ...while rolling summary keeps only the last few turns verbatim.
     rolling_keep_turns: int = 2
-    window_turns: int = 20  # sliding window default
+    window_turns: int  # sliding window default (context_window_turns)
     memory_limit: int = 8  # memories recalled per request
     # Relevance floor: a recalled memory matching no query word, with a cosine to the query below this,
     # is left out of the context (settings: context_memory_min_similarity).
-    memory_min_similarity: float = 0.15
+    memory_min_similarity: float
     # Used when neither the request, the session's metadata nor its channel policy names a strategy.
-    default_strategy: Strategy = Strategy.HYBRID
-    fallback: Fallback = Fallback.GAP_SUMMARY  # or DROPPED_OLDEST
+    default_strategy: Strategy  # context_strategy
+    fallback: Fallback  # GAP_SUMMARY or DROPPED_OLDEST (context_fallback)
     max_scan_messages: int = 2000  # most turns read per request (bounds hot-path work)
 
 
@@ -120,22 +120,3 @@ class Ledger:
     @property
     def used(self) -> int:
         return self.plan.available - self.remaining
-
-
-def policy_from_settings(settings: ContextSettings) -> BudgetPolicy:
-    """The policy the configured settings describe; raises ``InvalidArgument`` naming a bad setting."""
-    fallbacks = {"gap_summary": Fallback.GAP_SUMMARY, "drop_oldest": Fallback.DROPPED_OLDEST}
-    if settings.context_fallback not in fallbacks:
-        raise InvalidArgument(f"context_fallback: expected one of {', '.join(fallbacks)}")
-    if not 0 < settings.context_summary_trigger_ratio <= 1:
-        raise InvalidArgument("context_summary_trigger_ratio: must be in (0, 1]")
-    if not 0 <= settings.context_memory_min_similarity < 1:
-        raise InvalidArgument("context_memory_min_similarity: must be in [0, 1)")
-    return BudgetPolicy(
-        memory_min_similarity=settings.context_memory_min_similarity,
-        default_reserved_output=settings.context_reserved_output_tokens,
-        trigger_ratio=settings.context_summary_trigger_ratio,
-        window_turns=settings.context_window_turns,
-        default_strategy=parse_strategy(settings.context_strategy, "context_strategy") or Strategy.HYBRID,
-        fallback=fallbacks[settings.context_fallback],
-    )

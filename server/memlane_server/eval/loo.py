@@ -20,9 +20,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..config import Settings
 from ..embedding import OnnxEmbedder
 from ..ltm import LanceMemoryStore, MemoryService, MemoryTuning, RecallQuery, Visibility
 from ..tokens import TokenCounter
+from ..wiring.stores import memory_tuning
 from .dataset import CATEGORIES, SCORED, Conversation
 from .metrics import Retrieved, Scores
 
@@ -211,7 +213,7 @@ def evaluate(
             conversations=conversations,
             tokens=tokens,
             limit=limit,
-            base=base or MemoryTuning(),
+            base=base or memory_tuning(Settings().ltm),
         )
     )
 

@@ -19,8 +19,9 @@ class ChatEndpoint:
 
     base_url: str  # e.g. "https://api.openai.com/v1" (the path /chat/completions is appended)
     model: str
-    api_key: str = ""
-    timeout_s: float = 30.0
+    # From the settings (<provider>_api_key, <provider>_timeout_seconds), which hold their defaults.
+    api_key: str
+    timeout_s: float
     connect_timeout_s: float = 5.0
     max_retries: int = 1  # on 429/5xx and transport errors; both callers run off the request path
 

@@ -4,7 +4,7 @@ In-process API (what assembly, the session-end pipeline and the gRPC servicer ca
 ``MemoryService`` built by ``app.py``::
 
     store = await LanceMemoryStore.open(uri, embedder.ndims)      # directory or s3:// URI
-    memory = MemoryService(store, embedder, MemoryTuning(), guard=pii_kinds)
+    memory = MemoryService(store, embedder, memory_tuning(settings.ltm), guard=pii_kinds)  # wiring/stores.py
 
     # Recall: hybrid (BM25 + vector, RRF-fused, re-ranked by recency/usage/importance).
     hits: list[ScoredMemory] = await memory.search(

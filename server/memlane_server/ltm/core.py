@@ -35,7 +35,7 @@ class MemoryCore:
         self,
         store: LanceMemoryStore,
         embedder: Embedder,
-        policy: MemoryTuning | None = None,
+        policy: MemoryTuning,
         *,
         guard: ContentGuard | None = None,
         clock: Callable[[], int] = _now_ms,
@@ -47,7 +47,7 @@ class MemoryCore:
     ) -> None:
         self._store = store
         self._embedder = embedder
-        self._policy = policy or MemoryTuning()
+        self._policy = policy
         self._guard = guard
         self._clock = clock
         self._usage = UsageRecorder(store, flush_interval_s=usage_flush_interval_s)

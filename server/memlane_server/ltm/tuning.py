@@ -1,6 +1,8 @@
 """Tuning knobs of long-term memory, with the defaults the golden set was measured with.
 
-``app.py`` builds one ``MemoryTuning`` from ``Settings``; the domain never reads the environment.
+``wiring/`` builds one ``MemoryTuning`` from ``Settings``; the domain never reads the environment. A
+knob that is a setting has no default here (the setting holds it, written once); the rest are constants
+of the ranking and upkeep that no deployment changes, so they keep their measured defaults here.
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ from dataclasses import dataclass
 from .model import MemoryKind, MemoryScope
 
 DAY_MS = 86_400_000
+# Recall expansion's weight when the setting ltm_recall_expansion is on (measured; not a setting).
+EXPANSION_WEIGHT = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryTuning:
     # Caps: per (user, agent). Episodes are many and cheap, so they get their own, larger cap.
-    max_items_per_agent: int = 200
-    max_episodes_per_agent: int = 5000
+    # (settings: ltm_max_items_per_agent, ltm_max_episodes_per_agent)
+    max_items_per_agent: int
+    max_episodes_per_agent: int
     # Conflicts: cosine at or above this, same user/agent/kind, is "the same thing said again".
-    duplicate_similarity: float = 0.9
+    # (setting: ltm_duplicate_similarity)
+    duplicate_similarity: float
     # A paraphrase that names nothing the other does not ("User lives in Lyon." / "Lives in Lyon,
     # France."): one item at this cosine or above (conflicts.py).
     paraphrase_similarity: float = 0.75
@@ -35,8 +41,9 @@ class MemoryTuning:
     # and a conversational recall benchmark; see docs/benchmarks.md.)
     keyword_weight: float = 1.5
     vector_weight: float = 1.0
-    # Weight of the sub-queries' lists (ltm/expansion.py), shared between them; 0 turns expansion off.
-    expansion_weight: float = 1.0
+    # Weight of the sub-queries' lists (ltm/expansion.py), shared between them; 0 turns expansion off
+    # (the setting ltm_recall_expansion is on/off: wiring/ sets 0 for off, this weight for on).
+    expansion_weight: float = EXPANSION_WEIGHT
     recency_half_life_days: float = 60.0
     # Final score = fused * (base + w_recency*recency + w_usage*usage + w_importance*importance).
     # Multiplicative so popularity can re-order relevant items but never lift an irrelevant one.
@@ -45,8 +52,8 @@ class MemoryTuning:
     weight_usage: float = 0.1
     weight_importance: float = 0.2
     usage_saturation: int = 20  # usage_count at which the usage part reaches 1.0
-    # Profile injected every turn.
-    profile_max_items: int = 20
+    # Profile injected every turn (setting: ltm_profile_max_items).
+    profile_max_items: int
     profile_max_chars: int = 2000
     # Feedback.
     useful_importance_step: float = 0.1

@@ -47,9 +47,11 @@ _READ_BATCH = 200
 
 @dataclass(frozen=True, slots=True)
 class LearnConfig:
-    every_turns: int = 8  # 0: not by count
-    idle_s: float = 30.0  # 0: not on idle
-    tick_s: float = 1.0  # how often quiet sessions are looked for
+    """Every field comes from a setting (no defaults here: the settings hold them; wiring/ builds this)."""
+
+    every_turns: int  # 0: not by count
+    idle_s: float  # 0: not on idle
+    tick_s: float  # how often quiet sessions are looked for
 
     @property
     def enabled(self) -> bool:

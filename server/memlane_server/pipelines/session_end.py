@@ -56,9 +56,11 @@ class LeaseLost(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
-    chunk_messages: int = 200  # messages per promotion chunk / read batch; progress is saved per chunk
-    summary_tokens: int = 1024  # budget of the final summary
-    lease_ms: int = 30_000  # per-session lease; also how long a dead sidecar's session stays blocked
+    """Every field comes from a setting (no defaults here: the settings hold them; wiring/ builds this)."""
+
+    chunk_messages: int  # messages per promotion chunk / read batch; progress is saved per chunk
+    summary_tokens: int  # budget of the final summary
+    lease_ms: int  # per-session lease; also how long a dead sidecar's session stays blocked
 
 
 @dataclass(slots=True)

@@ -66,11 +66,13 @@ class _Lane:
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    concurrency: int = 2
-    claim_timeout_ms: int = 30_000  # a job idle this long (its sidecar stopped refreshing it) is taken over
-    retire_interval_s: float = 1.0
-    retention_interval_s: float = 3600.0
-    max_failures: int = 5  # failed runs before a job is parked; 0: retry forever
+    """Every field comes from a setting (no defaults here: the settings hold them; wiring/ builds this)."""
+
+    concurrency: int
+    claim_timeout_ms: int  # a job idle this long (its sidecar stopped refreshing it) is taken over
+    retire_interval_s: float
+    retention_interval_s: float
+    max_failures: int  # failed runs before a job is parked; 0: retry forever
 
 
 class QueueMetrics:

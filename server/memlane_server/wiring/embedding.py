@@ -1,4 +1,4 @@
-"""The embedding model from its settings: which file, which maths. Apart from ``wiring/ltm.py`` so that
+"""The embedding model from its settings: which file, which maths. Apart from ``wiring/stores.py`` so that
 the model process (``model_process.py``) imports the model's libraries and nothing else of the sidecar."""
 
 from __future__ import annotations

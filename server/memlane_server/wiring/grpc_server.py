@@ -1,4 +1,6 @@
-"""The gRPC server: its interceptors and options, every servicer, and binding the listen addresses."""
+"""The gRPC server and who may call it: its interceptors and options, every servicer, binding the listen
+addresses, and the access side the server checks each call against (the access policy file, reloaded in
+the background; the authenticator over it; the TLS credentials of the listen addresses)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from memlane.v1 import (
 
 from .. import telemetry
 from ..access.authenticate import Authenticator
+from ..access.policy import PolicyFile
+from ..access.user_token import UserTokenRules, load_jwks_file
 from ..api.admin import AdminServicer
 from ..api.admission import AdmissionInterceptor, parse_limits
 from ..api.binding import UserBinding
@@ -41,7 +45,7 @@ from ..api.interceptor import BoundaryInterceptor
 from ..api.memory_history import MemoryServicerWithHistory
 from ..api.procedures import ProcedureServicer
 from ..api.sessions import SessionServicer
-from ..config import ServerSettings
+from ..config import AccessSettings, ServerSettings
 from ..context import ContextAssembler
 from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
@@ -275,3 +279,41 @@ def bind(server: grpc.aio.Server, address: str, tls: grpc.ServerCredentials | No
         raise OSError(f"cannot listen on {address}")
     host = address.rsplit(":", 1)[0]
     return f"{host}:{port}"
+
+
+# --- who may call: the access policy, the authenticator and TLS (built before the server) -----------
+
+
+def start_policy(a: AccessSettings) -> PolicyFile:
+    """The access policy, its reload job started."""
+    policy = PolicyFile(
+        Path(a.access_policy_file) if a.access_policy_file else None, a.access_policy_reload_seconds
+    )
+    policy.start()
+    return policy
+
+
+def authenticator(a: AccessSettings, policy: PolicyFile) -> Authenticator:
+    if not a.auth_required:
+        log.warning(
+            "auth is disabled: serving loopback and Unix-socket callers only, identified by the "
+            "x-memlane-agent header; set auth_required and access_policy_file in production"
+        )
+    rules = UserTokenRules(
+        required=a.user_token_required,
+        file_keys=load_jwks_file(Path(a.user_token_jwks_file)) if a.user_token_jwks_file else (),
+        issuer=a.user_token_issuer,
+        audience=a.user_token_audience,
+    )
+    return Authenticator(policy, required=a.auth_required, user_tokens=rules)
+
+
+def tls_credentials(a: AccessSettings) -> grpc.ServerCredentials | None:
+    if not a.tls_cert_file:
+        return None
+    ca = Path(a.tls_client_ca_file).read_bytes() if a.tls_client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(Path(a.tls_key_file).read_bytes(), Path(a.tls_cert_file).read_bytes())],
+        root_certificates=ca,
+        require_client_auth=ca is not None,
+    )

@@ -1,7 +1,11 @@
-"""Session lifecycle and the session-end pipeline: expiry and sweeps, the job queue and its worker, the
-archive, resumption and learning during the session. The same parts are built in the serving process and
-in a worker process; each starts its own half (``Lifecycle`` and ``LearnScheduler`` serve,
-``SessionEndWorker`` works)."""
+"""The work done on a session's turns: the providers (the memory extractor and the summarizer), context
+assembly while the session is open, and the session's lifecycle with the session-end pipeline (expiry and
+sweeps, the job queue and its worker, the archive, resumption and learning during the session).
+
+The same lifecycle parts are built in the serving process and in a worker process; each starts its own
+half (``Lifecycle`` and ``LearnScheduler`` serve, ``SessionEndWorker`` works). The component configs of
+this work (``BudgetPolicy``, ``PipelineConfig``, ``WorkerConfig``, ``LearnConfig``, the providers'
+endpoints) are built here from the settings and nowhere else; tests build theirs with the same functions."""
 
 from __future__ import annotations
 
@@ -12,9 +16,21 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from .. import telemetry
-from ..config import PipelineSettings, Settings
+from ..config import ContextSettings, ExtractionSettings, PipelineSettings, Settings, SummarizationSettings
+from ..context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore
+from ..context.budget import BudgetPolicy
+from ..context.model import Fallback, Strategy
+from ..context.strategy import parse_strategy
 from ..context.summarization import SummaryWriter
-from ..extraction import Extractor
+from ..errors import InvalidArgument
+from ..extraction import (
+    ExtractionMetrics,
+    Extractor,
+    MeteredExtractor,
+    OpenAIExtractor,
+    OpenAIExtractorSettings,
+    RulesExtractor,
+)
 from ..infra.redis_pool import RedisClient
 from ..ltm import MemoryService
 from ..observability.domain import DomainMetrics
@@ -34,7 +50,14 @@ from ..sessions.channel_policies import PolicyBook
 from ..sessions.end_queue import SessionEndQueue
 from ..sessions.events import EventLog
 from ..sessions.lifecycle import Lifecycle
-from ..summarizers import ExtractiveSummarizer, Summarizer
+from ..summarizers import (
+    ExtractiveSummarizer,
+    MeteredSummarizer,
+    OpenAISettings,
+    OpenAISummarizer,
+    SummarizationMetrics,
+    Summarizer,
+)
 from ..tokens import TokenCounter
 from .stores import Stores
 
@@ -70,7 +93,7 @@ def build_session_end(
     """Every part is built, none started (``Lifecycle.start`` and ``LearnScheduler.start`` run once the
     sidecar serves, ``SessionEndWorker.start`` where background work runs)."""
     p = settings.pipeline
-    claim_ms = int(p.pipeline_claim_timeout_seconds * 1000)
+    claim_ms = _claim_ms(p)
     policies, events, queue, lifecycle = _lifecycle(settings, redis, stores, claim_ms)
     summaries = SessionEndQueue(redis, stores.keys, key=stores.keys.summary_queue())
     # With the client provider the agent summarizes live turns; at session end nobody is there to
@@ -89,21 +112,20 @@ def build_session_end(
         archive,
         summarizer=end_summarizer,
         promoter=promoter,
-        claim_ms=claim_ms,
         metrics=metrics,
     )
     resumer = Resumer(stores.sessions, lifecycle, pipeline)
     # Learning during the session, only with something to promote: noticed where appends are served,
     # run where session-end jobs run.
     learns = promoter is not None
-    scheduler = LearnScheduler(queue, _learn_config(settings)) if learns else None
+    scheduler = LearnScheduler(queue, learn_config(settings)) if learns else None
     learner = Learner(stores.sessions, pipeline, policies=policies) if learns else None
     worker = SessionEndWorker(
         stores.end_state,
         queue,
         pipeline,
         policies=policies,
-        config=_worker_config(settings, claim_ms),
+        config=worker_config(settings),
         sessions=stores.sessions,
         events=events,
         metrics=QueueMetrics(registry),
@@ -162,13 +184,6 @@ def _lifecycle(
     return policies, events, queue, lifecycle
 
 
-def _learn_config(settings: Settings) -> LearnConfig:
-    p = settings.pipeline
-    return LearnConfig(
-        p.learn_every_turns, p.learn_idle_seconds, settings.lifecycle.lifecycle_sweep_interval_seconds
-    )
-
-
 def _pipeline(
     p: PipelineSettings,
     stores: Stores,
@@ -177,7 +192,6 @@ def _pipeline(
     *,
     summarizer: Summarizer,
     promoter: Promoter | None,
-    claim_ms: int,
     metrics: DomainMetrics,
 ) -> telemetry.MeteredPipeline:
     return telemetry.MeteredPipeline(
@@ -189,21 +203,152 @@ def _pipeline(
         checkpoints=stores.checkpoints,
         summarizer=summarizer,
         promoter=promoter,
-        config=PipelineConfig(
-            chunk_messages=p.pipeline_chunk_messages,
-            summary_tokens=p.pipeline_summary_tokens,
-            lease_ms=claim_ms,
-        ),
+        config=pipeline_config(p),
         metrics=metrics,
     )
 
 
-def _worker_config(settings: Settings, claim_ms: int) -> WorkerConfig:
+# --- the providers ---------------------------------------------------------------------------------------
+# The configured memory extractor and summarizer, each metered. An HTTP provider is also returned bare, so
+# the sidecar closes its client at shutdown.
+
+
+def build_extractor(
+    s: ExtractionSettings, registry: CollectorRegistry
+) -> tuple[Extractor, OpenAIExtractor | None]:
+    if s.extractor == "rules":
+        return MeteredExtractor(RulesExtractor(), ExtractionMetrics(registry)), None
+    http = OpenAIExtractor(extractor_endpoint(s))
+    return MeteredExtractor(http, ExtractionMetrics(registry)), http
+
+
+def build_summarizer(
+    s: SummarizationSettings,
+    tokens: TokenCounter,
+    *,
+    default_model: str,
+    executor: ThreadPoolExecutor,
+    registry: CollectorRegistry,
+) -> tuple[Summarizer | None, OpenAISummarizer | None]:
+    """None for ``client`` (the agent summarizes)."""
+    if s.summarizer == "client":
+        return None, None
+    http: OpenAISummarizer | None = None
+    summarizer: Summarizer
+    if s.summarizer == "openai":
+        summarizer = http = OpenAISummarizer(
+            summarizer_endpoint(s),
+            tokens,
+        )
+    else:
+        summarizer = ExtractiveSummarizer(tokens, default_model, executor)
+    return MeteredSummarizer(summarizer, SummarizationMetrics(registry)), http
+
+
+# --- context assembly: the assembler over the stores, long-term memory and the summary scheduler -------
+
+
+def build_context(
+    c: ContextSettings,
+    stores: Stores,
+    tokens: TokenCounter,
+    *,
+    summarizer: Summarizer | None,
+    memory: MemorySource | None,
+    default_model: str,
+    executor: ThreadPoolExecutor,
+    resumer: Resumer,
+    policies: PolicyBook,
+    queue: SessionEndQueue,
+) -> ContextAssembler:
+    # The summaries themselves are written by a worker (wiring/lifecycle.py: SummaryWriter).
+    scheduler = SummaryScheduler(queue) if summarizer is not None else None
+    return ContextAssembler(
+        stores.sessions,
+        TraceStore(stores.traces),
+        tokens,
+        memory=memory,
+        scheduler=scheduler,
+        policy=budget_policy(c),
+        system_prompt=c.context_system_prompt,
+        default_model=default_model,
+        max_summary_tokens=c.summary_max_tokens,
+        executor=executor,
+        resume=resumer.resume_if_retired,
+        policies=policies,
+        procedures=stores.procedures,
+        procedures_max_tokens=c.context_procedures_max_tokens,
+    )
+
+
+# --- the component configs: each setting becomes a component's value here, and nowhere else ------------
+
+
+def budget_policy(c: ContextSettings) -> BudgetPolicy:
+    """The policy the configured settings describe; raises ``InvalidArgument`` naming a bad setting."""
+    fallbacks = {"gap_summary": Fallback.GAP_SUMMARY, "drop_oldest": Fallback.DROPPED_OLDEST}
+    if c.context_fallback not in fallbacks:
+        raise InvalidArgument(f"context_fallback: expected one of {', '.join(fallbacks)}")
+    if not 0 < c.context_summary_trigger_ratio <= 1:
+        raise InvalidArgument("context_summary_trigger_ratio: must be in (0, 1]")
+    if not 0 <= c.context_memory_min_similarity < 1:
+        raise InvalidArgument("context_memory_min_similarity: must be in [0, 1)")
+    return BudgetPolicy(
+        memory_min_similarity=c.context_memory_min_similarity,
+        default_reserved_output=c.context_reserved_output_tokens,
+        trigger_ratio=c.context_summary_trigger_ratio,
+        window_turns=c.context_window_turns,
+        default_strategy=parse_strategy(c.context_strategy, "context_strategy") or Strategy.HYBRID,
+        fallback=fallbacks[c.context_fallback],
+    )
+
+
+def _claim_ms(p: PipelineSettings) -> int:
+    """The claim timeout: a dead sidecar's job and its session lease are taken over after it."""
+    return int(p.pipeline_claim_timeout_seconds * 1000)
+
+
+def pipeline_config(p: PipelineSettings) -> PipelineConfig:
+    return PipelineConfig(
+        chunk_messages=p.pipeline_chunk_messages,
+        summary_tokens=p.pipeline_summary_tokens,
+        lease_ms=_claim_ms(p),
+    )
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
     p = settings.pipeline
     return WorkerConfig(
         concurrency=p.pipeline_concurrency,
-        claim_timeout_ms=claim_ms,
+        claim_timeout_ms=_claim_ms(p),
         retire_interval_s=settings.lifecycle.lifecycle_sweep_interval_seconds,
         retention_interval_s=p.archive_retention_interval_seconds,
         max_failures=p.pipeline_max_failures,
+    )
+
+
+def learn_config(settings: Settings) -> LearnConfig:
+    p = settings.pipeline
+    return LearnConfig(
+        every_turns=p.learn_every_turns,
+        idle_s=p.learn_idle_seconds,
+        tick_s=settings.lifecycle.lifecycle_sweep_interval_seconds,
+    )
+
+
+def extractor_endpoint(s: ExtractionSettings) -> OpenAIExtractorSettings:
+    return OpenAIExtractorSettings(
+        base_url=s.extractor_base_url,
+        model=s.extractor_model,
+        api_key=s.extractor_api_key,
+        timeout_s=s.extractor_timeout_seconds,
+    )
+
+
+def summarizer_endpoint(s: SummarizationSettings) -> OpenAISettings:
+    return OpenAISettings(
+        base_url=s.summarizer_base_url,
+        model=s.summarizer_model,
+        api_key=s.summarizer_api_key,
+        timeout_s=s.summarizer_timeout_seconds,
     )
