@@ -41,9 +41,9 @@ class MemoryTuning:
     # and a conversational recall benchmark; see docs/benchmarks.md.)
     keyword_weight: float = 1.5
     vector_weight: float = 1.0
-    # Weight of the sub-queries' lists (ltm/expansion.py), shared between them; 0 turns expansion off
-    # (the setting ltm_recall_expansion is on/off: wiring/ sets 0 for off, this weight for on).
-    expansion_weight: float = EXPANSION_WEIGHT
+    # Weight of the sub-queries' lists (ltm/expansion.py), shared between them; 0 turns expansion off.
+    # Follows the setting ltm_recall_expansion (wiring/: EXPANSION_WEIGHT when on, 0 when off).
+    expansion_weight: float
     recency_half_life_days: float = 60.0
     # Final score = fused * (base + w_recency*recency + w_usage*usage + w_importance*importance).
     # Multiplicative so popularity can re-order relevant items but never lift an irrelevant one.
