@@ -4,6 +4,8 @@ settings first and the tuning apart (built by ``config.add_flags``, which the CL
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
 from memlane_server.config import OPERATOR, TIERS, TUNING, add_flags, setting_fields, settings_by_tier
 
@@ -40,3 +42,22 @@ def test_help_shows_the_operator_settings_first_and_the_tuning_apart() -> None:
     for name, tier in ((n, t) for t, names in settings_by_tier().items() for n in names):
         at = out.index(f"  --{name.replace('_', '-')} ")
         assert (operator_at < at < tuning_at) if tier == OPERATOR else (at > tuning_at), name
+
+
+def test_the_readme_splits_operator_settings_from_tuning_the_same_way() -> None:
+    """README.md's settings tables: the operator table names operator settings only, the tuning table
+    tuning settings only (a setting named in a row's first cell is that row's)."""
+    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    operator, tuning = text.split("### Operator settings", 1)[1].split("### Tuning", 1)
+    tuning = tuning.split("\n## ", 1)[0]
+    tiers = settings_by_tier()
+    for table, tier in ((operator, OPERATOR), (tuning, TUNING)):
+        named = {
+            name
+            for line in table.splitlines()
+            if line.startswith("| `")
+            for name in re.findall(r"`(\w+)`", line.split("|")[1])
+            if name in setting_fields()
+        }
+        assert named, tier
+        assert sorted(named - set(tiers[tier])) == [], f"README lists these under {tier}"
