@@ -48,7 +48,13 @@ async def run(size: int, embedder: OnnxEmbedder, queries: int) -> None:
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceMemoryStore.open(tmp, embedder.ndims)
-        svc = MemoryService(store, embedder, memory_tuning(Settings().ltm), guard=find_pii)
+        svc = MemoryService(
+            store,
+            embedder,
+            memory_tuning(Settings().ltm),
+            guard=find_pii,
+            hot_index_mb=Settings().ltm.ltm_hot_index_mb,
+        )
         users = max(1, size // 100)
         items = filler(size - 100, users, rng)
         for start in range(0, len(items), 20_000):
@@ -92,7 +98,13 @@ async def run(size: int, embedder: OnnxEmbedder, queries: int) -> None:
 async def promotion(embedder: OnnxEmbedder, n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceMemoryStore.open(tmp, embedder.ndims)
-        svc = MemoryService(store, embedder, memory_tuning(Settings().ltm), guard=find_pii)
+        svc = MemoryService(
+            store,
+            embedder,
+            memory_tuning(Settings().ltm),
+            guard=find_pii,
+            hot_index_mb=Settings().ltm.ltm_hot_index_mb,
+        )
         t = time.perf_counter()
         for u in range(n // 50):
             drafts = [

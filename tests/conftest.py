@@ -24,7 +24,7 @@ import redis
 import memlane
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
-from memlane_server.config import build_settings
+from memlane_server.config import Settings, build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_pool import cluster_seed
 from memlane_server.sessions.keys import KeySpace
@@ -59,7 +59,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     if cluster_seed(url) is not None:  # asked for a cluster: never fall back to a single node silently
         raise RuntimeError(f"MEMLANE_TEST_REDIS_URL={url} does not answer (scripts/redis-cluster start DIR)")
-    embedded = EmbeddedRedis(tmp_path_factory.mktemp("redis"), persist=False)
+    embedded = EmbeddedRedis(
+        tmp_path_factory.mktemp("redis"), persist=False, fsync=Settings().redis.embedded_redis_fsync
+    )
     embedded.start()
     try:
         yield embedded.url

@@ -18,6 +18,8 @@ from memlane_server.extraction import find_pii
 from memlane_server.ltm import LanceMemoryStore, MemoryService, MemoryTuning
 from memlane_server.wiring.stores import memory_tuning
 
+HOT_MB = Settings().ltm.ltm_hot_index_mb
+
 
 @pytest_asyncio.fixture(scope="session")
 async def embedder() -> AsyncIterator[OnnxEmbedder]:
@@ -35,9 +37,16 @@ async def open_memory(
 ) -> MemoryService:
     store = await LanceMemoryStore.open(str(path), embedder.ndims)
     if clock is None:
-        return MemoryService(store, embedder, policy or memory_tuning(Settings().ltm), guard=find_pii)
+        return MemoryService(
+            store, embedder, policy or memory_tuning(Settings().ltm), guard=find_pii, hot_index_mb=HOT_MB
+        )
     return MemoryService(
-        store, embedder, policy or memory_tuning(Settings().ltm), guard=find_pii, clock=clock
+        store,
+        embedder,
+        policy or memory_tuning(Settings().ltm),
+        guard=find_pii,
+        clock=clock,
+        hot_index_mb=HOT_MB,
     )
 
 

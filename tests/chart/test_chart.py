@@ -616,7 +616,10 @@ def test_keda_scales_the_workers_on_the_job_stream(workers_docs: list[dict[str, 
     (scaled,) = by_kind(other, "ScaledObject")
     meta = scaled["spec"]["triggers"][0]["metadata"]
     assert meta["pendingEntriesCount"] == "1" and "streamLength" not in meta
-    assert meta["stream"] == KeySpace().session_end_queue() and meta["address"] == "redis.other:7000"
+    assert (
+        meta["stream"] == KeySpace(Settings().redis.key_prefix).session_end_queue()
+        and meta["address"] == "redis.other:7000"
+    )
     # Redis Cluster (redis+cluster://): KEDA's cluster trigger, its addresses, no database index.
     cluster = render({**values, "redis": {"url": "redis+cluster://:pw@redis-0.data.svc:7000"}})
     (scaled,) = by_kind(cluster, "ScaledObject")

@@ -19,6 +19,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from memlane_server.config import Settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_timing import FAMILIES
 from tests.conftest import ServerFactory, wait_for
@@ -242,7 +243,7 @@ def test_normal_redis_replies_are_not_backend_errors(start_server: ServerFactory
     """A fresh Redis answers a script's first EVALSHA with NOSCRIPT (redis-py loads it and retries) and a
     second sidecar's XGROUP CREATE with BUSYGROUP: replies of a healthy server, which an alert on
     memlane_backend_errors_total must not fire for."""
-    fresh = EmbeddedRedis(tmp_path / "redis", persist=False)
+    fresh = EmbeddedRedis(tmp_path / "redis", persist=False, fsync=Settings().redis.embedded_redis_fsync)
     fresh.start()
     try:
         prefix = f"t{uuid.uuid4().hex[:10]}"

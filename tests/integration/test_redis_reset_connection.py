@@ -29,7 +29,7 @@ from redis.backoff import ExponentialBackoff
 
 import memlane
 from memlane_server.background import SidecarThread
-from memlane_server.config import build_settings
+from memlane_server.config import Settings, build_settings
 from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_pool import connect
 
@@ -108,7 +108,7 @@ class _Relay:
 def relay(tmp_path: Path) -> Iterator[_Relay]:
     """A relay to a private Redis (a single node whatever MEMLANE_TEST_REDIS_URL says: the relay speaks to
     one node, and no other test's connections are touched)."""
-    redis = EmbeddedRedis(tmp_path / "redis", persist=False)
+    redis = EmbeddedRedis(tmp_path / "redis", persist=False, fsync=Settings().redis.embedded_redis_fsync)
     redis.start()
     relay = _Relay(str(redis.socket))
     try:

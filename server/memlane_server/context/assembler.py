@@ -56,12 +56,12 @@ class ContextAssembler:
         policy: BudgetPolicy,
         system_prompt: str = "",
         default_model: str = "",
-        max_summary_tokens: int = 8192,
+        max_summary_tokens: int,  # from the settings (wiring/), as procedures_max_tokens
         executor: Executor | None = None,
         resume: Callable[[Session], Awaitable[bool]] | None = None,
         policies: PolicyBook | None = None,
         procedures: ProcedureSource | None = None,
-        procedures_max_tokens: int = 1024,
+        procedures_max_tokens: int,
     ) -> None:
         self._store = store
         # Approved procedures of the viewer's agent and groups: injected after the system prompt.

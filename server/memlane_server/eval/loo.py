@@ -177,7 +177,9 @@ async def _evaluate(
     result = LeaveOneOut(configurations(base))
     try:
         for config in result.configs:
-            service = MemoryService(store, embedder, _tuned(base, config))
+            service = MemoryService(
+                store, embedder, _tuned(base, config), hot_index_mb=Settings().ltm.ltm_hot_index_mb
+            )
             try:
                 asked = await _ask_all(
                     service, users=users, agent=agent, conversations=conversations, tokens=tokens, limit=limit

@@ -46,8 +46,9 @@ class EmbeddedRedis:
     dies while this process lives."""
 
     def __init__(
-        self, directory: Path, *, persist: bool = True, lock_fd: int | None = None, fsync: str = "everysec"
+        self, directory: Path, *, fsync: str, persist: bool = True, lock_fd: int | None = None
     ) -> None:
+        """``fsync``: the embedded_redis_fsync setting (which holds the default)."""
         self.directory = directory.resolve()  # redis chdirs into --dir: relative paths would break
         self.persist = persist
         self.fsync = fsync  # appendfsync: everysec or always (the embedded_redis_fsync setting)

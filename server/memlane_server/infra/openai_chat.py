@@ -33,8 +33,8 @@ class ChatCompletions:
         self,
         base_url: str,
         *,
-        api_key: str = "",
-        timeout_s: float = 30.0,
+        api_key: str,  # these two from the endpoint (the settings), which holds the defaults
+        timeout_s: float,
         connect_timeout_s: float = 5.0,
         max_retries: int = 1,
         what: str = "chat provider",

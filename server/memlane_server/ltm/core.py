@@ -41,7 +41,7 @@ class MemoryCore:
         clock: Callable[[], int] = _now_ms,
         usage_flush_interval_s: float = 1.0,
         on_change: Callable[[str, bool], Awaitable[None]] | None = None,
-        hot_index_mb: int = 64,
+        hot_index_mb: int,  # from the settings (wiring/), which hold the default
         history: HistoryLog | None = None,
         versions: Versions | None = None,
     ) -> None:

@@ -21,10 +21,10 @@ class MemoryMaintenance:
         self,
         service: MemoryService,
         *,
-        optimize_interval_s: float = 300.0,
-        prune_interval_s: float = 3600.0,
-        vector_index_min_rows: int = 200_000,
-        optimize_after_writes: int = 32,
+        optimize_interval_s: float,  # these four from the settings (wiring/), which hold the defaults
+        prune_interval_s: float,
+        vector_index_min_rows: int,
+        optimize_after_writes: int,
         check_interval_s: float = 5.0,
     ) -> None:
         self._service = service

@@ -48,8 +48,9 @@ def _topology(exc: BaseException) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Durability:
-    replicas: int = 0  # 0: answer as soon as the master has the write (Redis's default)
-    timeout_ms: int = 1000
+    # From the settings redis_wait_replicas and redis_wait_timeout_ms (wiring/), which hold the defaults.
+    replicas: int  # 0: answer as soon as the master has the write (Redis's default)
+    timeout_ms: int
     _refreshed_at: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)
 
     async def evalsha(

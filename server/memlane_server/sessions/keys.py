@@ -47,7 +47,7 @@ class CheckpointKeys:
 class KeySpace:
     """Builds keys under one prefix (``ml`` in production; tests use their own)."""
 
-    prefix: str = "ml"
+    prefix: str  # the key_prefix setting, which holds the default
 
     def session(self, session_id: str) -> SessionKeys:
         base = f"{self.prefix}:{{{session_id}}}"

@@ -55,9 +55,9 @@ class Lifecycle:
         *,
         events: EventLog,
         queue: SessionEndQueue,
-        configure_keyspace_events: bool = True,
-        sweep_interval_s: float = 1.0,
-        dedupe_window_ms: int = 30_000,
+        configure_keyspace_events: bool,  # these three from the settings (wiring/), which hold the defaults
+        sweep_interval_s: float,
+        dedupe_window_ms: int,
     ) -> None:
         self._redis = redis
         self._store = store

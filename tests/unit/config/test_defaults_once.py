@@ -10,8 +10,11 @@ not repeat a setting of its name."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +142,71 @@ def test_each_component_sees_its_settings() -> None:
     )
     summarizer = summarizer_endpoint(s.summarization)
     assert summarizer.timeout_s == s.summarization.summarizer_timeout_seconds
+
+
+PACKAGE = Path(__file__).resolve().parents[3] / "server" / "memlane_server"
+# Defaults that mean "none" or "off" say nothing a setting would have to hold.
+_NEUTRAL = ("", 0, 0.0, False, None)
+# Left for now, and why: ``sessions.limits.Limits()`` is also built outside wiring (api/memory.py,
+# api/procedures.py, pipelines/user_import.py) for its fixed limits, and its check_batch there takes the
+# batch limits' defaults, not the configured ones; taking the configured ones changes what ExtractMemories
+# and imports accept when an operator sets them (issue 34's lead decides).
+_KNOWN = {
+    "sessions/limits.py: Limits.max_message_bytes",
+    "sessions/limits.py: Limits.max_batch_messages",
+    "sessions/limits.py: Limits.max_batch_bytes",
+}
+
+
+def _defaults(tree: ast.Module) -> Iterator[tuple[str, str, ast.expr]]:
+    """(owner, name, default) of every dataclass-style field and every parameter with a default."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for st in node.body:
+                if isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name):
+                    yield node.name, st.target.id, st.value
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            named = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True))
+            named += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
+            for arg, default in named:
+                yield node.name, arg.arg, default
+
+
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.LShift: operator.lshift,
+}
+
+
+def _literal(node: ast.expr) -> Any:
+    """A literal, or arithmetic over literals (``256 * 1024``); ``ValueError`` for anything else."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        return _ARITHMETIC[type(node.op)](_literal(node.left), _literal(node.right))
+    return ast.literal_eval(node)
+
+
+def test_no_default_in_the_package_repeats_a_setting_of_its_name() -> None:
+    """Every field and parameter of the server package: a default (not none/off) must not be a second copy
+    of the default of a setting of the same name (``timeout_ms`` ~ ``redis_wait_timeout_ms``)."""
+    settings = {name: f.default for name, f in setting_fields().items()}
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "config.py":
+            continue
+        for owner, name, node in _defaults(ast.parse(path.read_text())):
+            try:
+                value = _literal(node)
+            except ValueError:
+                continue  # a name, a call, a factory: not a literal copy
+            if value in _NEUTRAL or isinstance(value, bool):
+                continue
+            stem = name.removesuffix("_s") + "_seconds" if name.endswith("_s") else name
+            for setting, default in settings.items():
+                if (setting == stem or setting.endswith(f"_{stem}")) and default == value:
+                    found.add(f"{path.relative_to(PACKAGE)}: {owner}.{name}")
+    assert sorted(found - _KNOWN) == []
+    assert sorted(_KNOWN - found) == [], "fixed: drop it from _KNOWN"
