@@ -467,11 +467,6 @@ def setting_fields() -> dict[str, Field[Any]]:
     return {name: f for name, (_, f) in _layout().items()}
 
 
-def help_of(name: str) -> str:
-    """The setting's sentence of help, from its field."""
-    return str(setting_fields()[name].metadata["help"])
-
-
 def tier_of(name: str) -> str:
     """``OPERATOR`` or ``TUNING``, from the setting's field."""
     return str(setting_fields()[name].metadata["tier"])
@@ -486,7 +481,7 @@ def settings_by_tier() -> dict[str, list[str]]:
 
 
 # Every setting's help by name (read from the fields; the CLI's and the docs' tests check it).
-HELP: Mapping[str, str] = {name: help_of(name) for name in setting_fields()}
+HELP: Mapping[str, str] = {name: str(f.metadata["help"]) for name, f in setting_fields().items()}
 
 
 # Settings that take one of a few words; anything else is refused at start, naming the choices.
@@ -665,7 +660,7 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, f: Field[Any]) -> None:
         default=None,
         choices=CHOICES.get(name),
         metavar="{" + ",".join(allowed) + "}" if allowed else _METAVARS.get(str(f.type), "TEXT"),
-        help=f"{f.metadata['help']} (${ENV_PREFIX}{name.upper()}; default {f.default!r})",
+        help=f"{HELP[name]} (${ENV_PREFIX}{name.upper()}; default {f.default!r})",
     )
 
 
