@@ -236,10 +236,7 @@ def build_summarizer(
     http: OpenAISummarizer | None = None
     summarizer: Summarizer
     if s.summarizer == "openai":
-        summarizer = http = OpenAISummarizer(
-            summarizer_endpoint(s),
-            tokens,
-        )
+        summarizer = http = OpenAISummarizer(summarizer_endpoint(s), tokens)
     else:
         summarizer = ExtractiveSummarizer(tokens, default_model, executor)
     return MeteredSummarizer(summarizer, SummarizationMetrics(registry)), http
