@@ -22,6 +22,7 @@ class ChatEndpoint:
     # From the settings (<provider>_api_key, <provider>_timeout_seconds), which hold their defaults.
     api_key: str
     timeout_s: float
+    # Constants of the client, not settings: a connection is up in well under this, or the endpoint is down.
     connect_timeout_s: float = 5.0
     max_retries: int = 1  # on 429/5xx and transport errors; both callers run off the request path
 
