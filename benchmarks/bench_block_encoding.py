@@ -1,6 +1,6 @@
 """Encoding AssembleContext's conversation block of 200 turns both ways: built and serialized by protobuf
 each time, or joined from each turn's pre-encoded entry (api/blocks.py; the entries kept across
-assemblies by context/turn_memo.py). Also the first assembly of a history, when every entry is encoded.
+assemblies by context/history.py). Also the first assembly of a history, when every entry is encoded.
 
     python benchmarks/bench_block_encoding.py [--turns 200]
 """

@@ -26,7 +26,7 @@ from .access.policy import PolicyFile
 from .api.admission import AdmissionInterceptor
 from .config import Settings
 from .context import ContextAssembler, MemorySource
-from .context.ltm_source import LtmMemorySource
+from .context.sources import LtmMemorySource
 from .embedding import Embedder
 from .embedding.admission import EmbeddingAdmission
 from .embedding.remote import RemoteEmbedder

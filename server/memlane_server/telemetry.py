@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from .config import ObservabilitySettings, Settings
 from .context import ContextAssembler, MemorySource
-from .context.ltm_source import LtmMemorySource
+from .context.sources import LtmMemorySource
 from .context.model import AssembleStats, Section
 from .embedding import Embedder, OnnxEmbedder
 from .embedding.remote import RemoteEmbedder

@@ -8,7 +8,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
-from memlane_server.context.ltm_source import LtmMemorySource
+from memlane_server.context.sources import LtmMemorySource
 
 
 def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(

@@ -2,7 +2,7 @@
 turns' pre-encoded entries.
 
 Why pre-encoded: a turn never changes under its id and seq, so its wire form is kept across assemblies
-(``context/turn_memo.py``) and a 200-turn history goes out as one join of kept bytes instead of 200
+(``context/history.py``) and a 200-turn history goes out as one join of kept bytes instead of 200
 messages built and serialized again: 20-70 us instead of 0.25-1 ms on a 2-core machine, a tenth or less
 (``benchmarks/bench_block_encoding.py``; the first assembly of a history, which encodes every entry,
 costs about half as much again as protobuf alone). The framing around those bytes is the only

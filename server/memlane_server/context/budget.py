@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from ..config import ContextSettings
 from ..errors import InvalidArgument
 from ..tokens import context_window_for_model
-from .model import Fallback, Section, SectionBudget, SectionCaps, Strategy
-from .strategy import parse_strategy
+from .model import Fallback, Section, SectionBudget, SectionCaps, Strategy, parse_strategy
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from .compose import (
     HistoryPlan,
     history_blocks,
     hits_block,
+    procedures_block,
     render,
     select_history,
     summary_content,
@@ -37,16 +38,17 @@ from .model import (
     AssembleStats,
     Block,
     Fallback,
+    GapFold,
     Provenance,
     Section,
     Strategy,
     SummaryRange,
     Truncation,
+    resolve_strategy,
+    resolve_window_turns,
 )
-from .procedures import ProcedureText, procedures_block
-from .sources import MemoryHit
-from .strategy import resolve_strategy, resolve_window_turns
-from .viewer_summary import viewer_summary
+from .sources import MemoryHit, ProcedureText
+from .summaries import viewer_summary
 
 # Builds the procedures block (``procedures_block``, or a cache of it): costing, procedures, limit.
 BuildProcedures = Callable[[Costing, Sequence[ProcedureText], int], Block]
@@ -113,19 +115,6 @@ class GatheredHistory:
     readable: list[Message]  # those the viewer may read, oldest first
     content_tokens: list[int]  # per readable turn, in the request's encoding
     unscanned: int = 0  # older turns beyond the scan limit, not read
-
-
-@dataclass(slots=True)
-class GapFold:
-    """Turns the stored summary does not cover yet, to fold into a summary before the blocks are built.
-
-    ``store_all``: the session has no summary at all (a resumption), so every scope is folded and the
-    result stored; otherwise only the scopes the viewer may read are folded, for showing."""
-
-    previous: Summary
-    leaving: list[Message]  # every read turn through the gap's end, all visibilities
-    budget_tokens: int
-    store_all: bool
 
 
 @dataclass(slots=True)

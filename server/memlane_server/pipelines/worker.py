@@ -47,7 +47,7 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-# A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summarization.py).
+# A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summaries.py).
 Summarize = Callable[[str, int, int], Awaitable[object]]
 # Domain errors that say "not now" rather than "never": such a job is retried, not dropped (and parked for
 # an operator if it keeps failing: a damaged table needs one).

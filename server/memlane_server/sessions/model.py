@@ -113,7 +113,7 @@ class Summary:
 
     ``text`` holds the session-wide turns only: every agent of the session reads it. The turns only some
     agents may read are summarized apart, per scope, in ``scoped``, so each viewer gets a summary of
-    exactly what it may see (``memlane_server.context.viewer_summary``).
+    exactly what it may see (``memlane_server.context.summaries``).
     """
 
     text: str = ""

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import telemetry
 from ..config import PipelineSettings, Settings
-from ..context.summarization import SummaryWriter
+from ..context.summaries import SummaryWriter
 from ..extraction import Extractor
 from ..infra.redis_pool import RedisClient
 from ..ltm import MemoryService
