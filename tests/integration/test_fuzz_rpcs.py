@@ -124,7 +124,7 @@ def _page_tokens() -> list[str]:
         page_query(Visibility(FUZZ_USER), MemoryFilter()),
         query_fingerprint("sessions", FUZZ_USER, 0, "", 0, 0, 0),
         query_fingerprint("traces", FUZZ_SESSION),
-        "parked-jobs",  # api/parked_jobs.py: a listing with no parameters
+        "parked-jobs",  # api/admin.py: a listing with no parameters
     ]
     cursors: list[list[Any]] = [
         [],

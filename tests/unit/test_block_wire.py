@@ -1,4 +1,4 @@
-"""The conversation block assembled from pre-encoded turns (api/blocks.py) is what protobuf itself
+"""The conversation block assembled from pre-encoded turns (api/context.py) is what protobuf itself
 encodes: its tag and lengths are protobuf's, and it parses back to exactly the block ``block_to_pb``
 builds, for turns of every shape (empty, long enough for multi-byte lengths, native objects, names)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from memlane.v1 import context_pb2 as cpb
-from memlane_server.api.blocks import (
+from memlane_server.api.context import (
     block_to_pb,
     conversation_field,
     length_delimited_tag,

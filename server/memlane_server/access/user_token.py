@@ -3,7 +3,7 @@
 An agent's bearer token says which agent calls; it does not say for whom. With a user token the
 sidecar also knows the end user, from a party the agent cannot impersonate (the application's login
 service signs it; the sidecar holds only the verifying keys), and every user-scoped RPC is held to that
-user (``api.binding``). Keys are a JWKS: inline in the access policy file (``user_token_jwks``, reloaded
+user (``api.interceptor.UserBinding``). Keys are a JWKS: inline in the access policy file (``user_token_jwks``, reloaded
 with it) and/or a JWKS file (the ``user_token_jwks_file`` setting). Verified with PyJWT: the signature
 with the key the token's ``kid`` names, the algorithm that key declares (never the token's choice, so
 ``none`` and HMAC-with-a-public-key are refused), ``exp`` required, ``iss``/``aud`` when configured.

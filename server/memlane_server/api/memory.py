@@ -90,7 +90,7 @@ def _scope(value: int, field: str = "scope") -> MemoryScope:
 def _who(requested: mpb.Caller, *, write: bool = False) -> Visibility:
     """The LTM view a request may use: the user it names, seen as the authenticated caller. The agent
     and groups in the request may narrow what the caller is, never widen it."""
-    # Every id field was checked against the grammar at the boundary (api/request_ids.py); these
+    # Every id field was checked against the grammar at the boundary (api/interceptor.py); these
     # checks add what is required.
     check_id(requested.user_id, "caller.user_id")
     me = current_caller()

@@ -34,7 +34,7 @@ from .. import telemetry
 from ..access.authenticate import Authenticator
 from ..api.admin import AdminServicer
 from ..api.admission import AdmissionInterceptor, parse_limits
-from ..api.binding import UserBinding
+from ..api.interceptor import UserBinding
 from ..api.checkpoints import CheckpointServicer
 from ..api.context import ContextServicer
 from ..api.interceptor import BoundaryInterceptor
