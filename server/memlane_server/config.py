@@ -113,7 +113,7 @@ class AccessSettings:
     tls_cert_file: str = ""  # serve TLS on every TCP listen address
     tls_key_file: str = ""
     tls_client_ca_file: str = ""  # set: clients must present a certificate signed by this CA (mTLS)
-    # End-user binding (access/user_token.py): a signed JWT in x-memlane-user-token whose sub is the user.
+    # End-user binding (access/policy.py): a signed JWT in x-memlane-user-token whose sub is the user.
     user_token_required: bool = False  # on: every call but an admin's must carry one
     user_token_jwks_file: str = ""  # JWKS of the verifying keys (also: user_token_jwks in the policy file)
     user_token_issuer: str = ""  # set: the token's iss must equal it

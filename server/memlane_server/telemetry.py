@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from .config import ObservabilitySettings, Settings
 from .context import ContextAssembler, MemorySource
-from .context.sources import LtmMemorySource
 from .context.model import AssembleStats, Section
+from .context.sources import LtmMemorySource
 from .embedding import Embedder, OnnxEmbedder
 from .embedding.remote import RemoteEmbedder
 from .ltm import MemoryService

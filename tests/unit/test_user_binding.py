@@ -1,5 +1,6 @@
 """Every RPC names its user in a way ``api.interceptor.UserBinding`` reads, so a call bound to an end
-user is held to that user everywhere: a new RPC whose request names no user (or names it some other way) fails here."""
+user is held to that user everywhere: a new RPC whose request names no user (or names it some other
+way) fails here."""
 
 from __future__ import annotations
 

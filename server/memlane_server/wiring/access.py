@@ -9,8 +9,7 @@ from pathlib import Path
 import grpc
 
 from ..access.authenticate import Authenticator
-from ..access.policy import PolicyFile
-from ..access.user_token import UserTokenRules, load_jwks_file
+from ..access.policy import PolicyFile, UserTokenRules, load_jwks_file
 from ..config import AccessSettings
 
 log = logging.getLogger("memlane")

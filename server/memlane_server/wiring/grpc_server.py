@@ -34,10 +34,9 @@ from .. import telemetry
 from ..access.authenticate import Authenticator
 from ..api.admin import AdminServicer
 from ..api.admission import AdmissionInterceptor, parse_limits
-from ..api.interceptor import UserBinding
 from ..api.checkpoints import CheckpointServicer
 from ..api.context import ContextServicer
-from ..api.interceptor import BoundaryInterceptor
+from ..api.interceptor import BoundaryInterceptor, UserBinding
 from ..api.memory_history import MemoryServicerWithHistory
 from ..api.procedures import ProcedureServicer
 from ..api.sessions import SessionServicer
