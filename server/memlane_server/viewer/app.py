@@ -1,6 +1,6 @@
 """The viewer's routes: parse the path (every segment percent-decoded on its own: ids are hostile), let
-the request in (``ViewerAccess``), read through the API, render a template (autoescaped); and mounting the viewer on a sidecar's admin port
-(``viewer_for``)."""
+the request in (``ViewerAccess``), read through the API, render a template (autoescaped); and mounting
+the viewer on a sidecar's admin port (``viewer_for``)."""
 
 from __future__ import annotations
 
