@@ -24,7 +24,8 @@ from memlane_server.context import (
 )
 from memlane_server.context import Strategy as S
 from memlane_server.context.compose import Costing
-from memlane_server.context.core import Composition, GapFold, Gathered, GatheredHistory, compose, settle
+from memlane_server.context.core import Composition, Gathered, GatheredHistory, compose, settle
+from memlane_server.context.model import GapFold
 from memlane_server.errors import InvalidArgument
 from memlane_server.sessions.channel_policies import ChannelPolicy
 from memlane_server.sessions.model import Message, Role, Session, Summary, VisibilityKind

@@ -20,9 +20,8 @@ from ..access.identity import current_caller
 from ..errors import InvalidArgument, PermissionDenied
 from ..ids import check_id
 from ..paging import decode_token, encode_token, int_cursor, page_size
-from ..pipelines import export_format
-from ..pipelines.user_data import Record, UserData
-from ..pipelines.user_directory import UserDirectory
+from ..pipelines import user_data as export_format
+from ..pipelines.user_data import Record, UserData, UserDirectory
 from ..pipelines.user_import import UserImport
 from ..sessions.end_queue import ParkedJob, SessionEndQueue
 from ..sessions.events import check_event_id

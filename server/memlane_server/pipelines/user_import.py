@@ -36,7 +36,7 @@ from ..sessions.limits import Limits, check_batch, check_list, check_metadata
 from ..sessions.model import Message, Role, Session, VisibilityKind
 from ..sessions.procedure_model import Kind, Origin, Owner
 from ..sessions.store import SessionStore, now_ms
-from .export_format import ExportFile
+from .user_data import ExportFile
 
 NOT_RESTORED = ("trace", "checkpoint")  # and every "archive.<dataset>"
 _BATCH = 500  # messages restored per Redis round trip, items embedded per call

@@ -50,8 +50,7 @@ from ..ltm.snapshots import MemorySnapshots
 from ..observability.domain import DomainMetrics
 from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics
-from ..pipelines.user_data import UserData
-from ..pipelines.user_directory import UserDirectory
+from ..pipelines.user_data import UserData, UserDirectory
 from ..pipelines.user_import import UserImport
 from ..sessions.edits import MessageEditor
 from ..sessions.fence import ErasureJournal

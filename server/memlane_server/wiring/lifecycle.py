@@ -11,7 +11,6 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from .. import telemetry
 from ..config import PipelineSettings, Settings
 from ..context.summaries import SummaryWriter
 from ..extraction import Extractor
@@ -26,6 +25,7 @@ from ..pipelines import (
     Resumer,
     SessionEndWorker,
     WorkerConfig,
+    metering,
 )
 from ..pipelines.incremental import LearnConfig, Learner, LearnScheduler
 from ..pipelines.on_request import EndOnRequest
@@ -46,8 +46,8 @@ class SessionEnd:
     queue: SessionEndQueue
     summaries: SessionEndQueue  # background summaries' own lane
     lifecycle: Lifecycle
-    archive: telemetry.MeteredArchive
-    pipeline: telemetry.MeteredPipeline
+    archive: metering.MeteredArchive
+    pipeline: metering.MeteredPipeline
     resumer: Resumer
     on_request: EndOnRequest  # PromoteSession: a forced job, waited for
     scheduler: LearnScheduler | None  # the serving half of learning during the session
@@ -75,11 +75,11 @@ def build_session_end(
     summaries = SessionEndQueue(redis, stores.keys, key=stores.keys.summary_queue())
     # With the client provider the agent summarizes live turns; at session end nobody is there to
     # ask, so the tail is summarized extractively.
-    end_summarizer = telemetry.MeteredStepSummarizer(
+    end_summarizer = metering.MeteredStepSummarizer(
         summarizer or ExtractiveSummarizer(tokens, settings.sessions.default_model, executor), metrics
     )
     promoter = _promoter(stores, ltm, extractor, metrics)
-    archive = telemetry.MeteredArchive(
+    archive = metering.MeteredArchive(
         p.archive_uri or str(Path(settings.server.data_dir) / "archive"), metrics
     )
     pipeline = _pipeline(
@@ -135,7 +135,7 @@ def _promoter(
     if ltm is None or extractor is None:
         return None
     return ExtractingPromoter(
-        telemetry.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
+        metering.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
     )
 
 
@@ -173,14 +173,14 @@ def _pipeline(
     p: PipelineSettings,
     stores: Stores,
     lifecycle: Lifecycle,
-    archive: telemetry.MeteredArchive,
+    archive: metering.MeteredArchive,
     *,
     summarizer: Summarizer,
     promoter: Promoter | None,
     claim_ms: int,
     metrics: DomainMetrics,
-) -> telemetry.MeteredPipeline:
-    return telemetry.MeteredPipeline(
+) -> metering.MeteredPipeline:
+    return metering.MeteredPipeline(
         stores.sessions,
         lifecycle,
         archive,
