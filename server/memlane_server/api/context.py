@@ -24,6 +24,7 @@ from ..context import (
     SectionCaps,
     TurnTrace,
 )
+from ..context.model import SECTION_ORDER, cap_name
 from ..errors import InvalidArgument
 from .convert import summary_to_pb
 from .enums import FALLBACK, PROVENANCE, ROLE, SECTION, STRATEGY
@@ -51,12 +52,7 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
         context_window=r.context_window_tokens,
         reserved_output=r.reserved_output_tokens,
         system_prompt=r.system_prompt if r.HasField("system_prompt") else None,
-        caps=SectionCaps(
-            system=r.caps.system_tokens,
-            profile=r.caps.profile_tokens,
-            memory=r.caps.memory_tokens,
-            history=r.caps.history_tokens,
-        ),
+        caps=_caps_from_pb(r.caps),
         strategy=strategy,
         window_turns=r.window_turns,
         memory_limit=r.memory_limit,
@@ -67,6 +63,15 @@ def request_from_pb(r: cpb.AssembleContextRequest) -> AssembleRequest:
     )
 
 
+def _caps_from_pb(caps: cpb.SectionCaps) -> SectionCaps:
+    """Each section's cap, for the sections as listed once (``context.model.SECTION_ORDER``)."""
+    return SectionCaps(**{cap_name(s): getattr(caps, f"{cap_name(s)}_tokens") for s in SECTION_ORDER})
+
+
+def _caps_to_pb(caps: SectionCaps) -> cpb.SectionCaps:
+    return cpb.SectionCaps(**{f"{cap_name(s)}_tokens": getattr(caps, cap_name(s)) for s in SECTION_ORDER})
+
+
 def request_to_pb(r: AssembleRequest) -> cpb.AssembleContextRequest:
     out = cpb.AssembleContextRequest(
         session_id=r.session_id,
@@ -75,10 +80,7 @@ def request_to_pb(r: AssembleRequest) -> cpb.AssembleContextRequest:
         context_window_tokens=r.context_window,
         reserved_output_tokens=r.reserved_output,
         caps=cpb.SectionCaps(
-            system_tokens=r.caps.system,
-            profile_tokens=r.caps.profile,
-            memory_tokens=r.caps.memory,
-            history_tokens=r.caps.history,
+            **{f"{cap_name(s)}_tokens": getattr(r.caps, cap_name(s)) for s in SECTION_ORDER}
         ),
         strategy=STRATEGY.to_pb(r.strategy),
         window_turns=r.window_turns,

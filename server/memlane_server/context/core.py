@@ -34,6 +34,7 @@ from .compose import (
     text_block,
 )
 from .model import (
+    SECTION_ORDER,
     AssembleRequest,
     AssembleStats,
     Block,
@@ -129,7 +130,7 @@ class Gathered:
     procedures_max_tokens: int = 0
 
 
-_ORDER = (Section.SYSTEM, Section.PROFILE, Section.MEMORY, Section.HISTORY)
+_ORDER = SECTION_ORDER
 
 
 class Composition:

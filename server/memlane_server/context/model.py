@@ -38,6 +38,16 @@ class Section(enum.IntEnum):
     HISTORY = 4
 
 
+# The sections in priority order, listed once (by the enum above): budgets are granted, sections composed
+# and streamed, and caps read and written in this order everywhere.
+SECTION_ORDER: tuple[Section, ...] = tuple(s for s in Section if s is not Section.UNSPECIFIED)
+
+
+def cap_name(section: Section) -> str:
+    """The name of a section's cap (``SectionCaps.<name>``; ``<name>_tokens`` on the wire)."""
+    return section.name.lower()
+
+
 class Strategy(enum.IntEnum):
     """How the history section is built. Matches ``memlane.v1.ContextStrategy``."""
 
