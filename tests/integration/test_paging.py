@@ -30,7 +30,8 @@ from memlane_server.background import SidecarThread
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.ltm import LanceMemoryStore, filters
 from memlane_server.ltm.listing import page_query
-from memlane_server.ltm.model import MemoryFilter, MemoryItem, MemoryKind, MemoryScope, Visibility
+from memlane_server.ltm.model import MemoryFilter, MemoryItem, Visibility
+from memlane_server.memory_kinds import MemoryKind, MemoryScope
 from memlane_server.paging import MAX_PAGE_BYTES, encode_token
 from tests.conftest import ServerFactory
 

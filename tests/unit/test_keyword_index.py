@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from memlane_server.ltm.keyword_index import KeywordIndex, fold, stem, terms
-from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
+from memlane_server.ltm.model import MemoryItem
 from memlane_server.ltm.ranking import fuse_and_rank
 from memlane_server.ltm.store import Hit
 from memlane_server.ltm.tuning import MemoryTuning
+from memlane_server.memory_kinds import MemoryKind, MemoryScope
 
 
 @pytest.mark.parametrize(

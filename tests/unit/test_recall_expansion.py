@@ -7,8 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from memlane_server.ltm.expansion import SubQuery, sub_query, without_names
-from memlane_server.ltm.model import MemoryKind
 from memlane_server.ltm.speakers import named_in, speaker_column, speaker_of_item
+from memlane_server.memory_kinds import MemoryKind
 
 SPEAKERS = {"Melanie", "Caroline"}
 

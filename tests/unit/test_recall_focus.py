@@ -4,7 +4,8 @@ query naming nobody (or everybody) is left alone, and a turn with no content giv
 from __future__ import annotations
 
 from memlane_server.ltm.focus import focus, speaker_of
-from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope, ScoredMemory, ScoreParts
+from memlane_server.ltm.model import MemoryItem, ScoredMemory, ScoreParts
+from memlane_server.memory_kinds import MemoryKind, MemoryScope
 
 
 def _hit(i: int, content: str, score: float) -> ScoredMemory:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..memory_kinds import MemoryKind
 from ..sessions.model import Message, Role, Session
 from .attribution import subject_metadata
 from .filler import adds_to, heard_words, is_filler, repeat_key
 from .keywords import keywords
-from .model import KIND_EPISODIC, ExtractedMemory
+from .model import ExtractedMemory
 from .picky import is_small_talk
 from .pii import redact_head
 from .when import resolve, time_keys, time_metadata
@@ -101,7 +102,7 @@ def build_episodes(messages: list[Message], session: Session) -> list[ExtractedM
         times = resolve(texts[i], when)
         episodes.append(
             ExtractedMemory(
-                kind=KIND_EPISODIC,
+                kind=MemoryKind.EPISODIC,
                 content=content,
                 keywords=list(
                     dict.fromkeys([speaker, *date_keys(when), *time_keys(times), *own[i], *neighbours])

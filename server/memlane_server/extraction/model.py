@@ -5,30 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..memory_kinds import MemoryDraft
 from ..sessions.model import Message, Session
 
-# The string values of ``ltm.MemoryKind``; extraction does not import ltm (imports point one way), and
-# ``ExtractedMemory`` satisfies ``ltm.MemoryDraft`` structurally.
-KIND_FACT = "fact"
-KIND_PREFERENCE = "preference"
-KIND_EPISODIC = "episodic"
-KIND_INSTRUCTION = "instruction"
-KINDS = (KIND_FACT, KIND_PREFERENCE, KIND_EPISODIC, KIND_INSTRUCTION)
-
-
-@dataclass(slots=True)
-class ExtractedMemory:
-    kind: str
-    content: str
-    keywords: list[str] = field(default_factory=list)
-    # Single-valued attribute ("location", "units", "name"): a later value supersedes an earlier one.
-    slot: str = ""
-    importance: float = 0.5
-    source_message_ids: list[str] = field(default_factory=list)
-    occurred_at_ms: int = 0
-    # Whose it is ("subject": a participant's name, absent for the user) and when a relative time
-    # it names falls ("resolved_time"); stored with the item (see ltm/ingest.py for the keys).
-    metadata: dict[str, str] = field(default_factory=dict)
+# A stated memory is the shared draft (``memory_kinds``): ltm's ``NewMemory`` builds on the same class,
+# so ingestion takes extraction's output as is and a field is declared once.
+ExtractedMemory = MemoryDraft
 
 
 @dataclass(slots=True)

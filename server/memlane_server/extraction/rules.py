@@ -13,16 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import linear_regex
+from ..memory_kinds import MemoryKind
 from ..sessions.model import Message, Role, Session
 from .attribution import attributed, plain_sentence, speaker_of, subject_metadata
 from .keywords import keywords
-from .model import (
-    KIND_FACT,
-    KIND_INSTRUCTION,
-    KIND_PREFERENCE,
-    ExtractedMemory,
-    ExtractionResult,
-)
+from .model import ExtractedMemory, ExtractionResult
 from .picky import is_chitchat, is_question, screen
 from .pii import find_pii
 from .when import resolve, time_metadata
@@ -97,7 +92,7 @@ _RULES: tuple[_Rule, ...] = (
             r"^(?:please\s+)?(?:from now on|going forward|in future|in the future)[,:]?\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_INSTRUCTION,
+        MemoryKind.INSTRUCTION,
         lambda m: f"From now on: {_g(m)}." if _g(m) else None,
         slot=lambda m: _units_slot(m.group("x")),
         importance=0.8,
@@ -106,7 +101,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"^(?:please\s+)?(?:always|never|don't ever|do not ever|never ever)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_INSTRUCTION,
+        MemoryKind.INSTRUCTION,
         lambda m: (
             f"{m.group(0).split()[0 if not m.group(0).lower().startswith('please') else 1].capitalize()}"
             f" {_g(m)}."
@@ -122,7 +117,7 @@ _RULES: tuple[_Rule, ...] = (
             r"(?P<x>(?:the\s+)?(?:metric|imperial|celsius|fahrenheit)\b.*)",
             ignore_case=True,
         ),
-        KIND_INSTRUCTION,
+        MemoryKind.INSTRUCTION,
         lambda m: f"Use {_g(m)}.",
         slot=lambda m: _units_slot(m.group("x")),
         importance=0.8,
@@ -132,7 +127,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\b(?i:my name is|my name's|call me|i go by)\s+(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,2})"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User's name is {_g(m)}.",
         slot="name",
         importance=0.9,
@@ -144,7 +139,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"recently\s+)?(?:moved|relocated)\s+to|"
             r"i(?:'ve| have) (?:just )?moved to)\s+(?P<x>[A-Z][\w'-]*(?:[\s,]+[A-Z][\w'-]*){0,3})"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User lives in {_g(m)}.",
         slot="location",
         importance=0.9,
@@ -154,7 +149,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"\b(?i:{_I}\s+from|i\s+grew up in|i was born in)\s+"
             r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is from {_g(m)}." if _g(m).lower() not in _NOT_PLACES else None,
         slot="hometown",
         importance=0.7,
@@ -164,7 +159,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"\b(?:i work as|{_I}\s+working as|my job is|my role is|{_I}\s+employed as)\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User works as {_g(m)}.",
         slot="job",
         importance=0.8,
@@ -174,7 +169,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"\b(?:i work (?:at|for)|{_I}\s+working (?:at|for)|{_I}\s+employed (?:at|by))\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User works at {_g(m)}.",
         slot="employer",
         importance=0.8,
@@ -187,7 +182,7 @@ _RULES: tuple[_Rule, ...] = (
             r"photographer|artist|musician|farmer|electrician|plumber|mechanic|journalist|editor))\b",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is a {_g(m)}.",
         slot="job",
         importance=0.8,
@@ -200,7 +195,7 @@ _RULES: tuple[_Rule, ...] = (
             r"\s+(?i:is called|is named|'s called|'s named|is|named)\s+"
             r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?)"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User's {m.group('rel').lower()} is named {_g(m)}.",
         importance=0.7,
     ),
@@ -210,7 +205,7 @@ _RULES: tuple[_Rule, ...] = (
             r"brothers?|sisters?|siblings?|dogs?|cats?|pets?)(?:\s+named\s+[A-Z][\w'-]*)?)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User has {_g(m)}.",
         importance=0.6,
     ),
@@ -220,20 +215,20 @@ _RULES: tuple[_Rule, ...] = (
             r"lactose[- ]intolerant|halal|kosher)\b",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is {m.group('x').lower()}.",
         slot="diet",
         importance=0.8,
     ),
     _Rule(
         linear_regex.compile(rf"\b{_I}\s+allergic to\s+(?P<x>.+)", ignore_case=True),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is allergic to {_g(m)}.",
         importance=0.9,
     ),
     _Rule(
         linear_regex.compile(r"\bi (?:don't|do not|never) eat\s+(?P<x>.+)", ignore_case=True),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User does not eat {_g(m)}.",
         importance=0.8,
     ),
@@ -244,7 +239,7 @@ _RULES: tuple[_Rule, ...] = (
             r"fahrenheit)\b.*)",
             ignore_case=True,
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         lambda m: f"User prefers {_g(m)}.",
         slot=lambda m: _units_slot(m.group("x")),
         importance=0.8,
@@ -253,7 +248,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\bmy (?:favou?rite|fave)\s+(?P<what>[\w ]{2,30}?)\s+(?:is|are)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         lambda m: f"User's favorite {m.group('what').strip().lower()} is {_g(m)}.",
         slot=lambda m: "favorite:" + m.group("what").strip().lower(),
         importance=0.6,
@@ -262,7 +257,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\bi (?:really |much |would )?(?:prefer|rather have)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         _pref_render("prefers"),
         importance=0.6,
     ),
@@ -270,7 +265,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\bi (?:really |absolutely )?(?:love|like|enjoy|am a fan of|adore)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         _pref_render("likes"),
         importance=0.6,
     ),
@@ -280,7 +275,7 @@ _RULES: tuple[_Rule, ...] = (
             r"\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         _pref_render("dislikes"),
         importance=0.6,
     ),
@@ -291,7 +286,7 @@ _RULES: tuple[_Rule, ...] = (
             r"\s+(?:to\s+|on\s+)?(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"Decision: {_g(m)}." if _g(m) else None,
         importance=0.7,
     ),
@@ -299,7 +294,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\b(?:let's|let us|we'll|we will|i'll|i will)\s+go with\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"Decision: go with {_g(m)}." if _g(m) else None,
         importance=0.7,
     ),

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import MemoryDraft, MemoryItem, MemoryKind, MemoryScope, NewMemory
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
+from .model import MemoryItem, NewMemory
 from .tuning import default_scope
 
 

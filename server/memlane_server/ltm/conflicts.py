@@ -13,7 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import linear_regex
-from .model import MemoryItem, MemoryKind
+from ..memory_kinds import MemoryKind
+from .model import MemoryItem
 
 
 class Action(enum.Enum):

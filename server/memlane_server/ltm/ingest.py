@@ -12,21 +12,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import AlreadyExists, InvalidArgument
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
 from . import audience, filters
 from .conflicts import Action, Decision, Thresholds, decide, restates
 from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
 from .history import Change, ChangeReason
-from .model import (
-    IngestOutcome,
-    IngestResult,
-    MemoryDraft,
-    MemoryItem,
-    MemoryKind,
-    MemoryScope,
-    NewMemory,
-    Owner,
-    new_memory_id,
-)
+from .model import IngestOutcome, IngestResult, MemoryItem, NewMemory, Owner, new_memory_id
 from .ranking import STALE_KEY, prune_score, text_key
 from .slots import canonical_slot, stated_slot
 from .tuning import DAY_MS, default_scope

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from lancedb.expr import Expr
 
+from ..memory_kinds import MemoryKind, MemoryScope
 from ..paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
 from . import filters
-from .model import MemoryFilter, MemoryItem, MemoryKind, MemoryPage, MemoryScope, Visibility
+from .model import MemoryFilter, MemoryItem, MemoryPage, Visibility
 from .store import LanceMemoryStore
 
 DEFAULT_PAGE_SIZE = 50

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import InvalidArgument, NotFound
+from ..memory_kinds import MemoryKind
 from . import filters
 from .history import Change, ChangeReason
 from .ingest import SESSIONS_KEY, clamp, clean_keywords, embedding_text, fold_provenance
-from .model import MemoryItem, MemoryKind, Visibility
+from .model import MemoryItem, Visibility
 from .service import MemoryService, readable
 from .slots import canonical_slot
 

@@ -14,6 +14,7 @@ import numpy.typing as npt
 from lancedb.expr import Expr
 
 from ..errors import InvalidArgument, NotFound
+from ..memory_kinds import MemoryKind, MemoryScope
 from . import filters, vectors
 from .expansion import SubQuery, speaker_hits, sub_query
 from .focus import focus
@@ -25,10 +26,8 @@ from .model import (
     Feedback,
     MemoryFilter,
     MemoryItem,
-    MemoryKind,
     MemoryPage,
     MemoryPatch,
-    MemoryScope,
     Profile,
     RecallQuery,
     ScoredMemory,

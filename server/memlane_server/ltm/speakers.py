@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import linear_regex
-from .model import MemoryKind
+from ..memory_kinds import MemoryKind
 from .query import STOP_WORDS
 
 # "[12 May 2023] Caroline: ..." or "Caroline: ...": a name of one to four words before the first colon

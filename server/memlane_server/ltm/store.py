@@ -23,8 +23,9 @@ from lancedb.query import ColumnOrdering
 from .. import linear_regex
 from ..errors import DataLoss, Unavailable
 from ..infra.object_store import lance_storage_options
+from ..memory_kinds import MemoryKind, MemoryScope
 from .filters import KEY_COLUMNS
-from .model import MemoryItem, MemoryKind, MemoryScope
+from .model import MemoryItem
 from .query import content_terms
 from .schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
 from .sharing import (

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..memory_kinds import MemoryKind, MemoryScope
 from . import filters
 from .core import DELETE_BATCH, MemoryCore
 from .history import Change, ChangeReason
-from .model import (
-    MemoryItem,
-    MemoryKind,
-    MemoryScope,
-)
+from .model import MemoryItem
 from .ranking import prune_score
 from .tuning import DAY_MS
 
