@@ -23,7 +23,7 @@ from memlane_server import linear_regex
 from memlane_server.api import memory_history  # noqa: F401 - compiles its patterns
 from memlane_server.extraction import keywords, picky, pii
 from memlane_server.extraction.rules import RulesExtractor
-from memlane_server.ltm import conflicts, expansion, query, speakers, store  # noqa: F401
+from memlane_server.ltm import conflicts, recall, store, words  # noqa: F401
 from memlane_server.paging import MAX_TOKEN_CHARS  # noqa: F401 - compiles its pattern
 from memlane_server.sessions import events  # noqa: F401
 from memlane_server.sessions.model import Message, Role
@@ -115,7 +115,7 @@ FUNCTIONS: dict[str, Callable[[str], object]] = {
     "shape": salience.shape,
     "split_sentences": extractive.split_sentences,
     "classify": lambda t: extractive.classify(t, answered=False),
-    "content_terms": query.content_terms,
+    "content_terms": words.content_terms,
 }
 
 

@@ -25,7 +25,7 @@ from ..context import Fallback, Provenance, Section, Strategy
 from ..errors import InvalidArgument
 from ..ltm.history import ChangeReason
 from ..ltm.model import IngestOutcome
-from ..ltm.snapshots import DiffKind
+from ..ltm.operations import DiffKind
 from ..memory_kinds import MemoryKind, MemoryScope
 from ..sessions.events import EventType
 from ..sessions.model import PromotionState, Role, SessionStatus, Topology, VisibilityKind

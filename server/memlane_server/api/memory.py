@@ -32,8 +32,8 @@ from ..ltm import (
     Visibility,
     default_scope,
 )
-from ..ltm.merging import MemoryMerge
-from ..ltm.vectors import check_texts
+from ..ltm.operations import MemoryMerge
+from ..ltm.recall import check_texts
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_short, check_timestamp
 from ..sessions.model import Session
 from ..sessions.once import OnceMarks

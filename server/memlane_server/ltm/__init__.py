@@ -30,7 +30,6 @@ wrong, past ``valid_until``) are kept for audit but never returned by ``search``
 
 from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
 from .core import ContentGuard
-from .maintenance import MemoryMaintenance
 from .model import (
     Feedback,
     IngestOutcome,
@@ -48,6 +47,7 @@ from .model import (
     SearchMode,
     Visibility,
 )
+from .operations import MemoryMaintenance
 from .service import MemoryService
 from .store import LanceMemoryStore
 from .tuning import MemoryTuning, default_scope

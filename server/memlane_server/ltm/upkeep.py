@@ -9,7 +9,7 @@ from . import filters
 from .core import DELETE_BATCH, MemoryCore
 from .history import Change, ChangeReason
 from .model import MemoryItem
-from .ranking import prune_score
+from .recall import prune_score
 from .tuning import DAY_MS
 
 
