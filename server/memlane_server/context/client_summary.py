@@ -14,7 +14,7 @@ from ..errors import Conflict, InvalidArgument, ResourceExhausted
 from ..sessions.model import Summary
 from ..sessions.store import SessionStore
 from ..summarizers import Summarizer
-from ..summarizers.scoped import SESSION_SCOPE, fold_scoped, scope_of
+from ..summarizers.summarizer import SESSION_SCOPE, fold_scoped, scope_of
 from .traces import now_ms
 
 # Least budget of a scope's part folded at submission (the client's text sets it when longer).

@@ -15,7 +15,7 @@ from ..errors import Conflict
 from ..sessions.model import Session, Summary
 from ..sessions.store import SessionStore
 from ..summarizers import ExtractiveSummarizer
-from ..summarizers.scoped import Scope, fold_scoped
+from ..summarizers.summarizer import Scope, fold_scoped
 from .core import GapFold
 from .traces import now_ms
 from .viewer_summary import can_read

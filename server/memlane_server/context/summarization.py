@@ -23,7 +23,7 @@ from ..sessions.end_queue import REASON_SUMMARIZE, SessionEndQueue
 from ..sessions.model import Summary
 from ..sessions.store import SessionStore
 from ..summarizers import Summarizer
-from ..summarizers.scoped import fold_scoped
+from ..summarizers.summarizer import fold_scoped
 from ..tokens import TokenCounter
 from .model import SummaryRange
 from .traces import now_ms

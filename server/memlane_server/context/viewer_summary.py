@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ..access.identity import Caller
 from ..sessions.model import ScopedSummary, Summary, VisibilityKind
-from ..summarizers.scoped import Scope
+from ..summarizers.summarizer import Scope
 from ..tokens import TokenCounter
 
 # A part's label ("In group ops, from agent planner:") in tokens, roughly; only decides whether to count.

@@ -17,9 +17,8 @@ from ..errors import Unavailable
 from ..infra.openai_chat import ChatCompletions, ChatEndpoint
 from ..memory_kinds import STATED_KINDS
 from ..sessions.model import Message, Role, Session
+from .extractor import ExtractedMemory, ExtractionResult, screen
 from .keywords import keywords as fallback_keywords
-from .model import ExtractedMemory, ExtractionResult
-from .picky import screen
 
 PROVIDER = "openai"
 
