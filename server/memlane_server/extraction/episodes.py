@@ -1,4 +1,5 @@
-"""Episodic items: what was said when, so "what did we talk about / when did X happen" can be recalled.
+"""Episodic items: what was said when, so "what did we talk about / when did X happen" can be recalled;
+and filler, the turns that key their neighbours but are no episode themselves (its section below).
 
 One episode per spoken turn. Recall is paid for in tokens (assembly injects what it finds into a
 budget), so an episode holds exactly one turn: a window of several turns would spend the budget on
@@ -15,7 +16,7 @@ Turns with nothing to recall: not stored as memories (they stay in the session a
 A recalled filler turn takes a place and part of the token budget from a turn that answers, and
 costs an embedding at ingest. Filler is:
 
-- small talk (``picky.is_small_talk``: greetings, thanks, pleasantries);
+- small talk (``extractor.is_small_talk``: greetings, thanks, pleasantries);
 - a bare question: at most two words that say something and no name or number ("How was your
   weekend?", "What about you?"); what a question asks is recalled through its answer, which carries
   the question's keywords as its own keys (episodes.py);
@@ -75,7 +76,7 @@ def date_keys(ms: int) -> list[str]:
 
 def build_episodes(messages: list[Message], session: Session) -> list[ExtractedMemory]:
     """One episode per spoken turn, keyed with its neighbours' keywords, the speaker and the date."""
-    # Greetings and pleasantries take no part. Filler (bare questions and reactions: filler.py) and a
+    # Greetings and pleasantries take no part. Filler (bare questions and reactions: see below) and a
     # speaker's exact repeats are no episodes (recalled, they crowd out the turns that answer, and each
     # would cost an embedding), but they still key their neighbours: a bare question's words are how
     # its answer is found.

@@ -1,4 +1,5 @@
-"""``RulesExtractor``: the offline, deterministic default.
+"""``RulesExtractor``: the offline, deterministic default, with attribution (whose a statement is, in a
+group conversation; its section below, also used by episodes).
 
 Reads only the user's own messages (what the assistant said is not the user's fact), sentence by
 sentence, and matches first-person patterns. Each match becomes a third-person memory ("User lives in

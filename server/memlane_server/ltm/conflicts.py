@@ -1,4 +1,5 @@
-"""Merge-on-duplicate and supersede-on-contradiction, decided before anything is written.
+"""Merge-on-duplicate and supersede-on-contradiction, decided before anything is written, and the
+audience rule that bounds both (who reads an item; its section below).
 
 Pure logic over the (user, agent)'s current items and their vectors, so the rules are unit-testable
 and the store sees one batched write per ingest.

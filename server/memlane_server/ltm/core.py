@@ -1,5 +1,7 @@
 """``MemoryCore``: the state and the few helpers every part of ``MemoryService`` shares (the store,
-embedder, policy, locks and the in-memory recall index; change notification; content checks).
+embedder, policy, locks and the in-memory recall index; change notification; content checks), and the
+three collaborators it composes, each in its section below: freshness (``Freshness``), batched usage
+(``UsageRecorder``) and slots (``SlotReader``, ``canonical_slot``).
 
 A reader's view kept current with writes made elsewhere: by a worker process of this sidecar (session
 end, learning), or by another sidecar on the same table.

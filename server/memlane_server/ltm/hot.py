@@ -1,4 +1,5 @@
-"""``HotIndex``: the vectors of hot readers' memories in memory, so recall does not scan LanceDB.
+"""``HotIndex``: the vectors of hot readers' memories in memory, so recall does not scan LanceDB; and
+each entry's full-text twin, ``KeywordIndex`` (its section below), so neither retriever does.
 
 A vector search in LanceDB prefilters the user's rows and compares every one of them (no ANN index
 below ``ltm_vector_index_min_rows``): about 25 ms for a user holding 10,000 items, most of an

@@ -1,4 +1,5 @@
-"""``MemoryService``: the domain face of long-term memory (see the package docstring for the API).
+"""``MemoryService``: the domain face of long-term memory (see the package docstring for the API), with
+ListMemories' keyset pages (its section below).
 
 Recall and CRUD here; writes in ``ingest``, upkeep, export and erasure in ``upkeep``, shared state in
 ``core``.

@@ -1,4 +1,5 @@
-"""An offline, deterministic, extractive summarizer (the default provider; no LLM).
+"""An offline, deterministic, extractive summarizer (the default provider; no LLM), with the salience
+weights that decide which identifiers a summary keeps (their section below).
 
 The summary is a list of sentences copied verbatim from the turns, filed under a few headings::
 
@@ -119,7 +120,7 @@ class _Item:
     text: str
     order: int  # position in this merge: previous summary first, then the leaving turns
     rank: int = 0  # the kind's value, or _ROUTINE for a repeated wording's older instances
-    weight: int = 0  # identifier evidence (salience.weight)
+    weight: int = 0  # identifier evidence (``weight``, below)
 
     def line(self) -> str:
         return f"- [{self.tag}] {self.text}" if self.tag else f"- {self.text}"
