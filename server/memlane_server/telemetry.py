@@ -23,9 +23,10 @@ from .context.sources import LtmMemorySource
 from .embedding import Embedder, OnnxEmbedder
 from .embedding.remote import RemoteEmbedder
 from .ltm import MemoryService
-from .ltm.model import MemoryItem, MemoryKind
+from .ltm.model import MemoryItem
 from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
+from .memory_kinds import MemoryKind
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
 from .observability.process import new_registry
 from .sessions.end_queue import SessionEndQueue

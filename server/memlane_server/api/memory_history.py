@@ -16,8 +16,8 @@ from ..extraction import Extractor
 from ..ids import check_id
 from ..ltm import MemoryService, Visibility
 from ..ltm.history import MemoryVersion
+from ..ltm.operations import Diff, MemorySnapshots, SnapshotInfo
 from ..ltm.service import readable
-from ..ltm.snapshots import Diff, MemorySnapshots, SnapshotInfo
 from ..paging import (
     cursor_of,
     decode_token,

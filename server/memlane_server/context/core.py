@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..ltm.ranking import text_key
+from ..ltm.recall import text_key
 from ..sessions.channel_policies import ChannelPolicy
 from ..sessions.model import Message, Role, Session, Summary
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter

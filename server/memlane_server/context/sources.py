@@ -83,7 +83,7 @@ class LtmMemorySource:
 
     ``cross_channel_episodes`` False keeps raw conversation (episodic items) inside the channel it was
     said in, while facts and preferences follow the user across channels. A write in any process (a
-    worker, another sidecar) takes effect on the next assembly here (``ltm/freshness.py``).
+    worker, another sidecar) takes effect on the next assembly here (``ltm/core.py``).
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class LtmMemorySource:
 
     async def _version(self, user_id: str) -> bytes:
         """The user's current LTM version; on a change, this process's view of the store is refreshed
-        (``ltm/freshness.py``) before anything is read, and cached profiles of another version miss."""
+        (``ltm/core.py``) before anything is read, and cached profiles of another version miss."""
         return await self._memory.freshness.current(user_id)
 
     async def profile(self, user_id: str, viewer: Caller, limit_tokens: int) -> list[MemoryHit]:

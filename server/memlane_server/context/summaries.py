@@ -1,7 +1,7 @@
 """Summaries in assembly, in one room: the part a viewer is shown, the gap folded in for a request, the
 summary a client submits, and the background run that keeps the stored one current.
 
-Parts are stored per visibility scope (``summarizers.scoped``); which of them a viewer gets is decided
+Parts are stored per visibility scope (``summarizers.summarizer``); which of them a viewer gets is decided
 by ``Caller.can_see``, the one access rule, on the scope's visibility, source agent and group, exactly as
 for the turns themselves. Composing is cheap (no summarizer call), so it happens on every request. The
 other three write a summary: each folds per scope like any summary and stores by compare-and-set, so
@@ -24,7 +24,7 @@ from ..sessions.end_queue import REASON_SUMMARIZE, SessionEndQueue
 from ..sessions.model import ScopedSummary, Session, Summary, VisibilityKind
 from ..sessions.store import SessionStore
 from ..summarizers import ExtractiveSummarizer, Summarizer
-from ..summarizers.scoped import SESSION_SCOPE, Scope, fold_scoped, scope_of
+from ..summarizers.summarizer import SESSION_SCOPE, Scope, fold_scoped, scope_of
 from ..tokens import TokenCounter
 from .model import GapFold, SummaryRange
 from .traces import now_ms
@@ -132,7 +132,7 @@ async def fold_gap(
 #
 # The agent's text becomes the session-wide part of the summary. The turns only some agents may read are
 # folded into their scopes' parts here, extractively, so that a client summary never has to carry them
-# (and no viewer loses them): see ``summarizers.scoped``.
+# (and no viewer loses them): see ``summarizers.summarizer``.
 
 # Least budget of a scope's part folded at submission (the client's text sets it when longer).
 _MIN_SCOPED_TOKENS = 128
@@ -300,7 +300,7 @@ class SummaryWriter:
         )
         if not leaving:
             return prev
-        # Every scope's turns are folded into that scope's part (see summarizers.scoped), so no turn
+        # Every scope's turns are folded into that scope's part (see summarizers.summarizer), so no turn
         # leaves the window without landing in the summary of everyone who may read it.
         folded = await fold_scoped(self._summarizer, prev, leaving, budget_tokens)
         loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..ltm.ranking import text_key
+from ..ltm.recall import text_key
 
 BUDGETS = (256, 512, 1024)
 CUTOFFS = (5, 10)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import MemoryKind, MemoryScope
+from ..memory_kinds import MemoryKind, MemoryScope
 
 DAY_MS = 86_400_000
 

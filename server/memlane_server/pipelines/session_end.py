@@ -37,7 +37,7 @@ from ..sessions.model import ArchivePointer, Message, PromotionState, Retirement
 from ..sessions.store import SessionStore, now_ms
 from ..sessions.traces import TraceRecords
 from ..summarizers import Summarizer
-from ..summarizers.scoped import fold_scoped
+from ..summarizers.summarizer import fold_scoped
 from .archive import ArchiveStore
 from .archive_tables import ArchivePart
 from .checkpoint_archive import CheckpointArchiver

@@ -46,7 +46,7 @@ from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
 from ..infra.redis_pool import RedisClient, backend_fault
 from ..ltm import MemoryService
-from ..ltm.snapshots import MemorySnapshots
+from ..ltm.operations import MemorySnapshots
 from ..observability.domain import DomainMetrics
 from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics

@@ -8,7 +8,7 @@ from memlane_server.access.identity import UNRESTRICTED, Caller, CallerRole
 from memlane_server.context.summaries import viewer_summary
 from memlane_server.sessions.model import Message, Role, Summary, VisibilityKind
 from memlane_server.summarizers import ExtractiveSummarizer
-from memlane_server.summarizers.scoped import fold_scoped
+from memlane_server.summarizers.summarizer import fold_scoped
 from memlane_server.tokens import TokenCounter
 
 COUNTER = TokenCounter()

@@ -1,10 +1,12 @@
-"""The result list shaped by who the query is about (ltm/focus.py): a named speaker's own turns rise, a
+"""The result list shaped by who the query is about (ltm/recall.py): a named speaker's own turns rise, a
 query naming nobody (or everybody) is left alone, and a turn with no content gives way."""
 
 from __future__ import annotations
 
-from memlane_server.ltm.focus import focus, speaker_of
-from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope, ScoredMemory, ScoreParts
+from memlane_server.ltm.model import MemoryItem, ScoredMemory, ScoreParts
+from memlane_server.ltm.recall import focus
+from memlane_server.ltm.words import speaker_of
+from memlane_server.memory_kinds import MemoryKind, MemoryScope
 
 
 def _hit(i: int, content: str, score: float) -> ScoredMemory:

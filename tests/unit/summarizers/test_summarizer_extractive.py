@@ -6,7 +6,7 @@ import pytest
 
 from memlane_server.sessions.model import Message, Role
 from memlane_server.summarizers import ExtractiveSummarizer
-from memlane_server.summarizers.salience import STRONG_WEIGHT, shape, weight
+from memlane_server.summarizers.extractive import STRONG_WEIGHT, shape, weight
 from memlane_server.tokens import TokenCounter
 from tests.synthetic_sessions import EARLY_ID, LATE_ID, SHAPES, session_texts
 

@@ -1,13 +1,52 @@
-"""What is never worth remembering: greetings, acknowledgements, questions, restatements, PII.
+"""The extractor's contract: what every provider returns, the screen its candidates pass (PII, small talk,
+questions, restatements) and the metered wrapper around it.
+
+What extraction produces, and the ``Extractor`` protocol providers implement.
+
+What is never worth remembering: greetings, acknowledgements, questions, restatements, PII.
 
 Applied to every provider's output (an LLM told not to store "thanks!" sometimes does anyway).
+
+Extraction metrics, by provider (token usage is its own metric: the LLM bill), and a wrapper.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+
 from .. import linear_regex
-from .model import ExtractedMemory, ExtractionResult
+from ..memory_kinds import MemoryDraft
+from ..observability.model_usage import ModelUsageMetrics
+from ..sessions.model import Message, Session
 from .pii import find_pii
+
+# A stated memory is the shared draft (``memory_kinds``): ltm's ``NewMemory`` builds on the same class,
+# so ingestion takes extraction's output as is and a field is declared once.
+ExtractedMemory = MemoryDraft
+
+
+@dataclass(slots=True)
+class ExtractionResult:
+    memories: list[ExtractedMemory] = field(default_factory=list)
+    tokens_in: int = 0  # provider-billed tokens (0 for the offline rules)
+    tokens_out: int = 0
+    rejected_pii: int = 0  # candidates dropped by the PII guard
+    rejected_picky: int = 0  # candidates dropped as greetings, acks, questions, restatements
+
+
+class Extractor(Protocol):
+    """Turns a session's messages into durable memories (never episodes: see ``episodes.py``)."""
+
+    @property
+    def provider(self) -> str: ...
+
+    async def extract(self, messages: list[Message], session: Session) -> ExtractionResult: ...
+
+
+# --- What is never worth remembering: greetings, acknowledgements, questions, restatements, PII.
 
 _CHITCHAT = linear_regex.compile(
     r"^(?:hi|hello|hey|yo|good (?:morning|afternoon|evening|night)|bye|goodbye|see you|cheers|"
@@ -98,3 +137,39 @@ def screen(result: ExtractionResult) -> ExtractionResult:
         kept.append(memory)
     result.memories = kept
     return result
+
+
+# --- Extraction metrics, by provider (token usage is its own metric: the LLM bill), and a wrapper.
+
+
+class ExtractionMetrics(ModelUsageMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry, "extraction")
+        self.memories = Counter(
+            "memlane_extraction_memories",
+            "Candidate memories by fate (kept, rejected_pii, rejected_picky).",
+            ["provider", "fate"],
+            registry=registry,
+        )
+
+
+class MeteredExtractor:
+    """An ``Extractor`` that records calls, tokens, fates and latency of the one it wraps."""
+
+    def __init__(self, inner: Extractor, metrics: ExtractionMetrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    async def extract(self, messages: list[Message], session: Session) -> ExtractionResult:
+        provider = self._inner.provider
+        m = self._metrics
+        result = await m.timed(provider, self._inner.extract(messages, session))
+        m.tokens(provider, result.tokens_in, result.tokens_out)
+        m.memories.labels(provider, "kept").inc(len(result.memories))
+        m.memories.labels(provider, "rejected_pii").inc(result.rejected_pii)
+        m.memories.labels(provider, "rejected_picky").inc(result.rejected_picky)
+        return result

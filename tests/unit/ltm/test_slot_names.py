@@ -1,10 +1,10 @@
-"""One name per single-valued attribute (ltm/slots.py): the names callers give fold into the family's."""
+"""One name per single-valued attribute (ltm/core.py): the names callers give fold into the family's."""
 
 from __future__ import annotations
 
 import pytest
 
-from memlane_server.ltm.slots import FAMILIES, MAX_SLOT_CHARS, canonical_slot, slot_by_wording
+from memlane_server.ltm.core import FAMILIES, MAX_SLOT_CHARS, canonical_slot, slot_by_wording
 
 
 @pytest.mark.parametrize(

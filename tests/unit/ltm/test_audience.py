@@ -1,11 +1,11 @@
-"""The audience model of ingest (ltm/audience.py): what a draft may supersede and what it may merge into."""
+"""The audience model of ingest (ltm/conflicts.py): what a draft may supersede and what it may merge into."""
 
 from __future__ import annotations
 
 import pytest
 
 from memlane_server.ltm import MemoryItem, MemoryKind, MemoryScope, NewMemory
-from memlane_server.ltm.audience import Audience, may_merge, may_supersede
+from memlane_server.ltm.conflicts import Audience, may_merge, may_supersede
 
 AGENT, USER, SHARED, GROUP = MemoryScope.AGENT, MemoryScope.USER, MemoryScope.SHARED, MemoryScope.GROUP
 

@@ -1,15 +1,16 @@
-"""The in-memory full-text index of a hot entry (ltm/keyword_index.py) and how fusion reads its ties."""
+"""The in-memory full-text index of a hot entry (ltm/hot.py) and how fusion reads its ties."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memlane_server.ltm.keyword_index import KeywordIndex, fold, stem, terms
-from memlane_server.ltm.model import MemoryItem, MemoryKind, MemoryScope
-from memlane_server.ltm.ranking import fuse_and_rank
+from memlane_server.ltm.hot import KeywordIndex, fold, stem, terms
+from memlane_server.ltm.model import MemoryItem
+from memlane_server.ltm.recall import fuse_and_rank
 from memlane_server.ltm.store import Hit
 from memlane_server.ltm.tuning import MemoryTuning
+from memlane_server.memory_kinds import MemoryKind, MemoryScope
 
 
 @pytest.mark.parametrize(

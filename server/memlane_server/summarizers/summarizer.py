@@ -1,4 +1,11 @@
-"""Rolling summaries by visibility scope, with any ``Summarizer``.
+"""The Summarizer contract, and the wrappers around a summarizer: metered (Prometheus) and scoped (one
+summary per visibility scope).
+
+The summarizer protocol: incremental, budgeted, with token accounting.
+
+Summarization metrics, by provider, and a wrapper that records them.
+
+Rolling summaries by visibility scope, with any ``Summarizer``.
 
 A session's turns are not all readable by every agent: in distributed and selective sessions most are
 private to their agent or to a group. One summary text cannot serve them all (it would either leak a
@@ -18,9 +25,74 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
+from prometheus_client import CollectorRegistry
+
+from ..observability.model_usage import ModelUsageMetrics
 from ..sessions.model import Message, ScopedSummary, Summary, VisibilityKind
-from .base import Summarizer
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    """A new rolling summary and what producing it cost.
+
+    ``tokens_in``/``tokens_out`` are what the provider billed (an LLM's ``usage``) or, for offline
+    providers, the tokens read and written; they feed the summarization metrics.
+    """
+
+    text: str
+    token_count: int  # tokens of ``text`` in the summarizer's encoding; always <= the budget asked for
+    tokens_in: int
+    tokens_out: int
+    provider: str
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """new summary = f(previous summary, turns leaving the window).
+
+    Implementations never see turns older than ``leaving``: the previous summary stands for them. That
+    keeps cost proportional to the turns leaving, not to the session's length.
+    """
+
+    @property
+    def provider(self) -> str:
+        """A short provider name for metrics and stats (``extractive``, ``openai``, ``client``)."""
+        ...
+
+    async def summarize(self, previous: str, leaving: list[Message], budget_tokens: int) -> SummaryResult:
+        """Fold ``leaving`` (oldest first) into ``previous``; the result fits in ``budget_tokens``."""
+        ...
+
+
+# --- Summarization metrics, by provider, and a wrapper that records them.
+
+
+class SummarizationMetrics(ModelUsageMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry, "summarization")
+
+
+class MeteredSummarizer:
+    """A ``Summarizer`` that records calls, tokens and latency of the one it wraps."""
+
+    def __init__(self, inner: Summarizer, metrics: SummarizationMetrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    async def summarize(self, previous: str, leaving: list[Message], budget_tokens: int) -> SummaryResult:
+        provider = self._inner.provider
+        result = await self._metrics.timed(provider, self._inner.summarize(previous, leaving, budget_tokens))
+        self._metrics.tokens(provider, result.tokens_in, result.tokens_out)
+        return result
+
+
+# --- Rolling summaries by visibility scope, with any ``Summarizer``.
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -1,4 +1,4 @@
-"""Sub-queries of recall (ltm/expansion.py) and the speaker rule they share with focus (ltm/speakers.py):
+"""Sub-queries of recall (ltm/recall.py) and the speaker rule they share with focus (ltm/words.py):
 who a query names, what is left to ask once names are out, and one rule whether a row is read alone
 (Python) or a whole column at once (Arrow)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from memlane_server.ltm.expansion import SubQuery, sub_query, without_names
-from memlane_server.ltm.model import MemoryKind
-from memlane_server.ltm.speakers import named_in, speaker_column, speaker_of_item
+from memlane_server.ltm.recall import SubQuery, sub_query, without_names
+from memlane_server.ltm.words import named_in, speaker_column, speaker_of_item
+from memlane_server.memory_kinds import MemoryKind
 
 SPEAKERS = {"Melanie", "Caroline"}
 
