@@ -35,15 +35,15 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect, unanswered
 from .infra.redis_timing import time_commands
+from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
+from .ltm.redis_state import LtmVersions
 from .model_process import ModelProcess
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
-from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
-from .sessions.ltm_versions import LtmVersions
 from .sessions.store import SessionStore
 from .summarizers import Summarizer
 from .tokens import TokenCounter

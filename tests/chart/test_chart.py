@@ -30,9 +30,9 @@ import pytest
 import yaml
 
 from memlane_server.config import Settings, build_settings, setting_fields
+from memlane_server.keyspace import KeySpace
 from memlane_server.observability.health import LIVENESS_SERVICE
 from memlane_server.sessions.end_queue import GROUP as END_QUEUE_GROUP
-from memlane_server.sessions.keys import KeySpace
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memlane"

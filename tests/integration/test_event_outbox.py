@@ -18,8 +18,8 @@ import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.background import SidecarThread
 from memlane_server.infra.redis_pool import connect
+from memlane_server.keyspace import KeySpace
 from memlane_server.sessions.events import EventLog, EventType, pending
-from memlane_server.sessions.keys import KeySpace
 from memlane_server.sessions.limits import Limits
 from memlane_server.sessions.model import SessionStatus
 from memlane_server.sessions.store import SessionStore, now_ms

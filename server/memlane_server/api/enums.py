@@ -22,9 +22,9 @@ from ..context import Fallback, Provenance, Section, Strategy
 from ..errors import InvalidArgument
 from ..ltm.history import ChangeReason
 from ..ltm.snapshots import DiffKind
+from ..procedures.store import Kind, Origin, State
 from ..sessions.events import EventType
 from ..sessions.model import PromotionState, Role, SessionStatus, Topology, VisibilityKind
-from ..sessions.procedure_model import Kind, Origin, State
 
 if TYPE_CHECKING:
     from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper

@@ -34,10 +34,10 @@ from ..ltm import (
     default_scope,
 )
 from ..ltm.merging import MemoryMerge
+from ..ltm.redis_state import OnceMarks
 from ..ltm.vectors import check_texts
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_short, check_timestamp
 from ..sessions.model import Session
-from ..sessions.once import OnceMarks
 from ..sessions.store import now_ms
 from .convert import message_from_pb
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from ..procedures.store import ActiveProcedure, Kind
 from ..sessions.model import Role
-from ..sessions.procedure_model import ActiveProcedure, Kind
 from .compose import Costing
 from .model import Block, BlockMessage, ProcedureRef, Provenance
 

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from ..checkpoints.store import CheckpointArchiver, CheckpointStore
 from ..errors import Conflict, NotFound
-from ..sessions.checkpoints import CheckpointStore
 from ..sessions.end_queue import REASON_EXPIRED, REASON_FORCED
 from ..sessions.end_state import EndProgress, EndState
 from ..sessions.events import EventType, pending
@@ -40,7 +40,6 @@ from ..summarizers import Summarizer
 from ..summarizers.scoped import fold_scoped
 from .archive import ArchiveStore
 from .archive_tables import ArchivePart
-from .checkpoint_archive import CheckpointArchiver
 from .promote import Promoter
 
 log = logging.getLogger("memlane.pipeline")

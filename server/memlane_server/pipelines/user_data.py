@@ -13,15 +13,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from ..checkpoints.store import CheckpointStore, export_checkpoints
 from ..errors import Unavailable
 from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
-from ..sessions.checkpoints import CheckpointStore
 from ..sessions.fence import ErasureJournal, sessions_held
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
-from .checkpoint_archive import export_checkpoints
 
 log = logging.getLogger("memlane")
 

@@ -12,7 +12,7 @@ from typing import NamedTuple, cast
 
 import redis.asyncio as aioredis
 
-from .keys import KeySpace
+from ..keyspace import KeySpace
 from .model import Topology
 
 # Each memo holds at most this many sessions; past it, it starts afresh (a miss costs one read).

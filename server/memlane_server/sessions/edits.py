@@ -21,9 +21,9 @@ from redis.exceptions import ResponseError
 
 from ..access.identity import UNRESTRICTED, Caller
 from ..errors import Conflict, InvalidArgument, NotFound
+from ..ids import check_id
+from ..keyspace import KeySpace
 from .codec import FINGERPRINT_LEN, decode_message, encode_message
-from .ids import check_id
-from .keys import KeySpace
 from .limits import check_batch
 from .model import Message
 from .store import SessionStore, now_ms

@@ -18,8 +18,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from ..keyspace import KeySpace
 from . import scripts
-from .keys import KeySpace
 
 GROUP = "session-end"
 

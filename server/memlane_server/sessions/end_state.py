@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from .keys import KeySpace
+from ..keyspace import KeySpace
 from .lease import Lease
 
 

@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 
 from .. import linear_regex
 from ..errors import InvalidArgument
+from ..keyspace import KeySpace
 from . import scripts
-from .keys import KeySpace
 from .model import PromotionState, Session, SessionStatus
 from .outbox import RELAYED_WINDOW_MS, PendingEvent, decode_entry, encode_entry, new_event_id
 

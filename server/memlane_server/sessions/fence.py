@@ -22,7 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ..errors import Unavailable
-from .keys import KeySpace
+from ..keyspace import KeySpace
 from .lease import Lease, LeaseLock
 
 _TTL_MS = 30_000  # renewed every third of it while held; a holder that dies frees them within this

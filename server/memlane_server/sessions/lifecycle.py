@@ -29,12 +29,12 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ..errors import Conflict, FailedPrecondition, MemlaneError, NotFound
+from ..ids import check_id
+from ..keyspace import KeySpace
 from .channel_policies import PolicyBook
 from .codec import LEGACY_FIELD, decode_policy
 from .end_queue import REASON_CLOSED, REASON_EXPIRED, SessionEndQueue
 from .events import EventLog, EventType, pending
-from .ids import check_id
-from .keys import KeySpace
 from .keyspace import ExpirySubscriptions
 from .model import PromotionState, Session, SessionStatus
 from .store import SessionStore, now_ms

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from .keys import KeySpace
+from ..keyspace import KeySpace
 
 GRACE_MS = 10_000
 # How long a relayed event id is remembered: far longer than an outbox entry can wait for the sweeper

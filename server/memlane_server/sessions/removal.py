@@ -17,10 +17,10 @@ from redis.exceptions import ResponseError
 
 from ..access.identity import UNRESTRICTED, Caller
 from ..errors import InvalidArgument
+from ..ids import check_id
+from ..keyspace import KeySpace
 from . import scripts
 from .codec import FINGERPRINT_LEN, decode_message
-from .ids import check_id
-from .keys import KeySpace
 from .model import Message
 from .store import SessionStore
 

@@ -14,7 +14,10 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
+from memlane import new_id
+
 from ..errors import AlreadyExists, InvalidArgument
+from ..ids import check_id
 from ..paging import (
     MAX_PAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
@@ -29,7 +32,6 @@ from .codec import (
     encode_session,
     encode_summary,
 )
-from .ids import check_id, new_id
 from .limits import (
     check_list,
     check_metadata,

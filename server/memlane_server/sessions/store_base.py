@@ -13,14 +13,14 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound, SessionExpired
+from ..ids import check_id
 from ..infra.redis_lane import as_dict, hot
+from ..keyspace import KeySpace
 from ..tokens import TokenCounter
 from . import scripts
 from .append_memo import AppendMemo
 from .codec import decode_session
 from .durability import Durability
-from .ids import check_id
-from .keys import KeySpace
 from .limits import Limits
 from .model import (
     Session,

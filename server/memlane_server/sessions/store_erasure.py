@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from ..ids import check_id
 from ..infra.redis_persistence import PersistenceReport, rewrite_persistence
-from .ids import check_id
 from .outbox import decode_entry
 from .store_base import StoreBase
 

@@ -13,8 +13,11 @@ from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from memlane import new_id
+
 from ..access.identity import UNRESTRICTED, Caller
 from ..errors import Unavailable
+from ..ids import check_id
 from ..paging import (
     MAX_PAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
@@ -34,7 +37,6 @@ from .codec import (
     encode_message,
     fingerprint,
 )
-from .ids import check_id, new_id
 from .limits import (
     check_batch,
     message_bytes,

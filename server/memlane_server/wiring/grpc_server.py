@@ -47,6 +47,7 @@ from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
 from ..infra.redis_pool import RedisClient, backend_fault
 from ..ltm import MemoryService
+from ..ltm.redis_state import OnceMarks
 from ..ltm.snapshots import MemorySnapshots
 from ..observability.domain import DomainMetrics
 from ..observability.health import PodMetrics
@@ -56,7 +57,6 @@ from ..pipelines.user_directory import UserDirectory
 from ..pipelines.user_import import UserImport
 from ..sessions.edits import MessageEditor
 from ..sessions.fence import ErasureJournal
-from ..sessions.once import OnceMarks
 from ..sessions.removal import MessageRemover
 from .lifecycle import SessionEnd
 from .stores import Stores

@@ -1,13 +1,20 @@
-"""The Redis key layout. Every key is built here and nowhere else.
+"""The Redis key layout. Every key is built here and nowhere else: a leaf every store reaches (sessions,
+checkpoints, procedures, long-term memory's versions) without importing another store.
 
 All keys of one session share the hash tag ``{<session_id>}`` so a session's keys live in one slot and
 one Lua script may touch them all on Redis Cluster. Cross-session indexes (per user, deadlines, the
 pipeline queue) carry their own tags and are only ever written with separate commands.
+
+Also here, because it needs nothing but the layout: ``drop_keys``, the clean-up for commands that run a
+sidecar on a user's Redis for a while (``memlane eval``, ``memlane bench``): every key they created lives
+under their own key prefix, and goes when they finish.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import redis
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,3 +295,25 @@ class KeySpace:
 
 def _glob_escaped(value: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\^-" else ch for ch in value)
+
+
+# ----------------------------------------------------------------- scratch prefixes (eval, bench)
+
+
+def drop_keys(redis_url: str, key_prefix: str, *, batch: int = 500) -> int:
+    """Deletes every key under ``key_prefix`` (the layout of ``KeySpace``); returns how many. SCAN, not
+    KEYS, so a big shared Redis is not blocked."""
+    client = redis.Redis.from_url(redis_url)
+    deleted = 0
+    try:
+        pending: list[bytes] = []
+        for key in client.scan_iter(match=KeySpace(key_prefix).pattern(), count=1000):
+            pending.append(key)
+            if len(pending) >= batch:
+                deleted += int(client.unlink(*pending))
+                pending.clear()
+        if pending:
+            deleted += int(client.unlink(*pending))
+    finally:
+        client.close()
+    return deleted
