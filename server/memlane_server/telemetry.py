@@ -28,7 +28,7 @@ from .ltm.store import Hit, LanceMemoryStore
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
 from .observability.process import new_registry
 from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
-from .sessions.end_queue import SessionEndQueue
+from .sessions.ending import SessionEndQueue
 from .sessions.model import Message, Session, SessionStatus
 from .sessions.store import SessionStore
 from .summarizers import Summarizer, SummaryResult

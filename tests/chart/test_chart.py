@@ -32,7 +32,7 @@ import yaml
 from memlane_server.config import Settings, build_settings, setting_fields
 from memlane_server.keyspace import KeySpace
 from memlane_server.observability.health import LIVENESS_SERVICE
-from memlane_server.sessions.end_queue import GROUP as END_QUEUE_GROUP
+from memlane_server.sessions.ending import GROUP as END_QUEUE_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memlane"

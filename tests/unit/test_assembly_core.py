@@ -26,8 +26,7 @@ from memlane_server.context import Strategy as S
 from memlane_server.context.compose import Costing
 from memlane_server.context.core import Composition, GapFold, Gathered, GatheredHistory, compose, settle
 from memlane_server.errors import InvalidArgument
-from memlane_server.sessions.channel_policies import ChannelPolicy
-from memlane_server.sessions.model import Message, Role, Session, Summary, VisibilityKind
+from memlane_server.sessions.model import ChannelPolicy, Message, Role, Session, Summary, VisibilityKind
 from memlane_server.tokens import TokenCounter
 
 COUNTER = TokenCounter()

@@ -22,7 +22,7 @@ from ..pipelines import export_format
 from ..pipelines.user_data import Record, UserData
 from ..pipelines.user_directory import UserDirectory
 from ..pipelines.user_import import UserImport
-from ..sessions.end_queue import SessionEndQueue
+from ..sessions.ending import SessionEndQueue
 from .parked_jobs import ParkedJobsMixin
 
 # grpcio is untyped; the alias documents what the handlers receive.

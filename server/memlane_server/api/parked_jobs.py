@@ -12,7 +12,7 @@ from memlane.v1 import admin_pb2 as apb
 from ..access.identity import current_caller
 from ..errors import InvalidArgument
 from ..paging import decode_token, encode_token, int_cursor, page_size
-from ..sessions.end_queue import ParkedJob, SessionEndQueue
+from ..sessions.ending import ParkedJob, SessionEndQueue
 from ..sessions.events import check_event_id
 from ..sessions.store import now_ms
 

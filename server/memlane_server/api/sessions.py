@@ -16,12 +16,11 @@ from ..errors import InvalidArgument, PermissionDenied, SessionExpired, Unavaila
 from ..pipelines import Resumer
 from ..pipelines.incremental import LearnScheduler
 from ..pipelines.on_request import EndOnRequest
-from ..sessions.edits import MessageEditor
+from ..sessions.edits import MessageEditor, MessageRemover
 from ..sessions.events import SessionEvent
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.limits import check_batch_count
 from ..sessions.model import Message, Role, Session, SessionStatus
-from ..sessions.removal import MessageRemover
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
 from .enums import EVENT_TYPE, PROMOTION_STATE, ROLE, SESSION_STATUS, TOPOLOGY

@@ -430,7 +430,7 @@ def _decode(
     )
 
 
-# ------------------------------------------------------------ at the edges of the hot store
+# ---------------------------------------------------------------- at the edges of the hot store
 # A session's framework state at the edges of the hot store: export, erasure, retirement to the archive
 # and resumption from it. Retirement takes a snapshot (with the state's generation), writes it to the
 # archive's ``checkpoints`` dataset, and drops the Redis keys only if the generation has not moved since:

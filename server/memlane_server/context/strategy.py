@@ -8,7 +8,7 @@ The sliding window's size follows the same order without the metadata step.
 from __future__ import annotations
 
 from ..errors import InvalidArgument
-from ..sessions.channel_policies import ChannelPolicy
+from ..sessions.model import ChannelPolicy
 from .model import AssembleRequest, Strategy
 
 # Session metadata key that pins a session's strategy (e.g. "sliding_window").

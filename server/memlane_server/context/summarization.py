@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 
 from ..errors import Conflict, MemlaneError
-from ..sessions.end_queue import REASON_SUMMARIZE, SessionEndQueue
+from ..sessions.ending import REASON_SUMMARIZE, SessionEndQueue
 from ..sessions.model import Summary
 from ..sessions.store import SessionStore
 from ..summarizers import Summarizer

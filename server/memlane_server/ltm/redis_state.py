@@ -209,7 +209,7 @@ def _entry(entry_id: str, f: dict[str, Any]) -> JournalEntry:
     )
 
 
-# ------------------------------------------------------------ the user's version tokens
+# ---------------------------------------------------------------- the user's version tokens
 # A per-user version of long-term memory, kept in Redis so every sidecar sharing the stores sees it. The LTM
 # service bumps it after each write that changes what a user's reads return (create, merge, supersede,
 # update, delete, feedback, pruning, erasure). Assembly reads it before using anything cached about the
@@ -260,7 +260,7 @@ class LtmVersions:
         return raw, gone or b""
 
 
-# ------------------------------------------------------------ once-only marks
+# ---------------------------------------------------------------- once-only marks
 # Once-only marks for client-chosen operation ids: a retried write whose first attempt landed (the reply was
 # lost) is recognised and not applied again. A mark lives for a day, far longer than any client's retry
 # window.

@@ -29,8 +29,7 @@ from typing import TypeVar
 
 from ..checkpoints.store import CheckpointArchiver, CheckpointStore
 from ..errors import Conflict, NotFound
-from ..sessions.end_queue import REASON_EXPIRED, REASON_FORCED
-from ..sessions.end_state import EndProgress, EndState
+from ..sessions.ending import REASON_EXPIRED, REASON_FORCED, EndProgress, EndState
 from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import ArchivePointer, Message, PromotionState, Retirement, Role, Session, SessionStatus

@@ -17,7 +17,7 @@ from ..checkpoints.store import CheckpointStore, export_checkpoints
 from ..errors import Unavailable
 from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
-from ..sessions.fence import ErasureJournal, sessions_held
+from ..sessions.leases import ErasureJournal, sessions_held
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive

@@ -310,7 +310,7 @@ def _record(v: Version) -> dict[str, object]:
     }
 
 
-# ------------------------------------------------------------ the extractor
+# ---------------------------------------------------------------- the extractor
 # A few-shot example proposed from a session its agent marked successful
 # (``pipelines/promote.py ExtractingPromoter`` proposes it when the session is promoted). Deliberately
 # simple and honest. memlane cannot tell on its own whether a session went well, so it asks the one who can:

@@ -126,7 +126,7 @@ class ActiveProcedure:
         return self.owner.group
 
 
-# ------------------------------------------------------------ the store: procedures in Redis
+# ---------------------------------------------------------------- the store: procedures in Redis
 # One HASH of documents (every version) and one HASH of active versions per owner, each a JSON document
 # (``encode``). Why Redis and not LanceDB: procedures are few (tens per agent), are never searched by
 # similarity (an agent's active procedures are injected whole, every turn), and change by state

@@ -20,14 +20,14 @@ from ..tokens import TokenCounter
 from . import scripts
 from .append_memo import AppendMemo
 from .codec import decode_session
-from .durability import Durability
+from .events import OutboxWriter
 from .limits import Limits
 from .model import (
     Session,
     SessionStatus,
     Topology,
 )
-from .outbox import OutboxWriter
+from .scripts import Durability
 
 
 def now_ms() -> int:

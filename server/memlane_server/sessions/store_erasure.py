@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from ..ids import check_id
 from ..infra.redis_persistence import PersistenceReport, rewrite_persistence
-from .outbox import decode_entry
+from .events import decode_entry
 from .store_base import StoreBase
 
 

@@ -18,6 +18,7 @@ from .codec import (
     decode_retirement,
     encode_lifecycle,
 )
+from .events import NO_EVENT, PendingEvent
 from .lifecycle_scripts import RESUME_EXPIRED, RETIME
 from .model import (
     PromotionState,
@@ -25,7 +26,6 @@ from .model import (
     Session,
     SessionStatus,
 )
-from .outbox import NO_EVENT, PendingEvent
 from .store_base import StoreBase, now_ms
 
 # Status transitions a caller may ask for (UpdateSession / CloseSession); the lifecycle moves the rest.

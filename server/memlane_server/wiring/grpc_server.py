@@ -55,9 +55,8 @@ from ..observability.metrics import RpcMetrics
 from ..pipelines.user_data import UserData
 from ..pipelines.user_directory import UserDirectory
 from ..pipelines.user_import import UserImport
-from ..sessions.edits import MessageEditor
-from ..sessions.fence import ErasureJournal
-from ..sessions.removal import MessageRemover
+from ..sessions.edits import MessageEditor, MessageRemover
+from ..sessions.leases import ErasureJournal
 from .lifecycle import SessionEnd
 from .stores import Stores
 

@@ -15,7 +15,7 @@ from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryService, MemoryTuni
 from ..ltm.history import HistoryLog
 from ..ltm.redis_state import LtmVersions
 from ..observability.domain import DomainMetrics
-from ..sessions.lease import LeaseLock
+from ..sessions.leases import LeaseLock
 
 
 async def open_store(

@@ -15,10 +15,10 @@ from ..ltm.history import MemoryHistory
 from ..ltm.redis_state import RedisMemoryHistory
 from ..procedures import Owner, ProcedureService
 from ..procedures.store import ProcedureStore
-from ..sessions.durability import Durability
-from ..sessions.end_state import EndState
+from ..sessions.ending import EndState
 from ..sessions.limits import Limits
 from ..sessions.model import Topology
+from ..sessions.scripts import Durability
 from ..sessions.store import SessionStore
 from ..sessions.traces import TraceRecords
 from ..tokens import TokenCounter
