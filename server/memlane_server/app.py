@@ -356,7 +356,7 @@ class Sidecar:
         await self.lifecycle.start()
         if self.end.scheduler is not None:
             self.end.scheduler.start()
-        # Erasures a dead sidecar left half done are finished here (the journal: sessions/fence.py).
+        # Erasures a dead sidecar left half done are finished here (the journal: sessions/leases.py).
         erasures = Periodic("erasure-resume", self._user_data.resume_orphans, _ERASURE_RESUME_S)
         self._closes["erasure resume"] = erasures.stop
         erasures.start()

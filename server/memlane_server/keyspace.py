@@ -34,7 +34,7 @@ class SessionKeys:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointKeys:
-    """Framework state of one session (sessions/checkpoints.py). Members and fields are
+    """Framework state of one session (checkpoints/store.py). Members and fields are
     ``<namespace>\\0<checkpoint_id>`` (writes: ``...\\0<task_id>\\0<index>``), so a lexical range is one
     namespace, or one checkpoint's writes."""
 
@@ -120,7 +120,7 @@ class KeySpace:
 
     def erasures(self) -> str:
         """HASH: user id -> when its erasure started (ms); a field outlives its erasure only if the
-        sidecar running it died (``sessions/fence.py ErasureJournal``)."""
+        sidecar running it died (``sessions/leases.py ErasureJournal``)."""
         return f"{self.prefix}:erasures"
 
     def erasing(self, user_id: str) -> str:
@@ -129,14 +129,14 @@ class KeySpace:
         return f"{self.prefix}:erasing:{{{user_id}}}"
 
     def ltm_version(self, user_id: str) -> str:
-        """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
+        """STRING token: replaced on every long-term memory write of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
     def ltm_removals(self, user_id: str) -> str:
-        """STRING token: replaced on every write that removed rows of the user (sessions/ltm_versions.py)."""
+        """STRING token: replaced on every write that removed rows of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmrm"
 
-    # --- long-term memory versions and snapshots (sessions/memory_history.py); per-user keys, so
+    # --- long-term memory versions and snapshots (ltm/redis_state.py); per-user keys, so
     # erasure's scan of ``user_pattern`` removes them with the rest of the user
 
     def memory_versions(self, user_id: str) -> str:
@@ -152,7 +152,7 @@ class KeySpace:
         description. The snapshot id sits outside the hash tag: ids hold no ``{}`` (ids.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:snap:{snapshot_id}"
 
-    # --- procedural memory (sessions/procedures.py)
+    # --- procedural memory (procedures/store.py)
 
     def procedures(self, owner_tag: str) -> tuple[str, str]:
         """(HASH procedure id -> document with every version, HASH procedure id -> its active version)
@@ -212,7 +212,7 @@ class KeySpace:
         return f"{self.prefix}:events"
 
     def outbox(self, session_id: str) -> str:
-        """LIST: events written with the state changes, not yet on the stream (sessions/outbox.py)."""
+        """LIST: events written with the state changes, not yet on the stream (sessions/events.py)."""
         return f"{self.prefix}:{{{session_id}}}:outbox"
 
     def outbox_due(self) -> str:

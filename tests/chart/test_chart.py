@@ -589,7 +589,7 @@ def test_keda_scales_the_workers_on_the_job_stream(workers_docs: list[dict[str, 
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis-streams"
     meta = trigger["metadata"]
-    # The stream and group the code uses (sessions/keys.py, sessions/end_queue.py), under the key prefix.
+    # The stream and group the code uses (keyspace.py, sessions/ending.py), under the key prefix.
     assert meta["stream"] == KeySpace(prefix="ml-prod").session_end_queue() == "ml-prod:queue:session-end"
     assert meta["consumerGroup"] == END_QUEUE_GROUP
     # From redis.url: host:port, database, TLS for rediss://; the password stays out (authenticationRef).

@@ -1,5 +1,5 @@
 """Lifecycle events are written atomically with their state change and relayed exactly once
-(sessions/outbox.py), through the real server and real Redis.
+(sessions/events.py), through the real server and real Redis.
 
 A sidecar killed between a state change and its XADD used to lose the event (chaos: 2 CLOSED/ARCHIVED
 in ~800 sessions). The kill cannot be timed into that window from outside, so these tests check the

@@ -29,8 +29,9 @@ from ..errors import InvalidArgument
 from ..ids import check_id
 from ..keyspace import KeySpace
 from ..paging import decode_token, encode_token, page_size, query_fingerprint
+from ..sessions.messages import now_ms
 from ..sessions.model import Session
-from ..sessions.store import SessionStore, now_ms
+from ..sessions.scripts import script_error
 from . import scripts
 
 MAX_NAME = 1024  # characters of a namespace, checkpoint, task or channel name
@@ -126,7 +127,7 @@ class CheckpointStore:
         except ResponseError as exc:
             if str(exc).startswith("RETIRED"):
                 raise ThreadRetired(session_id) from exc
-            raise SessionStore._script_error(exc, session_id) from exc
+            raise script_error(exc, session_id) from exc
 
     # ------------------------------------------------------------------------------------- writes
 

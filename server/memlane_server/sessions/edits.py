@@ -36,6 +36,7 @@ from . import scripts
 from .codec import FINGERPRINT_LEN, decode_message, encode_message
 from .limits import check_batch
 from .model import Message
+from .scripts import script_error
 from .store import SessionStore, now_ms
 
 EDITABLE = frozenset({"content", "native", "metadata", "tool_call_ids"})
@@ -122,7 +123,7 @@ class MessageEditor:
                     continue  # another edit landed between the read and the script: read again
                 if word == "GONE":
                     raise NotFound(f"message {message_id!r} not found in session {session_id!r}") from exc
-                raise SessionStore._script_error(exc, session_id) from exc
+                raise script_error(exc, session_id) from exc
             new.seq = int(await self._redis.zscore(k.order, message_id) or 0)
             return EditOutcome(new, int(total), bool(changed))
         raise Conflict(f"message {message_id!r} kept changing during the edit; retry")
@@ -226,7 +227,7 @@ class MessageRemover:
                 args=[request_id, mode, ANSWER_TTL_MS, *pairs],
             )
         except ResponseError as exc:
-            raise SessionStore._script_error(exc, session_id) from exc
+            raise script_error(exc, session_id) from exc
         flat = out[3]
         removed = [
             decode_message(session_id, flat[i + 1].decode(), int(flat[i]), flat[i + 2])

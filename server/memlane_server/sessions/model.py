@@ -1,5 +1,7 @@
 """The session document and its messages, the channel policy recorded on it, and the book of channel
-policies a sidecar reads from its file, as the domain sees them (no proto, no Redis).
+policies a sidecar reads from its file, as the domain sees them (no proto, no Redis); with them the
+rules every reader and writer of messages applies: a reader's filter (``MessageFilter``), the session's
+defaults a message gets (``with_session_defaults``, ``default_visibility``).
 
 Channel policies: how long a session of a channel lives, how its context is built, what happens at its end.
 
@@ -34,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from ..access.identity import UNRESTRICTED, Caller
 from ..config import CHOICES
 from ..errors import InvalidArgument
 
@@ -261,6 +264,71 @@ class Session:
     policy: ChannelPolicy | None = None  # the channel's policy at creation (None: created before that)
     retirement: Retirement | None = None  # set while the session is a retired stub
     resumed_at_ms: int = 0  # when it last came back from the archive
+
+
+# ---------------------------------------------------------------- reading and writing messages
+
+
+@dataclass(slots=True)
+class MessageFilter:
+    newest_first: bool = False
+    after_ms: int = 0
+    before_ms: int = 0
+    roles: frozenset[Role] = field(default_factory=frozenset)
+    source_agent_ids: frozenset[str] = field(default_factory=frozenset)
+    participant_names: frozenset[str] = field(default_factory=frozenset)
+    user_ids: frozenset[str] = field(default_factory=frozenset)  # compared after the session default
+    viewer: Caller = UNRESTRICTED  # messages the viewer may not see are skipped silently
+
+    def matches(self, m: Message) -> bool:
+        if not self.viewer.can_see(m.visibility, m.source_agent_id, m.visibility_group):
+            return False
+        if self.after_ms and m.created_at_ms < self.after_ms:
+            return False
+        if self.before_ms and m.created_at_ms >= self.before_ms:
+            return False
+        if self.roles and m.role not in self.roles:
+            return False
+        if self.participant_names and m.participant_name not in self.participant_names:
+            return False
+        if self.user_ids and m.user_id not in self.user_ids:
+            return False
+        return not (self.source_agent_ids and m.source_agent_id not in self.source_agent_ids)
+
+    @property
+    def active(self) -> bool:
+        narrowed = (
+            self.after_ms
+            or self.before_ms
+            or self.roles
+            or self.source_agent_ids
+            or self.participant_names
+            or self.user_ids
+        )
+        return bool(narrowed or not self.viewer.unrestricted)
+
+
+def with_session_defaults(m: Message, user_id: str, channel: str) -> Message:
+    """A message's user and channel default to its session's (stored empty, so the default follows the
+    session); readers get them filled, as the proto promises."""
+    m.user_id = m.user_id or user_id
+    m.channel = m.channel or channel
+    return m
+
+
+DEFAULT_VISIBILITY = {
+    Topology.UNSPECIFIED: VisibilityKind.SESSION,
+    Topology.SHARED: VisibilityKind.SESSION,
+    Topology.DISTRIBUTED: VisibilityKind.AGENT,
+    Topology.SELECTIVE: VisibilityKind.GROUP,
+}
+
+
+def default_visibility(s: Session) -> tuple[VisibilityKind, str]:
+    """The visibility (and group) a session's topology gives what is written without one: its messages,
+    and its framework checkpoints, which are one agent's memory in a distributed session."""
+    vis = DEFAULT_VISIBILITY[Topology(s.topology or Topology.SHARED)]
+    return vis, s.group if vis == VisibilityKind.GROUP else ""
 
 
 # ---------------------------------------- the book of channel policies (see the module docstring)

@@ -1,4 +1,7 @@
 """Lua scripts: each runs atomically inside Redis and touches only one session's keys (one hash slot).
+Beside them, what their refusals mean to the API (``script_error``: every store that runs a script on a
+session's slot maps its error words here), and how a write script is confirmed by replicas
+(``Durability``).
 
 Replica acknowledgement for acknowledged writes (``redis_wait_replicas``).
 
@@ -30,7 +33,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
 
-from ..errors import Unavailable
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound, SessionExpired, Unavailable
 from .model import PromotionState, SessionStatus
 
 
@@ -40,6 +43,36 @@ def fill_statuses(lua: str) -> str:
     names = {s.name: str(int(s)) for s in SessionStatus}
     names |= {f"P_{p.name}": str(int(p)) for p in PromotionState}
     return Template(lua).substitute(names)
+
+
+def script_error(exc: ResponseError, session_id: str) -> Exception:
+    """The API's error for a script's refusal (its first word: NOTFOUND, CLOSED, EXPIRED, CONFLICT <id>,
+    ILLEGAL <status>, ALIVE, STALE); any other reply is returned as it came."""
+    msg = str(exc)
+    word = msg.split(" ", 1)[0]
+    if word == "NOTFOUND":
+        return NotFound(f"session {session_id!r} not found")
+    if word == "CLOSED":
+        return FailedPrecondition(f"session {session_id!r} is closed; start a new session")
+    if word == "EXPIRED":
+        return SessionExpired(f"session {session_id!r} has expired; resume it first")
+    if word == "CONFLICT":
+        mid = msg.split(" ")[1] if " " in msg else "?"
+        return AlreadyExists(
+            f"message_id {mid!r} already exists in session {session_id!r} with different content"
+        )
+    if word == "ILLEGAL":
+        cur = msg.split(" ")[1] if " " in msg else "?"
+        try:
+            name = SessionStatus(int(cur)).name.lower()
+        except ValueError:
+            name = cur
+        return FailedPrecondition(f"session {session_id!r} is {name}; that transition is not allowed")
+    if word == "ALIVE":
+        return Conflict(f"session {session_id!r} was active again before it could expire")
+    if word == "STALE":
+        return Conflict(f"summary of session {session_id!r} changed since it was read; re-read and retry")
+    return exc
 
 
 # KEYS: doc.  ARGV: field/value pairs.  Creates the document unless it exists; 1 if it created it.
@@ -133,7 +166,7 @@ end
 return out
 """
 
-# Lifecycle events written by the script that changes the state (sessions/outbox.py). A script's event
+# Lifecycle events written by the script that changes the state (sessions/events.py). A script's event
 # ARGV, from index ``base``: uid ('' = no event), type, session_id, at_ms, detail JSON, fence_ms.
 # ``event_fenced`` must be checked before the first write (a script's error undoes nothing).
 EVENT_LIB = r"""
@@ -268,7 +301,7 @@ end
 return 1
 """
 
-# --- the session-end queue (sessions/end_queue.py); keys on the queue's slot
+# --- the session-end queue (sessions/ending.py); keys on the queue's slot
 
 # KEYS: parked stream, queue stream, failures, queue outbox.  ARGV: job id, group, outbox entry JSON ('' =
 # none; its detail gains ``parked_id``), then the parked entry's field/value pairs.  Moves a job off the
@@ -308,7 +341,7 @@ if cur and tonumber(cur) == tonumber(ARGV[2]) then return redis.call('ZREM', KEY
 return 0
 """
 
-# --- message removal (sessions/removal.py)
+# --- message removal (sessions/edits.py)
 
 # KEYS: doc, msgs, order, removals, traces, trace_data.  ARGV: request_id, mode ('ids' | 'all'),
 # answer TTL (ms), then (message_id, token_count) pairs for 'ids'.
@@ -416,14 +449,16 @@ class Durability:
         """EVALSHA, then WAIT when replicas are asked for; loads the script on NOSCRIPT (nothing ran)."""
         for attempt in (0, 1):
             try:
-                return await self._once(redis, sha, keys, args)
+                return await self.send(redis, sha, keys, args)
             except NoScriptError:
                 if attempt:
                     raise
                 await redis.script_load(script)
         raise AssertionError("unreachable")
 
-    async def _once(self, redis: aioredis.Redis, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def send(self, redis: aioredis.Redis, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA, then WAIT, once: a NOSCRIPT is the caller's to handle (``evalsha`` loads the script and
+        sends again; the append path's retry policy does the same, ``messages.AppendRetries``)."""
         if not isinstance(redis, RedisCluster):
             return await self._confirmed(redis, None, sha, keys, args)
         try:
