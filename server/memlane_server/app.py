@@ -35,15 +35,15 @@ from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect, unanswered
 from .infra.redis_timing import time_commands
+from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
+from .ltm.redis_state import LtmVersions
 from .model_process import ModelProcess
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
-from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
-from .sessions.ltm_versions import LtmVersions
 from .sessions.store import SessionStore
 from .summarizers import Summarizer
 from .tokens import TokenCounter
@@ -356,7 +356,7 @@ class Sidecar:
         await self.lifecycle.start()
         if self.end.scheduler is not None:
             self.end.scheduler.start()
-        # Erasures a dead sidecar left half done are finished here (the journal: sessions/fence.py).
+        # Erasures a dead sidecar left half done are finished here (the journal: sessions/leases.py).
         erasures = Periodic("erasure-resume", self._user_data.resume_orphans, _ERASURE_RESUME_S)
         self._closes["erasure resume"] = erasures.stop
         erasures.start()

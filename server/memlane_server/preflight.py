@@ -26,8 +26,8 @@ from .access.policy import PolicyError as AccessPolicyError
 from .access.policy import PolicyFile
 from .config import Settings
 from .infra.redis_pool import unanswered
-from .sessions.channel_policies import PolicyBook
-from .sessions.channel_policies import PolicyError as ChannelPolicyError
+from .sessions.model import PolicyBook
+from .sessions.model import PolicyError as ChannelPolicyError
 
 log = logging.getLogger("memlane")
 

@@ -29,7 +29,7 @@ from .ltm.store import Hit, LanceMemoryStore
 from .memory_kinds import MemoryKind
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
 from .observability.process import new_registry
-from .sessions.end_queue import SessionEndQueue
+from .sessions.ending import SessionEndQueue
 from .sessions.model import SessionStatus
 from .sessions.store import SessionStore
 

@@ -30,9 +30,9 @@ import pytest
 import yaml
 
 from memlane_server.config import Settings, build_settings, setting_fields
+from memlane_server.keyspace import KeySpace
 from memlane_server.observability.health import LIVENESS_SERVICE
-from memlane_server.sessions.end_queue import GROUP as END_QUEUE_GROUP
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.sessions.ending import GROUP as END_QUEUE_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memlane"
@@ -589,7 +589,7 @@ def test_keda_scales_the_workers_on_the_job_stream(workers_docs: list[dict[str, 
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis-streams"
     meta = trigger["metadata"]
-    # The stream and group the code uses (sessions/keys.py, sessions/end_queue.py), under the key prefix.
+    # The stream and group the code uses (keyspace.py, sessions/ending.py), under the key prefix.
     assert meta["stream"] == KeySpace(prefix="ml-prod").session_end_queue() == "ml-prod:queue:session-end"
     assert meta["consumerGroup"] == END_QUEUE_GROUP
     # From redis.url: host:port, database, TLS for rediss://; the password stays out (authenticationRef).

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.bench.runner import children_of
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess, cmdline, consumer_pids
 

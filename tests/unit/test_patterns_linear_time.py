@@ -53,7 +53,7 @@ SHAPES = {
 # Modules that still use ``re``, and why no caller text reaches them.
 RE_ALLOWED = {
     "linear_regex.py": "compile_run: a run of one character class, which no engine can backtrack on",
-    "sessions/channel_policies.py": "durations in the operator's policy file",
+    "sessions/model.py": "durations in the operator's policy file",
     "ltm/sharing.py": "LanceDB's own error messages",
     "build_info.py": "the commit hash read from git or the image's build.json",
     "api/enums.py": "enum names from the proto descriptors, at import",

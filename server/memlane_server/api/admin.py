@@ -23,7 +23,7 @@ from ..paging import decode_token, encode_token, int_cursor, page_size
 from ..pipelines import user_data as export_format
 from ..pipelines.user_data import Record, UserData, UserDirectory
 from ..pipelines.user_import import UserImport
-from ..sessions.end_queue import ParkedJob, SessionEndQueue
+from ..sessions.ending import ParkedJob, SessionEndQueue
 from ..sessions.events import check_event_id
 from ..sessions.store import now_ms
 

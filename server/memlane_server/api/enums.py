@@ -27,9 +27,9 @@ from ..ltm.history import ChangeReason
 from ..ltm.model import IngestOutcome
 from ..ltm.operations import DiffKind
 from ..memory_kinds import MemoryKind, MemoryScope
+from ..procedures.store import Kind, Origin, State
 from ..sessions.events import EventType
 from ..sessions.model import PromotionState, Role, SessionStatus, Topology, VisibilityKind
-from ..sessions.procedure_model import Kind, Origin, State
 
 if TYPE_CHECKING:
     from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper

@@ -316,7 +316,7 @@ ID_FIELDS = frozenset(
 
 # Fields that share an id's name but hold a framework's own names: a LangGraph channel (``__start__``,
 # ``__error__``) is a key inside one checkpoint, never a Redis key, path or predicate; the checkpoint
-# store bounds it (``sessions.checkpoints``).
+# store bounds it (``checkpoints.store``).
 NOT_IDS = frozenset({"memlane.v1.ChannelValue.channel", "memlane.v1.PendingWrite.channel"})
 
 

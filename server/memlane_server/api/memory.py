@@ -34,9 +34,9 @@ from ..ltm import (
 )
 from ..ltm.operations import MemoryMerge
 from ..ltm.recall import check_texts
+from ..ltm.redis_state import OnceMarks
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_short, check_timestamp
 from ..sessions.model import Session
-from ..sessions.once import OnceMarks
 from ..sessions.store import now_ms
 from .convert import message_from_pb
 from .enums import INGEST_OUTCOME, MEMORY_KIND, MEMORY_SCOPE

@@ -21,7 +21,7 @@ import memlane
 from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
-from ..sessions.scratch import drop_keys
+from ..keyspace import drop_keys
 from .embedding_load import flood, huge_call
 from .isolation import isolation
 from .ltm_data import populate

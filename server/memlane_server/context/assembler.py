@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 
 from ..access.identity import Caller
-from ..sessions.channel_policies import ChannelPolicy, PolicyBook
-from ..sessions.model import Session, Summary
+from ..sessions.model import ChannelPolicy, PolicyBook, Session, Summary
 from ..sessions.store import SessionStore
 from ..summarizers import ExtractiveSummarizer
 from ..tokens import TokenCounter

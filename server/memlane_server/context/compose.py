@@ -10,8 +10,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ..procedures.store import Kind
 from ..sessions.model import Message, Role, Summary
-from ..sessions.procedure_model import Kind
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 from .budget import BudgetPolicy
 from .model import Block, BlockMessage, Fallback, MemoryRef, ProcedureRef, Provenance, Strategy

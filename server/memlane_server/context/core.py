@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..ltm.recall import text_key
-from ..sessions.channel_policies import ChannelPolicy
-from ..sessions.model import Message, Role, Session, Summary
+from ..sessions.model import ChannelPolicy, Message, Role, Session, Summary
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, resolve_window
 from .compose import (

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from ..access.identity import UNRESTRICTED, Caller
 from ..errors import InvalidArgument
 from ..ltm.model import ScoreParts
-from ..sessions.channel_policies import ChannelPolicy
-from ..sessions.model import Message, Role, Summary
+from ..sessions.model import ChannelPolicy, Message, Role, Summary
 
 
 class Provenance(enum.IntEnum):

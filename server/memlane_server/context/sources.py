@@ -18,7 +18,7 @@ from typing import Protocol
 from ..access.identity import Caller
 from ..ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 from ..ltm.model import ScoreParts
-from ..sessions.procedure_model import ActiveProcedure
+from ..procedures.store import ActiveProcedure
 
 
 @dataclass(frozen=True, slots=True)

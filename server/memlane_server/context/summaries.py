@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from ..access.identity import Caller
 from ..errors import Conflict, InvalidArgument, MemlaneError, ResourceExhausted
-from ..sessions.end_queue import REASON_SUMMARIZE, SessionEndQueue
+from ..sessions.ending import REASON_SUMMARIZE, SessionEndQueue
 from ..sessions.model import ScopedSummary, Session, Summary, VisibilityKind
 from ..sessions.store import SessionStore
 from ..summarizers import ExtractiveSummarizer, Summarizer

@@ -37,7 +37,7 @@ from memlane.v1 import session_pb2 as spb
 from ..background import SidecarThread
 from ..config import ENV_PREFIX, Settings, build_settings
 from ..embedding import OnnxEmbedder
-from ..sessions.scratch import drop_keys
+from ..keyspace import drop_keys
 from ..tokens import TokenCounter
 from ..wiring.embedding import embedding_spec
 from .bm25 import BM25

@@ -10,7 +10,7 @@ its reads.
 
 What it does not do, it hands back: a connection that cannot be made or is lost, or a reply later than
 the socket timeout, raises redis-py's ``ConnectionError`` / ``TimeoutError`` and the caller resends
-through the pooled client, which reconnects with backoff (``sessions.store_base.StoreBase._hot``).
+through the pooled client, which reconnects with backoff (``sessions.messages.SessionMessages._hot``).
 Error replies become the exceptions redis-py raises for them. Only single-node ``redis://`` and
 ``unix://`` clients get a lane (``lane_of`` is None for TLS and Redis Cluster).
 """

@@ -44,7 +44,7 @@ from .archive_tables import (
 )
 
 PART_DATASETS = ("transcripts", "summaries", "traces")
-# Framework state (LangGraph checkpoints), written when a session retires (pipelines/checkpoint_archive.py).
+# Framework state (LangGraph checkpoints), written when a session retires (checkpoints/store.py).
 DATASETS = (*PART_DATASETS, "checkpoints")
 _NULL_CHANNEL = "__HIVE_DEFAULT_PARTITION__"
 _DAY_MS = 86_400_000

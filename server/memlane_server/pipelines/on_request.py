@@ -14,8 +14,7 @@ import asyncio
 import time
 
 from ..errors import FailedPrecondition, Unavailable
-from ..sessions.end_queue import REASON_FORCED, SessionEndQueue
-from ..sessions.end_state import EndState
+from ..sessions.ending import REASON_FORCED, EndState, SessionEndQueue
 from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Message, PromotionState, Session, SessionStatus

@@ -19,17 +19,16 @@ import orjson
 
 import memlane
 
+from ..checkpoints.store import CheckpointStore, export_checkpoints
 from ..errors import FailedPrecondition, InvalidArgument, Unavailable
 from ..ids import check_id
 from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
 from ..paging import cursor_of, decode_token, encode_token, page_size, query_fingerprint
-from ..sessions.checkpoints import CheckpointStore
-from ..sessions.fence import ErasureJournal, sessions_held
+from ..sessions.leases import ErasureJournal, sessions_held
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
-from .checkpoint_archive import export_checkpoints
 
 log = logging.getLogger("memlane")
 

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import Conflict, DataLoss, MemlaneError, NotFound, ResourceExhausted, Unavailable
-from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import (
+from ..sessions.ending import (
     LEARN_REASONS,
     REASON_LEARN_QUIET,
     REASON_SUMMARIZE,
     EndJob,
+    EndState,
     SessionEndQueue,
 )
-from ..sessions.end_state import EndState
 from ..sessions.events import EventLog, EventType, SessionEvent
+from ..sessions.model import PolicyBook
 from ..sessions.store import SessionStore, now_ms
 from .incremental import Learner
 from .session_end import LeaseLost, SessionEndPipeline

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ..config import ContextSettings
 from ..context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore, policy_from_settings
 from ..pipelines import Resumer
-from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import SessionEndQueue
+from ..sessions.ending import SessionEndQueue
+from ..sessions.model import PolicyBook
 from ..summarizers import Summarizer
 from ..tokens import TokenCounter
 from .stores import Stores

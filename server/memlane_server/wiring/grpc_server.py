@@ -47,15 +47,14 @@ from ..extraction import Extractor
 from ..infra.redis_pool import RedisClient, backend_fault
 from ..ltm import MemoryService
 from ..ltm.operations import MemorySnapshots
+from ..ltm.redis_state import OnceMarks
 from ..observability.domain import DomainMetrics
 from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics
 from ..pipelines.user_data import UserData, UserDirectory
 from ..pipelines.user_import import UserImport
-from ..sessions.edits import MessageEditor
-from ..sessions.fence import ErasureJournal
-from ..sessions.once import OnceMarks
-from ..sessions.removal import MessageRemover
+from ..sessions.edits import MessageEditor, MessageRemover
+from ..sessions.leases import ErasureJournal
 from .lifecycle import SessionEnd
 from .stores import Stores
 

@@ -30,10 +30,10 @@ from ..pipelines import (
 from ..pipelines.incremental import LearnConfig, Learner, LearnScheduler
 from ..pipelines.on_request import EndOnRequest
 from ..pipelines.promote import ExtractingPromoter
-from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import SessionEndQueue
+from ..sessions.ending import SessionEndQueue
 from ..sessions.events import EventLog
 from ..sessions.lifecycle import Lifecycle
+from ..sessions.model import PolicyBook
 from ..summarizers import ExtractiveSummarizer, Summarizer
 from ..tokens import TokenCounter
 from .stores import Stores

@@ -10,12 +10,12 @@ from ..config import LtmSettings
 from ..embedding import Embedder
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
+from ..keyspace import KeySpace
 from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryService, MemoryTuning
 from ..ltm.history import HistoryLog
+from ..ltm.redis_state import LtmVersions
 from ..observability.domain import DomainMetrics
-from ..sessions.keys import KeySpace
-from ..sessions.lease import LeaseLock
-from ..sessions.ltm_versions import LtmVersions
+from ..sessions.leases import LeaseLock
 
 
 async def open_store(

@@ -6,19 +6,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ..checkpoints.store import CheckpointStore
 from ..config import Settings
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
+from ..keyspace import KeySpace
 from ..ltm.history import MemoryHistory
+from ..ltm.redis_state import RedisMemoryHistory
 from ..procedures import Owner, ProcedureService
-from ..sessions.checkpoints import CheckpointStore
-from ..sessions.durability import Durability
-from ..sessions.end_state import EndState
-from ..sessions.keys import KeySpace
+from ..procedures.store import ProcedureStore
+from ..sessions.ending import EndState
 from ..sessions.limits import Limits
-from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Topology
-from ..sessions.procedures import ProcedureStore
+from ..sessions.scripts import Durability
 from ..sessions.store import SessionStore
 from ..sessions.traces import TraceRecords
 from ..tokens import TokenCounter

@@ -27,8 +27,7 @@ from memlane_server.context.compose import Costing
 from memlane_server.context.core import Composition, Gathered, GatheredHistory, compose, settle
 from memlane_server.context.model import GapFold
 from memlane_server.errors import InvalidArgument
-from memlane_server.sessions.channel_policies import ChannelPolicy
-from memlane_server.sessions.model import Message, Role, Session, Summary, VisibilityKind
+from memlane_server.sessions.model import ChannelPolicy, Message, Role, Session, Summary, VisibilityKind
 from memlane_server.tokens import TokenCounter
 
 COUNTER = TokenCounter()

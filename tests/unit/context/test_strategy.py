@@ -14,7 +14,7 @@ from memlane_server.context.model import (
     resolve_window_turns,
 )
 from memlane_server.errors import InvalidArgument
-from memlane_server.sessions.channel_policies import ChannelPolicy
+from memlane_server.sessions.model import ChannelPolicy
 
 DEFAULT = Strategy.HYBRID
 PINNED = {STRATEGY_METADATA_KEY: "rolling-summary"}

@@ -1,9 +1,9 @@
-"""Lua scripts of the framework checkpoints (sessions/checkpoints.py): each runs atomically inside Redis and
+"""Lua scripts of the framework checkpoints (checkpoints/store.py): each runs atomically inside Redis and
 touches only one session's keys (one hash slot)."""
 
 from __future__ import annotations
 
-from .scripts import fill_statuses
+from ..sessions.scripts import fill_statuses
 
 # Whether the document is a retired stub: its ``retired_at_ms`` field (sessions/codec.py), or, on a
 # document written before that field, the same key inside its old single JSON field ``extra``.
@@ -15,7 +15,7 @@ local function is_retired(doc)
 end
 """
 
-# --- framework checkpoints (sessions/checkpoints.py); members are namespace\0checkpoint_id
+# --- framework checkpoints (checkpoints/store.py); members are namespace\0checkpoint_id
 
 # KEYS: doc, index, data, versions, blobs, runs.  ARGV: member, record, versions, run_id, restoring
 # ('1': resumption putting archived state back), then blob field/value pairs.

@@ -1,16 +1,20 @@
-"""The session store's lifecycle writes: status and promotion transitions, retirement and resumption of
-the document, each with its event written in the same script (sessions/outbox.py)."""
+"""The session store's lifecycle writes (``SessionTransitions``, a collaborator of ``SessionStore``):
+status and promotion transitions, retirement and resumption of the document, each with its event
+written in the same script (the outbox, ``events.py``), and the inactivity clock re-armed when the
+timeout changes. The Lua of the two moves outside the end pipeline (an expired session taken up again
+by an append; a timeout changed by UpdateSession) sits here with them; the others are ``scripts.py``'s."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from functools import cached_property
 from typing import Any
 
-from redis.commands.core import AsyncScript
+import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from ..errors import Unavailable
+from ..keyspace import KeySpace
+from . import scripts
 from .codec import (
     LEGACY_FIELD,
     LIFECYCLE_FIELDS,
@@ -18,21 +22,74 @@ from .codec import (
     decode_retirement,
     encode_lifecycle,
 )
-from .lifecycle_scripts import RESUME_EXPIRED, RETIME
+from .events import NO_EVENT, OutboxWriter, PendingEvent
+from .messages import AppendMemo, now_ms
 from .model import (
     PromotionState,
     Retirement,
     Session,
     SessionStatus,
 )
-from .outbox import NO_EVENT, PendingEvent
-from .store_base import StoreBase, now_ms
+from .scripts import EVENT_LIB, fill_statuses, script_error
 
 # Status transitions a caller may ask for (UpdateSession / CloseSession); the lifecycle moves the rest.
 _ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
 
+# KEYS: doc, alive, outbox.  ARGV: now_ms, then the RESUMED event (base 2).
+# EXPIRED -> ACTIVE with a fresh promotion state (the next end runs the pipeline for the new turns), the
+# inactivity clock running again from now, and the event, in one step. Returns the previous status: only
+# EXPIRED means this call moved it (another caller may have revived or closed it first).
+RESUME_EXPIRED = EVENT_LIB + fill_statuses(
+    r"""
+local st = redis.call('HMGET', KEYS[1], 'status', 'ttl_seconds')
+if not st[1] then return redis.error_reply('NOTFOUND') end
+if st[1] ~= '$EXPIRED' then return tonumber(st[1]) end
+if event_fenced(2) then return redis.error_reply('FENCE') end
+redis.call('HSET', KEYS[1], 'status', '$ACTIVE', 'promotion_state', '$P_NONE', 'last_activity_at_ms', ARGV[1])
+local ttl = tonumber(st[2] or '0') * 1000
+if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
+event_push(KEYS[3], KEYS[1], 2)
+return tonumber(st[1])
+"""
+)
 
-class LifecycleOps(StoreBase):
+# KEYS: doc, alive.  ARGV: now_ms.
+# Re-arms a live session's inactivity clock after its timeout changed: it now runs out at the last activity
+# plus the document's ttl_seconds (at once if that is past: 1 ms, so Redis expires the key and sends the
+# expiry event), and a timeout of 0 stops it. Returns the new deadline (ms), -1 for no timeout, -2 for a
+# session that has ended (no clock to move).
+RETIME = fill_statuses(
+    r"""
+local st = redis.call('HMGET', KEYS[1], 'status', 'ttl_seconds', 'last_activity_at_ms')
+if not st[1] then return redis.error_reply('NOTFOUND') end
+if st[1] ~= '$ACTIVE' and st[1] ~= '$IDLE' then return -2 end
+local ttl = tonumber(st[2] or '0') * 1000
+if ttl <= 0 then
+  redis.call('PERSIST', KEYS[2])
+  return -1
+end
+local now = tonumber(ARGV[1])
+local left = tonumber(st[3] or ARGV[1]) + ttl - now
+if left < 1 then left = 1 end
+redis.call('SET', KEYS[2], '1', 'PX', left)
+return now + left
+"""
+)
+
+
+class SessionTransitions:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace, memo: AppendMemo) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._memo = memo  # told when a move changed the document or its deadline (messages.py owns it)
+        self._outbox = OutboxWriter(redis, keys)
+        self._transition = redis.register_script(scripts.TRANSITION)
+        self._set_promotion = redis.register_script(scripts.SET_PROMOTION)
+        self._retire = redis.register_script(scripts.RETIRE)
+        self._set_lifecycle = redis.register_script(scripts.SET_LIFECYCLE)
+        self._resume_expired = redis.register_script(RESUME_EXPIRED)
+        self._retime = redis.register_script(RETIME)
+
     async def transition(
         self,
         session_id: str,
@@ -136,20 +193,12 @@ class LifecycleOps(StoreBase):
         try:
             deadline = int(await self._retime(keys=[k.doc, k.alive], args=[now_ms()]))
         except ResponseError as exc:
-            raise self._script_error(exc, session_id) from exc
+            raise script_error(exc, session_id) from exc
         self._memo.deadline_moved(session_id)  # its last bump may lie past the new deadline
         if deadline > 0:
             await self.redis.zadd(self.keys.deadlines(), {session_id: deadline})
         elif deadline == -1:
             await self.redis.zrem(self.keys.deadlines(), session_id)  # no timeout: never the sweeper's
-
-    @cached_property
-    def _resume_expired(self) -> AsyncScript:
-        return self.redis.register_script(RESUME_EXPIRED)
-
-    @cached_property
-    def _retime(self) -> AsyncScript:
-        return self.redis.register_script(RETIME)
 
     async def _evented(
         self, session_id: str, event: PendingEvent | None, run: Callable[[list[Any]], Awaitable[Any]]
@@ -163,5 +212,5 @@ class LifecycleOps(StoreBase):
             except ResponseError as exc:
                 if str(exc).startswith("FENCE"):
                     continue
-                raise self._script_error(exc, session_id) from exc
+                raise script_error(exc, session_id) from exc
         raise Unavailable(f"session {session_id!r}: event write kept missing its fence; retry")

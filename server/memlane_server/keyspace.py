@@ -1,13 +1,20 @@
-"""The Redis key layout. Every key is built here and nowhere else.
+"""The Redis key layout. Every key is built here and nowhere else: a leaf every store reaches (sessions,
+checkpoints, procedures, long-term memory's versions) without importing another store.
 
 All keys of one session share the hash tag ``{<session_id>}`` so a session's keys live in one slot and
 one Lua script may touch them all on Redis Cluster. Cross-session indexes (per user, deadlines, the
 pipeline queue) carry their own tags and are only ever written with separate commands.
+
+Also here, because it needs nothing but the layout: ``drop_keys``, the clean-up for commands that run a
+sidecar on a user's Redis for a while (``memlane eval``, ``memlane bench``): every key they created lives
+under their own key prefix, and goes when they finish.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import redis
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +34,7 @@ class SessionKeys:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointKeys:
-    """Framework state of one session (sessions/checkpoints.py). Members and fields are
+    """Framework state of one session (checkpoints/store.py). Members and fields are
     ``<namespace>\\0<checkpoint_id>`` (writes: ``...\\0<task_id>\\0<index>``), so a lexical range is one
     namespace, or one checkpoint's writes."""
 
@@ -113,7 +120,7 @@ class KeySpace:
 
     def erasures(self) -> str:
         """HASH: user id -> when its erasure started (ms); a field outlives its erasure only if the
-        sidecar running it died (``sessions/fence.py ErasureJournal``)."""
+        sidecar running it died (``sessions/leases.py ErasureJournal``)."""
         return f"{self.prefix}:erasures"
 
     def erasing(self, user_id: str) -> str:
@@ -122,14 +129,14 @@ class KeySpace:
         return f"{self.prefix}:erasing:{{{user_id}}}"
 
     def ltm_version(self, user_id: str) -> str:
-        """STRING token: replaced on every long-term memory write of the user (sessions/ltm_versions.py)."""
+        """STRING token: replaced on every long-term memory write of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
     def ltm_removals(self, user_id: str) -> str:
-        """STRING token: replaced on every write that removed rows of the user (sessions/ltm_versions.py)."""
+        """STRING token: replaced on every write that removed rows of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmrm"
 
-    # --- long-term memory versions and snapshots (sessions/memory_history.py); per-user keys, so
+    # --- long-term memory versions and snapshots (ltm/redis_state.py); per-user keys, so
     # erasure's scan of ``user_pattern`` removes them with the rest of the user
 
     def memory_versions(self, user_id: str) -> str:
@@ -145,7 +152,7 @@ class KeySpace:
         description. The snapshot id sits outside the hash tag: ids hold no ``{}`` (ids.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:snap:{snapshot_id}"
 
-    # --- procedural memory (sessions/procedures.py)
+    # --- procedural memory (procedures/store.py)
 
     def procedures(self, owner_tag: str) -> tuple[str, str]:
         """(HASH procedure id -> document with every version, HASH procedure id -> its active version)
@@ -205,7 +212,7 @@ class KeySpace:
         return f"{self.prefix}:events"
 
     def outbox(self, session_id: str) -> str:
-        """LIST: events written with the state changes, not yet on the stream (sessions/outbox.py)."""
+        """LIST: events written with the state changes, not yet on the stream (sessions/events.py)."""
         return f"{self.prefix}:{{{session_id}}}:outbox"
 
     def outbox_due(self) -> str:
@@ -288,3 +295,25 @@ class KeySpace:
 
 def _glob_escaped(value: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\^-" else ch for ch in value)
+
+
+# ----------------------------------------------------------------- scratch prefixes (eval, bench)
+
+
+def drop_keys(redis_url: str, key_prefix: str, *, batch: int = 500) -> int:
+    """Deletes every key under ``key_prefix`` (the layout of ``KeySpace``); returns how many. SCAN, not
+    KEYS, so a big shared Redis is not blocked."""
+    client = redis.Redis.from_url(redis_url)
+    deleted = 0
+    try:
+        pending: list[bytes] = []
+        for key in client.scan_iter(match=KeySpace(key_prefix).pattern(), count=1000):
+            pending.append(key)
+            if len(pending) >= batch:
+                deleted += int(client.unlink(*pending))
+                pending.clear()
+        if pending:
+            deleted += int(client.unlink(*pending))
+    finally:
+        client.close()
+    return deleted

@@ -1,11 +1,16 @@
-"""Versions and snapshots of users' long-term memory, in Redis (``ltm/history.py``'s backends: the item
-documents arrive encoded and leave as stored, so this module knows no memory item).
+"""What long-term memory keeps in Redis beside its LanceDB table, all of it per user: the versions and
+snapshots of users' memory items (``RedisMemoryHistory``, ``ltm/history.py``'s backends: the item
+documents arrive encoded and leave as stored, so this part knows no memory item), the version tokens that
+tell a reader its view is stale (``LtmVersions``, read by ``freshness.py``), and the once-only marks of
+client-chosen operation ids (``OnceMarks``, e.g. memory feedback). The sections below say why each is
+in Redis.
 
-Why Redis: both are per-user and must go when the user goes. Under ``KeySpace.memory_versions`` (a
-STREAM per user, trimmed to ``ltm_versions_max_per_user``), ``memory_snapshots`` (a ZSET of names) and
-``memory_snapshot`` (a HASH per snapshot) they are per-user keys, which ForgetUser's scan of the user's
-keys deletes and whose bytes the append-only-file rewrite then drops (the raw-bytes erasure test checks
-it). LanceDB would have meant a second table to erase byte for byte, and a table version per change.
+Why Redis for the versions and snapshots: both are per-user and must go when the user goes. Under
+``KeySpace.memory_versions`` (a STREAM per user, trimmed to ``ltm_versions_max_per_user``),
+``memory_snapshots`` (a ZSET of names) and ``memory_snapshot`` (a HASH per snapshot) they are per-user
+keys, which ForgetUser's scan of the user's keys deletes and whose bytes the append-only-file rewrite then
+drops (the raw-bytes erasure test checks it). LanceDB would have meant a second table to erase byte for
+byte, and a table version per change.
 
 Snapshots store items without vectors (about 1 KB an item instead of 2.5 KB); a restore re-embeds only
 items whose text changed since.
@@ -13,14 +18,19 @@ items whose text changed since.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
+import redis.asyncio as aioredis
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from ..errors import AlreadyExists, InvalidArgument, ResourceExhausted
-from .keys import KeySpace
+from ..ids import check_id
+from ..infra.redis_lane import hot
+from ..keyspace import KeySpace
 
 META_FIELD = "\0meta"
 _WRITE_CHUNK = 500
@@ -197,3 +207,82 @@ def _entry(entry_id: str, f: dict[str, Any]) -> JournalEntry:
         deleted=bool(f.get("d")),
         item=bytes(f["i"]),
     )
+
+
+# ---------------------------------------------------------------- the user's version tokens
+# A per-user version of long-term memory, kept in Redis so every sidecar sharing the stores sees it. The LTM
+# service bumps it after each write that changes what a user's reads return (create, merge, supersede,
+# update, delete, feedback, pruning, erasure). Assembly reads it before using anything cached about the
+# user: a cached profile made at another version is stale, and so is this sidecar's LanceDB handle (it does
+# not see other processes' writes until refreshed).
+
+log = logging.getLogger("memlane.context")
+
+# A version is a fresh random token, never a counter, and never "absent": a reader that finds no key
+# (expired, or deleted by erasure, since its name holds the user id) claims a fresh token first. So a
+# version some sidecar remembered can never come back, and the next assembly after any change or
+# erasure sees a new one. The TTL only tidies up users nobody reads.
+VERSION_TTL_S = 86_400
+
+
+class LtmVersions:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace) -> None:
+        self._redis = redis
+        self._keys = keys
+
+    async def bump(self, user_id: str, removed: bool = False) -> None:
+        """After a write; ``removed``: it deleted rows (a delete, pruning, erasure, a restore), which a
+        reader cannot see in what changed since its view and must reload for. A failure is logged, not
+        raised: the write itself landed, and cached profiles expire within seconds anyway (a Redis that
+        is down fails the next assembly first)."""
+        token = os.urandom(12)
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(self._keys.ltm_version(user_id), token, ex=VERSION_TTL_S)
+                if removed:
+                    pipe.set(self._keys.ltm_removals(user_id), token, ex=VERSION_TTL_S)
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("ltm version bump failed", extra={"detail": str(exc)})
+
+    async def read(self, user_id: str) -> tuple[bytes, bytes]:
+        """The user's current version and removals token (one MGET; three more round trips only when
+        the version is missing). A missing version (erased with the user, or expired) counts as a
+        removal too: the fresh version it is replaced by becomes the removals token as well, so no
+        reader catches up across an erasure."""
+        key, removals = self._keys.ltm_version(user_id), self._keys.ltm_removals(user_id)
+        raw, gone = cast(list[bytes | None], await hot(self._redis, "MGET", key, removals))  # per assembly
+        if raw is None:
+            await self._redis.set(key, os.urandom(12), ex=VERSION_TTL_S, nx=True)
+            raw = cast(bytes | None, await self._redis.get(key)) or b""
+            await self._redis.set(removals, raw, ex=VERSION_TTL_S)  # racers read and write the same
+            gone = raw
+        return raw, gone or b""
+
+
+# ---------------------------------------------------------------- once-only marks
+# Once-only marks for client-chosen operation ids: a retried write whose first attempt landed (the reply was
+# lost) is recognised and not applied again. A mark lives for a day, far longer than any client's retry
+# window.
+
+MARK_TTL_MS = 24 * 3600 * 1000
+
+
+class OnceMarks:
+    def __init__(self, redis: aioredis.Redis, keys: KeySpace, scope: str) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._scope = scope
+
+    async def claim(self, user_id: str, op_id: str, field: str) -> bool:
+        """True the first time ``op_id`` is seen for the user (go ahead), False for a repeat."""
+        check_id(user_id, "caller.user_id")
+        check_id(op_id, field)
+        return bool(await self._redis.set(self._key(user_id, op_id), 1, nx=True, px=MARK_TTL_MS))
+
+    async def release(self, user_id: str, op_id: str) -> None:
+        """The operation failed: a retry must run it."""
+        await self._redis.delete(self._key(user_id, op_id))
+
+    def _key(self, user_id: str, op_id: str) -> str:
+        return self._keys.once(self._scope, user_id, op_id)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import orjson
 
-from memlane_server.sessions.channel_policies import ChannelPolicy
 from memlane_server.sessions.codec import decode_session, encode_session
-from memlane_server.sessions.model import ArchivePointer, Retirement, Session
+from memlane_server.sessions.model import ArchivePointer, ChannelPolicy, Retirement, Session
 
 POINTER = ArchivePointer("file:///a/t.parquet", "file:///a/s.parquet", "file:///a/tr.parquet", 1, 8, 8)
 POLICY = ChannelPolicy(kind="messaging", channel="chat", hot_retention=0, resume_turns=3)

@@ -1,28 +1,140 @@
-"""Procedures in Redis: one HASH of documents (every version) and one HASH of active versions per owner,
-each a JSON document (``encode``; the model is ``procedure_model.py``).
-
-Why Redis and not LanceDB: procedures are few (tens per agent), are never searched by similarity (an
-agent's active procedures are injected whole, every turn), and change by state transitions that must be
-atomic (approve = activate one version and supersede another). A compare-and-swap script on the owner's
-two hashes gives that atomicity in one slot (Redis Cluster included), and assembly reads only the small
-``active`` hash: one round trip per owner, pipelined.
-
-Keys are spelled in ``sessions/keys.py`` (``KeySpace.procedures``). Ids reach Redis only as key parts
-inside hash tags, hash fields and ``ARGV``, never as script text.
-"""
+"""Procedures as kept: the model every layer reads (owners, versions, states, and the active version
+assembly injects; no proto; enum values match ``memlane.v1`` enums), and below it the Redis store that
+holds their JSON form (``ProcedureStore``). The rules are ``service.py``'s; assembly
+(``context/procedures.py``) reads the model only."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
+from ..errors import NotFound
 from ..infra.redis_lane import as_dict, hot
-from .keys import KeySpace
-from .procedure_model import ActiveProcedure, Kind, Origin, Owner, Procedure, State, Version
+from ..keyspace import KeySpace
+
+
+class Kind(enum.IntEnum):
+    UNSPECIFIED = 0
+    ROUTINE = 1
+    EXAMPLE = 2
+    INSTRUCTION = 3
+
+
+class State(enum.IntEnum):
+    UNSPECIFIED = 0
+    PROPOSED = 1
+    ACTIVE = 2
+    SUPERSEDED = 3  # was active; a newer approved version replaced it
+    REJECTED = 4
+    ROLLED_BACK = 5  # was active; rolled back
+
+
+class Origin(enum.IntEnum):
+    UNSPECIFIED = 0
+    AGENT = 1
+    EXTRACTOR = 2
+    OPERATOR = 3
+
+
+# States of versions that were once approved: the only targets a rollback may return to.
+ONCE_ACTIVE = frozenset({State.SUPERSEDED, State.ROLLED_BACK})
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Exactly one of an agent ("" is the unnamed agent of a single-agent app) or a group."""
+
+    agent_id: str = ""
+    group: str = ""
+
+    @property
+    def tag(self) -> str:
+        """The owner inside Redis key hash tags: ``a:<agent>`` or ``g:<group>`` (ids hold no ``{}``)."""
+        return f"g:{self.group}" if self.group else f"a:{self.agent_id}"
+
+    @staticmethod
+    def from_tag(tag: str) -> Owner:
+        kind, _, name = tag.partition(":")
+        return Owner(group=name) if kind == "g" else Owner(agent_id=name)
+
+
+@dataclass(slots=True)
+class Version:
+    version: int
+    state: State
+    kind: Kind
+    content: str
+    origin: Origin
+    proposed_by: str
+    proposed_at_ms: int
+    reason: str = ""
+    decided_by: str = ""
+    decided_at_ms: int = 0
+    note: str = ""
+    source_session_id: str = ""
+    source_message_ids: list[str] = field(default_factory=list)
+    # The user whose session it was learned from ("" = none): erasure and export follow it.
+    source_user_id: str = ""
+
+
+@dataclass(slots=True)
+class Procedure:
+    owner: Owner
+    procedure_id: str
+    title: str
+    versions: list[Version] = field(default_factory=list)  # oldest first
+    updated_at_ms: int = 0
+
+    @property
+    def active(self) -> Version | None:
+        return next((v for v in self.versions if v.state is State.ACTIVE), None)
+
+    def version(self, number: int) -> Version:
+        for v in self.versions:
+            if v.version == number:
+                return v
+        raise NotFound(f"procedure {self.procedure_id!r} has no version {number}")
+
+    @property
+    def latest(self) -> int:
+        return max((v.version for v in self.versions), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProcedure:
+    """What assembly injects: one procedure's active version, with its provenance."""
+
+    owner: Owner
+    procedure_id: str
+    title: str
+    version: int
+    kind: Kind
+    content: str
+
+    @property
+    def agent_id(self) -> str:
+        """The owning agent, "" for a group's procedure."""
+        return self.owner.agent_id
+
+    @property
+    def group(self) -> str:
+        return self.owner.group
+
+
+# ---------------------------------------------------------------- the store: procedures in Redis
+# One HASH of documents (every version) and one HASH of active versions per owner, each a JSON document
+# (``encode``). Why Redis and not LanceDB: procedures are few (tens per agent), are never searched by
+# similarity (an agent's active procedures are injected whole, every turn), and change by state
+# transitions that must be atomic (approve = activate one version and supersede another). A
+# compare-and-swap script on the owner's two hashes gives that atomicity in one slot (Redis Cluster
+# included), and assembly reads only the small ``active`` hash: one round trip per owner, pipelined.
+# Keys are spelled in ``keyspace.py`` (``KeySpace.procedures``). Ids reach Redis only as key parts inside
+# hash tags, hash fields and ``ARGV``, never as script text.
 
 # KEYS: docs, active.  ARGV: procedure id, the document read (or "" for none), the new document ("" to
 # delete it), its active version ("" for none). Writes only if nobody changed the document since it was
