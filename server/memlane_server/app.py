@@ -36,7 +36,7 @@ from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect, unanswered
 from .infra.redis_timing import time_commands
 from .ltm import MemoryMaintenance, MemoryService
-from .model_process import ModelProcess
+from .children import ModelProcess
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
@@ -55,7 +55,7 @@ from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_session_end
 from .wiring.providers import build_extractor, build_summarizer
 from .wiring.stores import Stores, build_stores
-from .worker_pool import WorkerPool
+from .children import WorkerPool
 
 log = logging.getLogger("memlane")
 

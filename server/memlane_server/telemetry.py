@@ -26,7 +26,7 @@ from .ltm.model import MemoryItem, MemoryKind
 from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
-from .observability.process import new_registry
+from .observability.metrics import new_registry
 from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
 from .sessions.end_queue import SessionEndQueue
 from .sessions.model import Message, Session, SessionStatus

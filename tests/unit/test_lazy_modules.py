@@ -8,7 +8,7 @@ import sys
 
 _PROBE = """
 import sys
-from memlane_server.lazy_modules import defer_unused_packages
+from memlane_server.preflight import defer_unused_packages
 defer_unused_packages()
 import lancedb  # needs lance_namespace_urllib3_client.models only
 print("api" in sys.modules["lance_namespace_urllib3_client"].__dict__)
@@ -26,9 +26,9 @@ def test_the_namespace_client_loads_only_when_used() -> None:
 
 _WORKER_PROBE = """
 import sys
-from memlane_server.lazy_modules import defer_unused_packages
+from memlane_server.preflight import defer_unused_packages
 defer_unused_packages()
-import memlane_server.worker  # what a worker process of memlane serve imports
+import memlane_server.cli.start  # what a worker process of memlane serve imports
 print(type(sys.modules["onnxruntime"]).__name__)
 import onnxruntime
 print(onnxruntime.SessionOptions.__name__, type(sys.modules["onnxruntime"]).__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from ..observability.model_usage import ModelUsageMetrics
+from ..observability.metrics import ModelUsageMetrics
 from ..sessions.model import Message, Session
 from .model import ExtractionResult, Extractor
 

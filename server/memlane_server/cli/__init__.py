@@ -1,4 +1,10 @@
-"""The ``memlane`` command."""
+"""The ``memlane`` command: its parser and what each subcommand runs.
+
+The package holds the command line whole: the client subcommands (``ops.py``: users, memories, jobs;
+``state.py``: health, sessions, traces, snapshots, procedures; both over ``connection.py``'s shared flags
+and output), and ``start.py``, what ``serve`` and ``worker`` run once their checks passed (the worker
+process's composition root among it). ``python -m memlane_server.cli`` runs it (``__main__.py``).
+"""
 
 from __future__ import annotations
 
@@ -12,18 +18,17 @@ from typing import Any, NoReturn
 
 from memlane.mcp import add_arguments as add_mcp_arguments
 
-from .build_info import version_line
-from .children import limit_malloc_arenas
-from .config import ConfigError, add_flags, build_settings, flags_from
-from .inspect_cli import COMMANDS as INSPECT_COMMANDS
-from .inspect_cli import add_parsers as add_inspect_parsers
-from .inspect_cli import run as run_inspect_command
+from ..build_info import version_line
+from ..config import ConfigError, add_flags, build_settings, flags_from
 from .ops import COMMANDS as OPERATOR_COMMANDS
 from .ops import add_parsers as add_operator_parsers
 from .ops import run as run_operator_command
-from .state_cli import COMMANDS as STATE_COMMANDS
-from .state_cli import add_parsers as add_state_parsers
-from .state_cli import run as run_state_command
+from .state import COMMANDS as INSPECT_COMMANDS
+from .state import STATE_COMMANDS
+from .state import add_parsers as add_inspect_parsers
+from .state import add_state_parsers
+from .state import run as run_inspect_command
+from .state import run_state as run_state_command
 
 
 class _VersionAction(argparse.Action):
@@ -157,7 +162,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command == "mcp":
         from memlane.mcp import run as run_mcp
 
-        from .observability.logs import configure as configure_logs
+        from ..observability.logs import configure as configure_logs
 
         return run_mcp(args, configure_logs)  # logs as the sidecar's (JSON off a terminal)
     if args.command in INSPECT_COMMANDS:
@@ -165,22 +170,22 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command in STATE_COMMANDS:
         return run_state_command(args)
     if args.command == "bench":
-        from .bench.suite import run
+        from ..bench.suite import run
 
         run(args.quick, args.redis_url, args.json_out, args.compare)
         return 0
     if args.command == "eval":
         # Imported here, like bench: the harness needs the server extras and loads the model.
         if args.eval_set == "golden":
-            from .eval.golden import GoldenFileError
-            from .eval.golden import run as run_golden
+            from ..eval.golden import GoldenFileError
+            from ..eval.golden import run as run_golden
 
             try:
                 return run_golden(args.file, k=args.k, threshold=args.threshold, redis_url=args.redis_url)
             except GoldenFileError as exc:
                 print(f"memlane: {exc}", file=sys.stderr)
                 return 2
-        from .eval import run as run_eval
+        from ..eval import run as run_eval
 
         run_eval(
             args.data,
@@ -197,8 +202,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return 2
     if args.command in ("serve", "worker"):
         # Imported here so `memlane --help` works on a client-only install without the server extras.
-        from .lazy_modules import defer_unused_packages
-        from .preflight import START_ERRORS, check
+        from ..preflight import START_ERRORS, check, defer_unused_packages
 
         try:  # before the server's imports (seconds): a start that cannot work says so at once
             asyncio.run(check(settings, listens=args.command == "serve"))
@@ -206,53 +210,12 @@ def _run(argv: Sequence[str] | None) -> int:
             print(f"memlane: {exc}", file=sys.stderr)
             return 2
 
-        defer_unused_packages()  # seconds off start-up (see the module)
+        defer_unused_packages()  # seconds off start-up (see preflight.py)
         try:
-            from .app import Sidecar, run_until_signalled
-            from .observability.logs import configure
-            from .observability.tracing import tracing_requested
-            from .worker import Worker
+            from .start import run_process
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
-        configure(settings.observability.log_level, settings.observability.log_format)
-        limit_malloc_arenas()
-        try:
-            import uvloop
-
-            uvloop.install()
-        except ImportError:
-            pass
-        tracer_provider = None
-        if tracing_requested(os.environ):  # OTEL_*: off unless they ask (observability/tracing.py)
-            from .observability.tracing_setup import configure_tracing
-
-            try:
-                tracer_provider = configure_tracing(os.environ)
-            except ConfigError as exc:
-                print(f"memlane: {exc}", file=sys.stderr)
-                return 2
-        runtime = (
-            Sidecar(settings)
-            if args.command == "serve"
-            else Worker(settings, embedder_socket=getattr(args, "embedder_socket", ""))
-        )
-        try:
-            asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
-        except (ConfigError, *START_ERRORS) as exc:  # what was started is stopped by then
-            print(f"memlane: {exc}", file=sys.stderr)
-            return 2
-        finally:
-            if tracer_provider is not None:
-                tracer_provider.shutdown()  # the last batch of spans goes out before the exit
-        if args.command == "worker":
-            # A CPU-bound step still running in a pool thread (its job already handed back) must not hold
-            # the exit past the grace period: the interpreter would join that thread.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+        return run_process(args, settings)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,7 +18,7 @@ from google.protobuf.json_format import MessageToDict
 import memlane
 from memlane.v1 import admin_pb2, memory_pb2
 
-from .cli_connection import add_connection, client, failed, say
+from .connection import add_connection, client, failed, say
 
 _KINDS = {n.removeprefix("MEMORY_KIND_").lower(): v for n, v in memory_pb2.MemoryKind.items() if v}
 _SCOPES = {n.removeprefix("MEMORY_SCOPE_").lower(): v for n, v in memory_pb2.MemoryScope.items() if v}
