@@ -24,6 +24,7 @@ import grpc
 from . import children, preflight, telemetry
 from .access.policy import PolicyFile
 from .api.admission import AdmissionInterceptor
+from .children import ModelProcess, WorkerPool
 from .config import Settings
 from .context import ContextAssembler, MemorySource
 from .context.ltm_source import LtmMemorySource
@@ -36,7 +37,6 @@ from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect, unanswered
 from .infra.redis_timing import time_commands
 from .ltm import MemoryMaintenance, MemoryService
-from .children import ModelProcess
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
@@ -55,7 +55,6 @@ from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_session_end
 from .wiring.providers import build_extractor, build_summarizer
 from .wiring.stores import Stores, build_stores
-from .children import WorkerPool
 
 log = logging.getLogger("memlane")
 

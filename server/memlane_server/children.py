@@ -8,22 +8,21 @@ start (and a fork of a process running their threads can deadlock). Its settings
 input (no secret on a command line or on disk). Its exit is awaited on a pidfd: no thread, no SIGCHLD
 handler.
 
-**Worker processes** (``WorkerPool``). The worker processes of ``memlane serve``: started after the serving process serves, kept running,
-stopped within the shutdown grace period.
+**Worker processes** (``WorkerPool``): started after the serving process serves, kept running, stopped
+within the shutdown grace period.
 
-Each child is ``memlane worker`` (``cli/start.py``) with this process's settings, handed over on its standard
-input (no secret on a command line or on disk), and the Redis this process uses (an embedded one's
+Each child is ``memlane worker`` (``cli/start.py``) with this process's settings, handed over on its
+standard input (no secret on a command line or on disk), and the Redis this process uses (an embedded one's
 socket too). Children run at a lower CPU priority: on a small pod the serving process gets the cores
 first, so a request's latency does not depend on how much background work is queued; idle cores still
 go to the workers. A child that dies is started again (its jobs are taken over from the queue after the
 claim timeout, as for any dead worker).
 
 One model per pod: with long-term memory on, each child embeds through the model process
-(below, ``--embedder-socket``) instead of loading its own copy. How children start and
-end: above.
+(below, ``--embedder-socket``) instead of loading its own copy.
 
-**The model process** (``ModelProcess``, and ``main``, the child's own entry point: ``python -m
-memlane_server.children SOCKET PARENT_PID``). The model process of ``memlane serve``: the pod's one copy of the embedding model.
+**The model process** (``ModelProcess``; ``main`` is the child's own entry point, ``python -m
+memlane_server.children SOCKET PARENT_PID``): the pod's one copy of the embedding model.
 
 With worker processes, the serving process starts this child before anything asks for a vector and
 embeds through it, as the workers do (``embedding/remote.py``): one model per pod, whatever the number of

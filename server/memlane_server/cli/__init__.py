@@ -24,9 +24,8 @@ from .ops import COMMANDS as OPERATOR_COMMANDS
 from .ops import add_parsers as add_operator_parsers
 from .ops import run as run_operator_command
 from .state import COMMANDS as INSPECT_COMMANDS
-from .state import STATE_COMMANDS
+from .state import STATE_COMMANDS, add_state_parsers
 from .state import add_parsers as add_inspect_parsers
-from .state import add_state_parsers
 from .state import run as run_inspect_command
 from .state import run_state as run_state_command
 
@@ -218,4 +217,3 @@ def _run(argv: Sequence[str] | None) -> int:
             return 2
         return run_process(args, settings)
     return 0
-

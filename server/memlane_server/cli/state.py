@@ -218,7 +218,9 @@ def _snapshots(c: memlane.Client, args: argparse.Namespace) -> int:
     caller = memory_pb2.Caller(user_id=args.user, agent_id=args.agent)
     cmd = args.snapshots_command
     if cmd == "take":
-        _print_line(c.create_memory_snapshot(caller=caller, snapshot_id=args.snapshot_id, note=args.note).snapshot)
+        _print_line(
+            c.create_memory_snapshot(caller=caller, snapshot_id=args.snapshot_id, note=args.note).snapshot
+        )
     elif cmd == "list":
         pages = memlane.iter_pages(
             lambda t: c.list_memory_snapshots(caller=caller, page_size=100, page_token=t), "snapshots"

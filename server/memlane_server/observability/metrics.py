@@ -45,6 +45,7 @@ from ..build_info import commit
 
 # The registry: process collectors and the build info.
 
+
 def new_registry(*, settings_summary: dict[str, str] | None = None) -> CollectorRegistry:
     """A registry with the process collectors and the build info registered on it (never the global one:
     tests run several sidecars in one process)."""
@@ -158,6 +159,7 @@ class ModelUsageMetrics:
 
 
 # Several processes, one scrape.
+
 
 class _Families:
     """What ``generate_latest`` reads: anything with ``collect()``."""

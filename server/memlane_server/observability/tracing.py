@@ -10,12 +10,13 @@ Spans follow the RPC semantic conventions (name ``memlane.v1.Service/Method``; `
 ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``) and carry nothing a caller sent: no message
 content, user or session ids, tokens.
 
-**Installing the SDK** (``configure_tracing``, when ``tracing_requested``) reads only the standard variables: ``OTEL_TRACES_EXPORTER`` (``console``, ``otlp``, comma-separated; default
-``otlp`` once an OTLP endpoint is set), ``OTEL_EXPORTER_OTLP_*`` (endpoint, headers, timeout; OTLP over
-HTTP/protobuf), ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (default service name ``memlane``),
+**Installing the SDK** (``configure_tracing``, when ``tracing_requested``) reads only the standard
+variables: ``OTEL_TRACES_EXPORTER`` (``console``, ``otlp``, comma-separated; default ``otlp`` once an OTLP
+endpoint is set), ``OTEL_EXPORTER_OTLP_*`` (endpoint, headers, timeout; OTLP over HTTP/protobuf),
+``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (default service name ``memlane``),
 ``OTEL_TRACES_SAMPLER(_ARG)`` (default: parent-based, always on), ``OTEL_BSP_*`` (batching) and
-``OTEL_PROPAGATORS`` (default W3C tracecontext and baggage). The SDK is imported there, inside the
-function, so a sidecar without tracing never imports it.
+``OTEL_PROPAGATORS`` (default W3C tracecontext and baggage). The SDK is imported there, inside the function,
+so a sidecar without tracing never imports it.
 """
 
 from __future__ import annotations
