@@ -246,7 +246,7 @@ def test_serving_answers_at_once_while_a_worker_grinds_through_a_hostile_session
         live = c.create_session(user_id="u-live", agent_id="a1").session.session_id
         for sid in [hostile, *ordinary]:
             c.close_session(session_id=sid)
-        # How fast serving answers meanwhile is the bench's isolation row (bench/isolation.py), not a
+        # How fast serving answers meanwhile is the bench's isolation row (bench/processes.py), not a
         # bound here: here every probe and append is answered, while the worker is busy.
         rounds = busy = 0
 

@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from memlane_server.bench.report import Report, load
+from memlane_server.bench.runner import Report, load
 from memlane_server.bench.runner import Latency
 
 
