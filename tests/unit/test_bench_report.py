@@ -7,8 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from memlane_server.bench.runner import Report, load
-from memlane_server.bench.runner import Latency
+from memlane_server.bench.runner import Latency, Report, load
 
 
 def _report(append_p50: float, rate: float, rss: float) -> Report:
