@@ -32,10 +32,9 @@ from .embedding import Embedder
 from .embedding.admission import EmbeddingAdmission
 from .embedding.remote import RemoteEmbedder
 from .extraction import Extractor
-from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
-from .infra.redis_pool import RedisClient, connect, unanswered
-from .infra.redis_timing import time_commands
+from .infra.redis_pool import RedisClient, connect, time_commands, unanswered
+from .infra.redis_server import EmbeddedRedis
 from .ltm import MemoryMaintenance, MemoryService
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics

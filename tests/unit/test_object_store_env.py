@@ -1,11 +1,11 @@
-"""Which S3 endpoint the AWS variables name, as LanceDB and pyarrow will be told (infra/object_store.py)."""
+"""Which S3 endpoint the AWS variables name, as LanceDB and pyarrow will be told (infra/endpoints.py)."""
 
 from __future__ import annotations
 
 import pyarrow.fs as pafs
 import pytest
 
-from memlane_server.infra.object_store import arrow_filesystem, lance_storage_options, s3_endpoint
+from memlane_server.infra.endpoints import arrow_filesystem, lance_storage_options, s3_endpoint
 
 
 def test_the_service_specific_endpoint_wins_and_loopback_http_is_allowed() -> None:

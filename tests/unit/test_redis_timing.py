@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memlane_server.infra.redis_timing import FAMILIES, family_of
+from memlane_server.infra.redis_pool import FAMILIES, family_of
 
 
 def test_known_commands_map_to_their_family() -> None:

@@ -15,11 +15,11 @@ STORAGE_PACKAGE = "sessions"  # the storage layer: every module in it may talk t
 
 # Outside the storage layer, each allowed module with the reason it must touch Redis itself.
 ALLOWED = {
-    "infra/redis_pool.py": "builds the client (single node or cluster) every store shares",
-    "infra/embedded_redis.py": "starts (and probes) a Redis server when none is configured",
-    "infra/redis_timing.py": "wraps the client's command execution to time every round trip",
+    "infra/redis_pool.py": "builds the client (single node or cluster) every store shares, and wraps its"
+    " command execution to time every round trip",
+    "infra/redis_server.py": "starts (and probes) a Redis server when none is configured; server"
+    " administration after an erasure (BGREWRITEAOF/BGSAVE): no keys",
     "infra/redis_lane.py": "a pipelined connection beside the pool for the hot path's single commands",
-    "infra/redis_persistence.py": "server administration after an erasure (BGREWRITEAOF/BGSAVE): no keys",
     "app.py": "composition root: creates the client, PINGs it at start and for health, closes it",
 }
 

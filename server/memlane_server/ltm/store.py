@@ -22,7 +22,7 @@ from lancedb.query import ColumnOrdering
 
 from .. import linear_regex
 from ..errors import DataLoss, Unavailable
-from ..infra.object_store import lance_storage_options
+from ..infra.endpoints import lance_storage_options
 from .filters import KEY_COLUMNS
 from .model import MemoryItem, MemoryKind, MemoryScope
 from .query import content_terms

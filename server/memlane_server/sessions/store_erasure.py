@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ..infra.redis_persistence import PersistenceReport, rewrite_persistence
+from ..infra.redis_server import PersistenceReport, rewrite_persistence
 from .ids import check_id
 from .outbox import decode_entry
 from .store_base import StoreBase

@@ -1,11 +1,18 @@
-"""Where S3-compatible object storage is, from the usual AWS environment variables, turned into the
-options of the two clients that use it: LanceDB (the LTM table, Rust ``object_store``) and pyarrow
-(the Parquet archive, the AWS C++ SDK).
+"""Where the services outside the process are, and which of them are this machine: S3-compatible object
+storage from the AWS variables, and the one rule for "local only" decisions on host names.
 
-Both SDKs read the variables themselves, but not the same ones (the service-specific endpoint, plain
-HTTP): reading them once here makes both clients talk to the same endpoint. Credentials are left to
-the SDKs' own chains (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, profiles,
-instance roles) and never copied into options, which may end up in a log.
+**Loopback** (``is_loopback_host``): whether a host name is this machine's loopback, the one rule for
+"local only" decisions on names (plain-http object storage, the viewer's Host header).
+
+**Object storage** (``s3_endpoint``, ``lance_storage_options``, ``arrow_filesystem``). Where S3-compatible
+object storage is, from the usual AWS environment variables, turned into the options of the two clients
+that use it: LanceDB (the LTM table, Rust ``object_store``) and pyarrow (the Parquet archive, the AWS C++
+SDK).
+
+Both SDKs read the variables themselves, but not the same ones (the service-specific endpoint, plain HTTP):
+reading them once here makes both clients talk to the same endpoint. Credentials are left to the SDKs' own
+chains (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, profiles, instance roles)
+and never copied into options, which may end up in a log.
 
 - ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``: an S3-compatible server (MinIO, Ceph, moto...);
   unset: AWS itself.
@@ -16,6 +23,7 @@ instance roles) and never copied into options, which may end up in a log.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import urllib.parse
 from collections.abc import Mapping
@@ -23,7 +31,20 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from .hosts import is_loopback_host
+# Loopback: the one rule for local-only decisions on host names.
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (``127.x.x.x``, ``::1``); a bare host, no port or brackets."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# Object storage.
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
