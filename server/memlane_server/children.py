@@ -280,10 +280,10 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        return [c.proc.pid for c in self._values() if c.alive and c.proc is not None]
+        return [c.proc.pid for c in self._children.values() if c.alive and c.proc is not None]
 
     async def start(self) -> None:
-        for child in self._values():
+        for child in self._children.values():
             await child.start()
 
     async def metrics(self) -> list[tuple[str, bytes]]:
@@ -310,9 +310,9 @@ class WorkerPool:
         """SIGTERM to every child (each stops taking jobs and hands its jobs in flight back, releasing
         their leases), then SIGKILL for any still running at ``deadline`` (monotonic; 0: the grace
         period from now), and a few seconds after it at the latest."""
-        for child in self._values():
+        for child in self._children.values():
             child.stop_restarting()
-        live = [c.proc for c in self._values() if c.alive and c.proc is not None]
+        live = [c.proc for c in self._children.values() if c.alive and c.proc is not None]
         for p in live:
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGTERM)

@@ -28,7 +28,7 @@ def test_version_shows_the_package_version_and_the_checkout_commit(
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     head = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -91,7 +91,7 @@ def test_help_works_without_the_server_extras() -> None:
         "from memlane_server.cli import main\n"
         "main(['--help'])\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "server"), str(root / "client_py")])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
     assert out.returncode == 0, out.stderr
