@@ -24,6 +24,7 @@ import grpc
 from . import children, preflight, telemetry
 from .access.policy import PolicyFile
 from .api.admission import AdmissionInterceptor
+from .children import ModelProcess, WorkerPool
 from .config import Settings
 from .context import ContextAssembler, MemorySource
 from .context.sources import LtmMemorySource
@@ -31,14 +32,12 @@ from .embedding import Embedder
 from .embedding.admission import EmbeddingAdmission
 from .embedding.remote import RemoteEmbedder
 from .extraction import Extractor
-from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
-from .infra.redis_pool import RedisClient, connect, unanswered
-from .infra.redis_timing import time_commands
+from .infra.redis_pool import RedisClient, connect, time_commands, unanswered
+from .infra.redis_server import EmbeddedRedis
 from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
 from .ltm.redis_state import LtmVersions
-from .model_process import ModelProcess
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
@@ -55,7 +54,6 @@ from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_session_end
 from .wiring.providers import build_extractor, build_summarizer
 from .wiring.stores import Stores, build_stores
-from .worker_pool import WorkerPool
 
 log = logging.getLogger("memlane")
 

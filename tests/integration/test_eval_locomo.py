@@ -13,8 +13,7 @@ import pytest
 import redis
 
 from memlane_server.eval import run
-from memlane_server.eval.dataset import clean_evidence, load
-from memlane_server.eval.metrics import Retrieved, repeats_within
+from memlane_server.eval.evidence import Retrieved, clean_evidence, load, repeats_within
 from memlane_server.keyspace import KeySpace
 
 

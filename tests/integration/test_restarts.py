@@ -13,7 +13,7 @@ import pytest
 import memlane
 from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
-from memlane_server.infra.embedded_redis import server_binary
+from memlane_server.infra.redis_server import server_binary
 from tests.conftest import ServerFactory, wait_for
 
 

@@ -18,11 +18,11 @@ STORAGE = ("sessions/", "checkpoints/", "procedures/store.py", "ltm/redis_state.
 
 # Outside the storage layer, each allowed module with the reason it must touch Redis itself.
 ALLOWED = {
-    "infra/redis_pool.py": "builds the client (single node or cluster) every store shares",
-    "infra/embedded_redis.py": "starts (and probes) a Redis server when none is configured",
-    "infra/redis_timing.py": "wraps the client's command execution to time every round trip",
+    "infra/redis_pool.py": "builds the client (single node or cluster) every store shares, and wraps its"
+    " command execution to time every round trip",
+    "infra/redis_server.py": "starts (and probes) a Redis server when none is configured; server"
+    " administration after an erasure (BGREWRITEAOF/BGSAVE): no keys",
     "infra/redis_lane.py": "a pipelined connection beside the pool for the hot path's single commands",
-    "infra/redis_persistence.py": "server administration after an erasure (BGREWRITEAOF/BGSAVE): no keys",
     "app.py": "composition root: creates the client, PINGs it at start and for health, closes it",
 }
 

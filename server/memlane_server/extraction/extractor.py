@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from .. import linear_regex
 from ..memory_kinds import MemoryDraft
-from ..observability.model_usage import ModelUsageMetrics
+from ..observability.metrics import ModelUsageMetrics
 from ..sessions.model import Message, Session
 from .pii import find_pii
 

@@ -154,7 +154,7 @@ class RedisLane:
         self._wire: _Wire | None = None
         self._connecting: asyncio.Lock | None = None
         self._watchdog: asyncio.TimerHandle | None = None
-        self.observe: Observe | None = None  # set by redis_timing.time_commands
+        self.observe: Observe | None = None  # set by redis_pool.time_commands
 
     async def execute(self, *args: Any) -> Any:
         """One command's reply; redis-py's exception for an error reply or a lost connection."""

@@ -22,7 +22,7 @@ from lancedb.query import ColumnOrdering
 
 from .. import linear_regex
 from ..errors import DataLoss, Unavailable
-from ..infra.object_store import lance_storage_options
+from ..infra.endpoints import lance_storage_options
 from ..memory_kinds import MemoryKind, MemoryScope
 from .filters import KEY_COLUMNS
 from .model import MemoryItem
@@ -83,7 +83,7 @@ class Hit:
 
 class LanceMemoryStore:
     """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...`` (the
-    endpoint and credentials from the AWS environment variables, see ``infra/object_store.py``)."""
+    endpoint and credentials from the AWS environment variables, see ``infra/endpoints.py``)."""
 
     def __init__(
         self,

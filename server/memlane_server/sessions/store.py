@@ -25,7 +25,7 @@ from ..access.identity import UNRESTRICTED, Caller
 from ..errors import AlreadyExists, InvalidArgument, NotFound
 from ..ids import check_id
 from ..infra.redis_lane import as_dict, hot
-from ..infra.redis_persistence import PersistenceReport, rewrite_persistence
+from ..infra.redis_server import PersistenceReport, rewrite_persistence
 from ..keyspace import KeySpace
 from ..paging import (
     MAX_PAGE_BYTES,

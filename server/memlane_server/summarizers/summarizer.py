@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry
 
-from ..observability.model_usage import ModelUsageMetrics
+from ..observability.metrics import ModelUsageMetrics
 from ..sessions.model import Message, ScopedSummary, Summary, VisibilityKind
 
 
