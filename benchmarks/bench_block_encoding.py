@@ -1,6 +1,6 @@
 """Encoding AssembleContext's conversation block of 200 turns both ways: built and serialized by protobuf
-each time, or joined from each turn's pre-encoded entry (api/blocks.py; the entries kept across
-assemblies by context/turn_memo.py). Also the first assembly of a history, when every entry is encoded.
+each time, or joined from each turn's pre-encoded entry (api/context.py; the entries kept across
+assemblies by context/history.py). Also the first assembly of a history, when every entry is encoded.
 
     python benchmarks/bench_block_encoding.py [--turns 200]
 """
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from memlane.v1 import context_pb2 as cpb
-from memlane_server.api.blocks import block_to_pb, conversation_field, turn_entry
+from memlane_server.api.context import block_to_pb, conversation_field, turn_entry
 from memlane_server.context import Block, BlockMessage, Provenance
 from memlane_server.sessions.model import Role
 

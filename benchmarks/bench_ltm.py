@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from memlane_server.bench.ltm_data import filler
+from memlane_server.bench.suite import filler
 from memlane_server.config import Settings
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.extraction import find_pii

@@ -25,9 +25,9 @@ import memlane
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
 from memlane_server.config import Settings, build_settings
-from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_pool import cluster_seed
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.infra.redis_server import EmbeddedRedis
+from memlane_server.keyspace import KeySpace
 
 # CrewAI lives in an environment of its own (scripts/test-crewai, a CI step): crewai 1.15 requires
 # openai<3, the openai-agents extra openai>=3. Its tests are collected only where crewai is installed.

@@ -29,7 +29,7 @@ def _state(r: Any, prefix: str, sid: str) -> int:
 
 def _settled(r: Any, prefix: str, sid: str) -> bool:
     # Archived, and no event still in the session's outbox: a killed sidecar's events are relayed by a
-    # sweeper after the outbox grace period (sessions/outbox.py), not lost.
+    # sweeper after the outbox grace period (sessions/events.py), not lost.
     archived = _state(r, prefix, sid) == PromotionState.PROMOTION_STATE_ARCHIVED
     return archived and not r.llen(f"{prefix}:{{{sid}}}:outbox")
 

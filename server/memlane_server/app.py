@@ -3,8 +3,8 @@
 stops everything in a fixed order.
 
 Serving apart from work: the serving process answers requests; the background jobs (session end,
-learning during the session, LTM upkeep) run in ``worker_processes`` child processes (``worker_pool.py``,
-each a ``worker.Worker``), fed through the job stream in Redis. With ``worker_processes`` 0 they run in
+learning during the session, LTM upkeep) run in ``worker_processes`` child processes (``children.py``,
+each a ``cli.start.Worker``), fed through the job stream in Redis. With ``worker_processes`` 0 they run in
 this process instead, through the same stream."""
 
 from __future__ import annotations
@@ -24,26 +24,25 @@ import grpc
 from . import children, preflight, telemetry
 from .access.policy import PolicyFile
 from .api.admission import AdmissionInterceptor
+from .children import ModelProcess, WorkerPool
 from .config import Settings
 from .context import ContextAssembler, MemorySource
-from .context.ltm_source import LtmMemorySource
+from .context.sources import LtmMemorySource
 from .embedding import Embedder
 from .embedding.admission import EmbeddingAdmission
 from .embedding.remote import RemoteEmbedder
 from .extraction import Extractor
-from .infra.embedded_redis import EmbeddedRedis
 from .infra.periodic import Periodic
-from .infra.redis_pool import RedisClient, connect, unanswered
-from .infra.redis_timing import time_commands
+from .infra.redis_pool import RedisClient, connect, time_commands, unanswered
+from .infra.redis_server import EmbeddedRedis
+from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
-from .model_process import ModelProcess
+from .ltm.redis_state import LtmVersions
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
 from .procedures import Owner
-from .sessions.keys import KeySpace
 from .sessions.lifecycle import Lifecycle
-from .sessions.ltm_versions import LtmVersions
 from .sessions.store import SessionStore
 from .summarizers import Summarizer
 from .tokens import TokenCounter
@@ -53,7 +52,6 @@ from .wiring import stores as wiring_stores
 from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_context, build_extractor, build_session_end, build_summarizer
 from .wiring.stores import Stores, build_stores
-from .worker_pool import WorkerPool
 
 log = logging.getLogger("memlane")
 
@@ -354,7 +352,7 @@ class Sidecar:
         await self.lifecycle.start()
         if self.end.scheduler is not None:
             self.end.scheduler.start()
-        # Erasures a dead sidecar left half done are finished here (the journal: sessions/fence.py).
+        # Erasures a dead sidecar left half done are finished here (the journal: sessions/leases.py).
         erasures = Periodic("erasure-resume", self._user_data.resume_orphans, _ERASURE_RESUME_S)
         self._closes["erasure resume"] = erasures.stop
         erasures.start()

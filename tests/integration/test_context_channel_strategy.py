@@ -13,7 +13,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
 from memlane_server.context import STRATEGY_METADATA_KEY
-from memlane_server.sessions.channel_policies import PolicyError
+from memlane_server.sessions.model import PolicyError
 from tests.conftest import ServerFactory
 
 POLICIES = """

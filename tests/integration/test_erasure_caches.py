@@ -8,7 +8,7 @@ import memlane
 from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
-from memlane_server.context.ltm_source import LtmMemorySource
+from memlane_server.context.sources import LtmMemorySource
 
 
 def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
@@ -35,7 +35,7 @@ def test_forget_user_drops_the_in_process_entries_keyed_by_the_user(
     assert isinstance(memory, LtmMemorySource)
     ltm = server.sidecar.ltm
     assert ltm is not None
-    seen = ltm.freshness._seen  # the versions this process's view was current with (ltm/freshness.py)
+    seen = ltm.freshness._seen  # the versions this process's view was current with (ltm/core.py)
     assert any(k[0] == sid for k in recounts) and user_id in seen  # positive control
     assert ltm.hot_index.holds(user_id)  # recall loaded the user's in-memory index entry
     client.forget_user(user_id=user_id)

@@ -14,7 +14,7 @@ import pytest
 
 import memlane
 from memlane.v1 import memory_pb2
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
 from tests.conftest import delete_prefix, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess
 from tests.integration.test_user_data import _archive_text, _fill, _redis_bytes

@@ -13,7 +13,7 @@ import pytest
 from google.rpc.status_pb2 import Status
 
 import memlane
-from memlane_server.api.status import DETAILS_KEY, trailer
+from memlane_server.api.interceptor import DETAILS_KEY, trailer
 from memlane_server.background import SidecarThread
 
 

@@ -13,9 +13,8 @@ import pytest
 import redis
 
 from memlane_server.eval import run
-from memlane_server.eval.dataset import clean_evidence, load
-from memlane_server.eval.metrics import Retrieved, repeats_within
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.eval.evidence import Retrieved, clean_evidence, load, repeats_within
+from memlane_server.keyspace import KeySpace
 
 
 def _turn(dia_id: str, speaker: str, text: str, caption: str = "") -> dict[str, str]:

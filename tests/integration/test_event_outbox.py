@@ -1,5 +1,5 @@
 """Lifecycle events are written atomically with their state change and relayed exactly once
-(sessions/outbox.py), through the real server and real Redis.
+(sessions/events.py), through the real server and real Redis.
 
 A sidecar killed between a state change and its XADD used to lose the event (chaos: 2 CLOSED/ARCHIVED
 in ~800 sessions). The kill cannot be timed into that window from outside, so these tests check the
@@ -18,8 +18,8 @@ import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.background import SidecarThread
 from memlane_server.infra.redis_pool import connect
+from memlane_server.keyspace import KeySpace
 from memlane_server.sessions.events import EventLog, EventType, pending
-from memlane_server.sessions.keys import KeySpace
 from memlane_server.sessions.limits import Limits
 from memlane_server.sessions.model import SessionStatus
 from memlane_server.sessions.store import SessionStore, now_ms

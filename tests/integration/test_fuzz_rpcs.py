@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 import memlane
 from memlane.v1 import admin_pb2, checkpoint_pb2, context_pb2, memory_pb2, procedure_pb2, session_service_pb2
 from memlane_server.background import SidecarThread
-from memlane_server.ltm.listing import page_query
 from memlane_server.ltm.model import MemoryFilter, Visibility
+from memlane_server.ltm.service import page_query
 from memlane_server.paging import encode_token, query_fingerprint
 
 EXAMPLES = int(os.environ.get("MEMLANE_FUZZ_EXAMPLES", "20"))
@@ -124,7 +124,7 @@ def _page_tokens() -> list[str]:
         page_query(Visibility(FUZZ_USER), MemoryFilter()),
         query_fingerprint("sessions", FUZZ_USER, 0, "", 0, 0, 0),
         query_fingerprint("traces", FUZZ_SESSION),
-        "parked-jobs",  # api/parked_jobs.py: a listing with no parameters
+        "parked-jobs",  # api/admin.py: a listing with no parameters
     ]
     cursors: list[list[Any]] = [
         [],

@@ -2,7 +2,7 @@
 ``"a." * 60000`` (accepted by AppendMessages; anyone typing into a chat box can send it) is promoted
 while the health check and GetSession keep answering. Before, the PII patterns rescanned that turn from
 every word start under the interpreter lock: health timed out for minutes. How fast the probes answer is
-printed, not bounded: the bench's isolation row tracks it (bench/isolation.py, the same turn), and
+printed, not bounded: the bench's isolation row tracks it (bench/processes.py, the same turn), and
 tests/unit/test_patterns_linear_time.py checks the patterns themselves.
 
 Through the real server: real Redis, LanceDB, ONNX embeddings, the rules extractor, the real client.

@@ -20,8 +20,8 @@ from memlane import Message, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
 from memlane_server.config import Settings
-from memlane_server.infra.embedded_redis import EmbeddedRedis
-from memlane_server.infra.redis_timing import FAMILIES
+from memlane_server.infra.redis_pool import FAMILIES
+from memlane_server.infra.redis_server import EmbeddedRedis
 from tests.conftest import ServerFactory, wait_for
 
 # CI installs promtool (.ci/run) and sets this, so a missing tool fails there instead of skipping.

@@ -18,7 +18,7 @@ import memlane
 from memlane import Message, Role, SessionStatus
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.errors import Unavailable
-from memlane_server.infra.object_store import arrow_filesystem, lance_storage_options
+from memlane_server.infra.endpoints import arrow_filesystem, lance_storage_options
 from memlane_server.ltm import LanceMemoryStore, MemoryItem, MemoryKind, MemoryScope, filters
 from tests.conftest import ServerFactory, redis_client, wait_for
 from tests.s3 import S3Server, s3

@@ -1,4 +1,4 @@
-"""Listing pages through the real server (memlane_server/paging.py, ltm/listing.py): a page token works
+"""Listing pages through the real server (memlane_server/paging.py, ltm/service.py): a page token works
 only for the query that issued it, any altered token is INVALID_ARGUMENT naming ``page_token``, and
 ListMemories pages are keyset pages read inside LanceDB (each item once, in order, whatever is added
 meanwhile, at a cost that does not grow with the user's rows).
@@ -29,8 +29,9 @@ from memlane.v1 import procedure_pb2 as ppb
 from memlane_server.background import SidecarThread
 from memlane_server.embedding import OnnxEmbedder, default_spec
 from memlane_server.ltm import LanceMemoryStore, filters
-from memlane_server.ltm.listing import page_query
-from memlane_server.ltm.model import MemoryFilter, MemoryItem, MemoryKind, MemoryScope, Visibility
+from memlane_server.ltm.model import MemoryFilter, MemoryItem, Visibility
+from memlane_server.ltm.service import page_query
+from memlane_server.memory_kinds import MemoryKind, MemoryScope
 from memlane_server.paging import MAX_PAGE_BYTES, encode_token
 from tests.conftest import ServerFactory
 

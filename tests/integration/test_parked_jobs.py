@@ -14,8 +14,8 @@ from memlane import Message, Role
 from memlane.v1 import session_service_pb2 as spb
 from memlane_server.background import SidecarThread
 from memlane_server.cli import main
+from memlane_server.keyspace import KeySpace
 from memlane_server.sessions.codec import FINGERPRINT_LEN
-from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, raw, wait_for
 
 YEAR_10000_MS = 253_402_300_800_000

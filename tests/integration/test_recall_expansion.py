@@ -1,4 +1,4 @@
-"""Recall's sub-query over a named speaker's own turns (ltm/expansion.py), through the real server: a
+"""Recall's sub-query over a named speaker's own turns (ltm/recall.py), through the real server: a
 turn that shares no word with the question and loses to every turn naming the person in the query's
 own vector is found only by the sub-query; a sidecar with expansion off (same table) is the control."""
 

@@ -21,7 +21,7 @@ import pytest
 
 import memlane
 from memlane import Message, Role, SessionStatus
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
 from tests.conftest import ServerFactory, redis_client, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

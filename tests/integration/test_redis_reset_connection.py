@@ -30,8 +30,8 @@ from redis.backoff import ExponentialBackoff
 import memlane
 from memlane_server.background import SidecarThread
 from memlane_server.config import Settings, build_settings
-from memlane_server.infra.embedded_redis import EmbeddedRedis
 from memlane_server.infra.redis_pool import connect
+from memlane_server.infra.redis_server import EmbeddedRedis
 
 T = TypeVar("T")
 

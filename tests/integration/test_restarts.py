@@ -13,7 +13,7 @@ import pytest
 import memlane
 from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
-from memlane_server.infra.embedded_redis import server_binary
+from memlane_server.infra.redis_server import server_binary
 from tests.conftest import ServerFactory, wait_for
 
 
@@ -180,7 +180,7 @@ def test_reads_survive_a_redis_that_forgot_its_scripts(
 
             async def flush(r: Any = redis) -> list[bool]:
                 await r.script_flush()
-                return list(await r.script_exists(srv.sidecar.sessions._read.sha))
+                return list(await r.script_exists(srv.sidecar.sessions.messages._read.sha))
 
             assert asyncio.run_coroutine_threadsafe(flush(), srv._loop).result(10) == [False]
             if read == "list":  # the pipelined read (document fields + range)

@@ -7,8 +7,7 @@ import uuid
 
 import redis
 
-from memlane_server.sessions.keys import KeySpace
-from memlane_server.sessions.scratch import drop_keys
+from memlane_server.keyspace import KeySpace, drop_keys
 
 
 def test_drop_keys_removes_one_prefix_only(redis_url: str) -> None:

@@ -22,10 +22,10 @@ import redis
 import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.bench.runner import children_of
+from memlane_server.keyspace import KeySpace
 from memlane_server.ltm.schema import TABLE_NAME
-from memlane_server.sessions.end_queue import GROUP
+from memlane_server.sessions.ending import GROUP
 from memlane_server.sessions.events import EventType
-from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, delete_prefix, hget, raw, redis_client, stream_entries, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED

@@ -13,7 +13,7 @@ import pytest
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
 from memlane.v1 import session_service_pb2 as spb
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
 from tests.conftest import ServerFactory, hget, redis_client, session_events, wait_for
 
 ARCHIVED = PromotionState.PROMOTION_STATE_ARCHIVED

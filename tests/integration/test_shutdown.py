@@ -22,8 +22,8 @@ import pytest
 
 import memlane
 from memlane import Message, PromotionState, Role, SessionStatus
+from memlane_server.keyspace import KeySpace
 from memlane_server.sessions.events import EventType
-from memlane_server.sessions.keys import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess, _events
 from tests.integration.test_worker_processes import WorkerProcess

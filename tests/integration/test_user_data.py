@@ -19,9 +19,9 @@ from memlane import Message, Role
 from memlane.v1 import admin_pb2, memory_pb2, procedure_pb2
 from memlane.v1 import checkpoint_pb2 as kpb
 from memlane_server.background import SidecarThread
-from memlane_server.infra.embedded_redis import server_binary
+from memlane_server.infra.redis_server import server_binary
+from memlane_server.keyspace import KeySpace
 from memlane_server.ltm import filters
-from memlane_server.sessions.keys import KeySpace
 from tests.conftest import ServerFactory, raw, redis_client, stream_entries, wait_for
 
 

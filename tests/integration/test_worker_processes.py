@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.bench.runner import children_of
-from memlane_server.sessions.keys import KeySpace
+from memlane_server.keyspace import KeySpace
 from tests.conftest import delete_prefix, hget, redis_client, wait_for
 from tests.integration.test_session_end_pipeline import SidecarProcess, cmdline, consumer_pids
 
@@ -97,7 +97,7 @@ def test_session_end_runs_in_a_worker_process(
         # One model per pod: the worker promoted and the serving process recalled through the model
         # process; neither loaded ONNX Runtime (the model process did: the check's positive control).
         kids = _children(a.proc.pid)
-        (model,) = [p for p in kids if cmdline(p).find("memlane_server.model_process") >= 0]
+        (model,) = [p for p in kids if cmdline(p).find("memlane_server.children") >= 0]
         (worker,) = _workers(a.proc.pid)
         assert _maps_onnxruntime(model)
         assert not _maps_onnxruntime(worker) and not _maps_onnxruntime(a.proc.pid)
@@ -246,7 +246,7 @@ def test_serving_answers_at_once_while_a_worker_grinds_through_a_hostile_session
         live = c.create_session(user_id="u-live", agent_id="a1").session.session_id
         for sid in [hostile, *ordinary]:
             c.close_session(session_id=sid)
-        # How fast serving answers meanwhile is the bench's isolation row (bench/isolation.py), not a
+        # How fast serving answers meanwhile is the bench's isolation row (bench/processes.py), not a
         # bound here: here every probe and append is answered, while the worker is busy.
         rounds = busy = 0
 
@@ -335,12 +335,12 @@ def test_a_killed_model_process_is_replaced_and_vectors_flow_again(
     with memlane.Client(a.target, timeout=60) as c:
         c.create_memory(caller=who, kind=memlane.MemoryKind.MEMORY_KIND_FACT, content="Dana keeps bees.")
         assert c.search_memories(caller=who, query="who keeps bees?").results  # positive control
-        (model,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in cmdline(p)]
+        (model,) = [p for p in _children(a.proc.pid) if "memlane_server.children" in cmdline(p)]
         os.kill(model, signal.SIGKILL)
         wait_for(lambda: "the model process exited; starting it again" in a.log.read_text(), timeout=30)
         hits = c.search_memories(caller=who, query="who keeps bees?").results  # waits for the new one
         assert hits and hits[0].memory.content == "Dana keeps bees."
         out = c.promote_session(session_id=_session(c, "u-model"), close=True)
         assert out.session.promotion_state == ARCHIVED and out.promoted_memory_ids
-    (new,) = [p for p in _children(a.proc.pid) if "memlane_server.model_process" in cmdline(p)]
+    (new,) = [p for p in _children(a.proc.pid) if "memlane_server.children" in cmdline(p)]
     assert new != model

@@ -21,13 +21,13 @@ import pytest
 import memlane_server
 from memlane_server import linear_regex
 from memlane_server.api import memory_history  # noqa: F401 - compiles its patterns
-from memlane_server.extraction import keywords, picky, pii
+from memlane_server.extraction import extractor, keywords, pii
 from memlane_server.extraction.rules import RulesExtractor
-from memlane_server.ltm import conflicts, expansion, query, speakers, store  # noqa: F401
+from memlane_server.ltm import conflicts, recall, store, words  # noqa: F401
 from memlane_server.paging import MAX_TOKEN_CHARS  # noqa: F401 - compiles its pattern
 from memlane_server.sessions import events  # noqa: F401
 from memlane_server.sessions.model import Message, Role
-from memlane_server.summarizers import extractive, salience
+from memlane_server.summarizers import extractive
 
 SIZE = 256 * 1024
 # Generous, for a loaded machine: RE2 scans 256 KB in milliseconds and costs a few microseconds per
@@ -53,7 +53,7 @@ SHAPES = {
 # Modules that still use ``re``, and why no caller text reaches them.
 RE_ALLOWED = {
     "linear_regex.py": "compile_run: a run of one character class, which no engine can backtrack on",
-    "sessions/channel_policies.py": "durations in the operator's policy file",
+    "sessions/model.py": "durations in the operator's policy file",
     "ltm/sharing.py": "LanceDB's own error messages",
     "build_info.py": "the commit hash read from git or the image's build.json",
     "api/enums.py": "enum names from the proto descriptors, at import",
@@ -108,14 +108,14 @@ FUNCTIONS: dict[str, Callable[[str], object]] = {
     "find_pii": pii.find_pii,
     "redact_head": lambda t: pii.redact_head(t, 1200),
     "keywords": keywords.keywords,
-    "is_small_talk": picky.is_small_talk,
-    "normalized": picky.normalized,
+    "is_small_talk": extractor.is_small_talk,
+    "normalized": extractor.normalized,
     "rules": lambda t: RulesExtractor().extract_sync([_user(t)]),
-    "weight": salience.weight,
-    "shape": salience.shape,
+    "weight": extractive.weight,
+    "shape": extractive.shape,
     "split_sentences": extractive.split_sentences,
     "classify": lambda t: extractive.classify(t, answered=False),
-    "content_terms": query.content_terms,
+    "content_terms": words.content_terms,
 }
 
 
@@ -168,7 +168,7 @@ _DFA_PROBE = """
 import os
 from memlane_server import linear_regex
 from memlane_server.extraction.rules import RulesExtractor  # compiles the extractor's patterns
-from memlane_server.extraction import keywords, picky, pii  # noqa: F401
+from memlane_server.extraction import extractor, keywords, pii  # noqa: F401
 text = open(os.environ["PROBE_TEXT"]).read()
 for p in list(linear_regex._COMPILED):
     for _ in p.finditer(text):

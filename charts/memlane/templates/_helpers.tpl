@@ -81,7 +81,7 @@ app.kubernetes.io/part-of: memlane
 {{- end }}
 {{- end -}}
 
-{{/* The job stream KEDA watches: sessions/keys.py's session_end_queue under config.keyPrefix. */}}
+{{/* The job stream KEDA watches: keyspace.py's session_end_queue under config.keyPrefix. */}}
 {{- define "memlane.jobStream" -}}
 {{- printf "%s:queue:session-end" (.Values.config.keyPrefix | default "ml") -}}
 {{- end -}}

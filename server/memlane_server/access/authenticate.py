@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 from ..errors import PermissionDenied, Unauthenticated
 from ..ids import normalized
 from .identity import UNRESTRICTED, Caller, CallerRole
-from .policy import PolicyFile
-from .user_token import USER_TOKEN_HEADER, UserTokenRules
+from .policy import USER_TOKEN_HEADER, PolicyFile, UserTokenRules
 
 AGENT_HEADER = "x-memlane-agent"
 _READ_PREFIXES = ("Get", "List", "Search", "Watch", "Export")

@@ -33,7 +33,7 @@ class Caller:
     how: str = "token"  # token | mtls | header | local
     # A local caller with auth disabled and no agent header: a single-agent pod in development.
     unrestricted: bool = field(default=False)
-    # The end user this call is bound to by a verified user token ("" = not bound; see user_token.py).
+    # The end user this call is bound to by a verified user token ("" = not bound; see policy.py).
     user_id: str = ""
 
     @property

@@ -1,5 +1,6 @@
 """The access policy: bearer tokens, agents' roles, groups and delegations, from a YAML file (a mounted
-Kubernetes Secret in production). The file is re-read when it changes; no restart needed.
+Kubernetes Secret in production), and the rules for end-user tokens whose keys it may hold. The file
+is re-read when it changes; no restart needed.
 
     tokens:                       # bearer token -> agent; store sha256 digests, not the tokens
       - sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
@@ -13,7 +14,7 @@ Kubernetes Secret in production). The file is re-read when it changes; no restar
       writer:    {procedure_approval: auto}  # its proposed procedures need no admin (default: setting)
     groups:
       research: [planner, researcher]         # members; adds to agents.<name>.groups
-    user_token_jwks:                          # optional: keys verifying end-user tokens (user_token.py)
+    user_token_jwks:                          # optional: keys verifying end-user tokens (User tokens, below)
       keys: [{kty: OKP, crv: Ed25519, kid: login-1, x: 11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo}]
 """
 
@@ -22,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,6 @@ import yaml
 from ..errors import Unauthenticated
 from ..infra.periodic import Periodic
 from .identity import Caller, CallerRole
-from .user_token import KeysError, parse_jwks
 
 log = logging.getLogger(__name__)
 
@@ -199,3 +201,91 @@ class PolicyFile:
 
     async def _reload(self) -> None:
         await asyncio.to_thread(self.reload_if_changed)
+
+
+# --- User tokens ---------------------------------------------------------------------------------------
+# End-user binding: a signed token (JWT) whose ``sub`` is the end user a call is made for.
+#
+# An agent's bearer token says which agent calls; it does not say for whom. With a user token the
+# sidecar also knows the end user, from a party the agent cannot impersonate (the application's login
+# service signs it; the sidecar holds only the verifying keys), and every user-scoped RPC is held to that
+# user (``api.interceptor.UserBinding``). Keys are a JWKS: inline in the access policy file
+# (``user_token_jwks``, reloaded with it) and/or a JWKS file (the ``user_token_jwks_file`` setting).
+# Verified with PyJWT: the signature with the key the token's ``kid`` names, the algorithm that key
+# declares (never the token's choice, so ``none`` and HMAC-with-a-public-key are refused), ``exp``
+# required, ``iss``/``aud`` when configured.
+
+USER_TOKEN_HEADER = "x-memlane-user-token"
+_LEEWAY_S = 30.0  # clock skew between the token's issuer and this sidecar
+
+
+class KeysError(ValueError):
+    """A JWKS cannot be used; the message says where."""
+
+
+def parse_jwks(data: Any, source: str) -> tuple[jwt.PyJWK, ...]:
+    """The usable signing keys of a JWKS mapping (``{"keys": [...]}``); raises KeysError."""
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
+        raise KeysError(f"{source}: a JWKS needs a 'keys' list")
+    keys: list[jwt.PyJWK] = []
+    for i, entry in enumerate(data["keys"]):
+        try:
+            keys.append(jwt.PyJWK(entry))
+        except (jwt.PyJWKError, jwt.InvalidKeyError, TypeError, ValueError) as exc:
+            raise KeysError(f"{source}: keys[{i}]: {exc}") from exc
+    return tuple(keys)
+
+
+def load_jwks_file(path: Path) -> tuple[jwt.PyJWK, ...]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise KeysError(f"{path}: {exc}") from exc
+    return parse_jwks(data, str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class UserTokenRules:
+    """The settings of user binding; keys from the file here, keys from the policy file per call."""
+
+    required: bool = False
+    file_keys: tuple[jwt.PyJWK, ...] = ()
+    issuer: str = ""
+    audience: str = ""
+
+    def verify(self, token: str, policy_keys: Sequence[jwt.PyJWK]) -> str:
+        """The end user (``sub``) of a valid token; raises Unauthenticated otherwise."""
+        keys = [*policy_keys, *self.file_keys]
+        if not keys:
+            raise Unauthenticated("user tokens are not accepted here: no verifying keys are configured")
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+        except jwt.InvalidTokenError:
+            raise Unauthenticated("the user token is not a well-formed JWT") from None
+        candidates = [k for k in keys if k.key_id == kid] if kid else keys
+        if not candidates:
+            raise Unauthenticated("the user token names a key (kid) this sidecar does not have")
+        expired = False
+        for key in candidates:
+            try:
+                claims = jwt.decode(
+                    token,
+                    key=key,
+                    algorithms=[key.algorithm_name],
+                    audience=self.audience or None,
+                    issuer=self.issuer or None,
+                    leeway=_LEEWAY_S,
+                    options={"require": ["exp", "sub"], "verify_aud": bool(self.audience)},
+                )
+            except jwt.ExpiredSignatureError:
+                expired = True
+                continue
+            except jwt.InvalidTokenError:
+                continue
+            sub = claims.get("sub")
+            if not isinstance(sub, str) or not sub:
+                raise Unauthenticated("the user token's sub (the end user) must be a non-empty string")
+            return sub
+        if expired:
+            raise Unauthenticated("the user token has expired")
+        raise Unauthenticated("the user token is not valid (signature, issuer or audience)")

@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 
 from ..observability.metrics import RpcMetrics
-from .status import trailer
+from .interceptor import trailer
 
 log = logging.getLogger("memlane")
 

@@ -20,10 +20,10 @@ from memlane.v1 import checkpoint_pb2 as kpb
 from memlane.v1 import checkpoint_pb2_grpc as kpb_grpc
 
 from ..access.identity import AGENT, SESSION, current_caller
+from ..checkpoints.store import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
 from ..errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+from ..ids import check_id
 from ..pipelines import Resumer
-from ..sessions.checkpoints import Checkpoint, CheckpointStore, ThreadRetired, Typed, Write
-from ..sessions.ids import check_id
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import Session
 from ..sessions.store import SessionStore, default_visibility

@@ -3,7 +3,10 @@
 A domain member pairs with the proto value named ``<ENUM_NAME>_<MEMBER>`` (``Role.USER`` with
 ``ROLE_USER``), and a bridge refuses to build unless the two carry the same number, every domain
 member has its twin and every proto value but the zero one (``*_UNSPECIFIED``) has a member: a value
-added on one side only fails at import, not on the wire (``tests/unit/test_enum_bridges.py``).
+added on one side only fails at import, not on the wire (``tests/unit/api/test_enum_bridges.py``).
+
+String enums (``MemoryKind``, ``MemoryScope``: their values are what LanceDB stores) have no number
+to agree on; they pair by name alone, held to the same both-ways rule (``NAMED_BRIDGES``).
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ from memlane.v1 import session_service_pb2 as spb
 from ..context import Fallback, Provenance, Section, Strategy
 from ..errors import InvalidArgument
 from ..ltm.history import ChangeReason
-from ..ltm.snapshots import DiffKind
+from ..ltm.model import IngestOutcome
+from ..ltm.operations import DiffKind
+from ..memory_kinds import MemoryKind, MemoryScope
+from ..procedures.store import Kind, Origin, State
 from ..sessions.events import EventType
 from ..sessions.model import PromotionState, Role, SessionStatus, Topology, VisibilityKind
-from ..sessions.procedure_model import Kind, Origin, State
 
 if TYPE_CHECKING:
     from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
 
-E = TypeVar("E", bound=enum.IntEnum)
+E = TypeVar("E", bound=enum.Enum)
 V = TypeVar("V", bound=int)
 
 
@@ -42,7 +47,8 @@ class EnumBridge(Generic[E, V]):
         self._to_pb: dict[E, V] = {}
         for member in domain:
             value = names.get(prefix + member.name)
-            if value is None or int(value) != int(member):
+            # An int enum must also carry the proto's number; a string enum pairs by name alone.
+            if value is None or (isinstance(member, int) and int(value) != int(member)):
                 raise TypeError(f"{domain.__name__}.{member.name} has no twin in {self.proto_name}")
             self._to_pb[member] = value
         self._from_pb: dict[int, E] = {int(v): m for m, v in self._to_pb.items()}
@@ -80,8 +86,11 @@ PROVENANCE = EnumBridge(Provenance, cpb.Provenance)
 SECTION = EnumBridge(Section, cpb.ContextSection)
 STRATEGY = EnumBridge(Strategy, cpb.ContextStrategy)
 FALLBACK = EnumBridge(Fallback, cpb.HistoryFallback)
+MEMORY_KIND = EnumBridge(MemoryKind, mpb.MemoryKind)
+MEMORY_SCOPE = EnumBridge(MemoryScope, mpb.MemoryScope)
+INGEST_OUTCOME = EnumBridge(IngestOutcome, mpb.IngestOutcome)
 
-# Every bridge, for the test that holds each to both directions.
+# Every bridge of an int enum, for the test that holds each to both directions and to the numbers.
 BRIDGES: tuple[EnumBridge[Any, Any], ...] = (
     ROLE,
     SESSION_STATUS,
@@ -99,3 +108,6 @@ BRIDGES: tuple[EnumBridge[Any, Any], ...] = (
     STRATEGY,
     FALLBACK,
 )
+
+# Every bridge of a string enum (paired by name), for the same test without the numbers.
+NAMED_BRIDGES: tuple[EnumBridge[Any, Any], ...] = (MEMORY_KIND, MEMORY_SCOPE, INGEST_OUTCOME)

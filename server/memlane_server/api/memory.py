@@ -18,7 +18,6 @@ from ..extraction import Extractor, build_episodes
 from ..ids import check_id
 from ..ltm import (
     Feedback,
-    IngestOutcome,
     MemoryFilter,
     MemoryItem,
     MemoryKind,
@@ -33,55 +32,36 @@ from ..ltm import (
     Visibility,
     default_scope,
 )
-from ..ltm.merging import MemoryMerge
-from ..ltm.vectors import check_texts
+from ..ltm.operations import MemoryMerge
+from ..ltm.recall import check_texts
+from ..ltm.redis_state import OnceMarks
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_short, check_timestamp
 from ..sessions.model import Session
-from ..sessions.once import OnceMarks
 from ..sessions.store import now_ms
 from .convert import message_from_pb
+from .enums import INGEST_OUTCOME, MEMORY_KIND, MEMORY_SCOPE
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 
-_KIND_TO_PB = {
-    MemoryKind.FACT: mpb.MEMORY_KIND_FACT,
-    MemoryKind.PREFERENCE: mpb.MEMORY_KIND_PREFERENCE,
-    MemoryKind.EPISODIC: mpb.MEMORY_KIND_EPISODIC,
-    MemoryKind.INSTRUCTION: mpb.MEMORY_KIND_INSTRUCTION,
-}
-_KIND_FROM_PB: dict[int, MemoryKind] = {int(v): k for k, v in _KIND_TO_PB.items()}
-_SCOPE_TO_PB = {
-    MemoryScope.USER: mpb.MEMORY_SCOPE_USER,
-    MemoryScope.AGENT: mpb.MEMORY_SCOPE_AGENT,
-    MemoryScope.GROUP: mpb.MEMORY_SCOPE_GROUP,
-    MemoryScope.SHARED: mpb.MEMORY_SCOPE_SHARED,
-}
-_SCOPE_FROM_PB: dict[int, MemoryScope] = {int(v): k for k, v in _SCOPE_TO_PB.items()}
 _MODE_FROM_PB = {
     mpb.SEARCH_MODE_UNSPECIFIED: SearchMode.HYBRID,
     mpb.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
     mpb.SEARCH_MODE_KEYWORD: SearchMode.KEYWORD,
     mpb.SEARCH_MODE_VECTOR: SearchMode.VECTOR,
 }
-_OUTCOME_TO_PB = {
-    IngestOutcome.CREATED: mpb.INGEST_OUTCOME_CREATED,
-    IngestOutcome.MERGED: mpb.INGEST_OUTCOME_MERGED,
-    IngestOutcome.SUPERSEDED: mpb.INGEST_OUTCOME_SUPERSEDED,
-    IngestOutcome.SKIPPED: mpb.INGEST_OUTCOME_SKIPPED,
-}
 _UPDATABLE = {"content", "keywords", "importance", "kind", "scope", "slot", "metadata", "valid_until_unix_ms"}
 
 
 def _kind(value: int, field: str = "kind") -> MemoryKind:
-    kind = _KIND_FROM_PB.get(value)
+    kind = MEMORY_KIND.from_pb(value)
     if kind is None:
         raise InvalidArgument(f"{field} must be a known MemoryKind, got {value}")
     return kind
 
 
 def _scope(value: int, field: str = "scope") -> MemoryScope:
-    scope = _SCOPE_FROM_PB.get(value)
+    scope = MEMORY_SCOPE.from_pb(value)
     if scope is None:
         raise InvalidArgument(f"{field} must be a known MemoryScope, got {value}")
     return scope
@@ -90,7 +70,7 @@ def _scope(value: int, field: str = "scope") -> MemoryScope:
 def _who(requested: mpb.Caller, *, write: bool = False) -> Visibility:
     """The LTM view a request may use: the user it names, seen as the authenticated caller. The agent
     and groups in the request may narrow what the caller is, never widen it."""
-    # Every id field was checked against the grammar at the boundary (api/request_ids.py); these
+    # Every id field was checked against the grammar at the boundary (api/interceptor.py); these
     # checks add what is required.
     check_id(requested.user_id, "caller.user_id")
     me = current_caller()
@@ -158,9 +138,9 @@ def memory_to_pb(m: MemoryItem) -> mpb.Memory:
         memory_id=m.id,
         user_id=m.user_id,
         agent_id=m.agent_id,
-        scope=_SCOPE_TO_PB[m.scope],
+        scope=MEMORY_SCOPE.to_pb(m.scope),
         group=m.group,
-        kind=_KIND_TO_PB[m.kind],
+        kind=MEMORY_KIND.to_pb(m.kind),
         content=m.content,
         keywords=m.keywords,
         slot=m.slot,
@@ -282,7 +262,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             result = await self._memory.create(owner, draft)
         return mpb.CreateMemoryResponse(
             memory=memory_to_pb(result.item),
-            outcome=_OUTCOME_TO_PB[result.outcome],
+            outcome=INGEST_OUTCOME.to_pb(result.outcome),
             superseded_ids=result.superseded_ids,
         )
 
@@ -426,11 +406,11 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         for r in results:
             response.memories.add(
                 memory=memory_to_pb(r.item),
-                outcome=_OUTCOME_TO_PB[r.outcome],
+                outcome=INGEST_OUTCOME.to_pb(r.outcome),
                 superseded_ids=r.superseded_ids,
             )
         return response
 
 
 def _kind_of(value: str) -> mpb.MemoryKind.ValueType:
-    return _KIND_TO_PB[MemoryKind(value)]
+    return MEMORY_KIND.to_pb(MemoryKind(value))

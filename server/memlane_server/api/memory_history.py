@@ -16,8 +16,9 @@ from ..extraction import Extractor
 from ..ids import check_id
 from ..ltm import MemoryService, Visibility
 from ..ltm.history import MemoryVersion
+from ..ltm.operations import Diff, MemorySnapshots, SnapshotInfo
+from ..ltm.redis_state import OnceMarks
 from ..ltm.service import readable
-from ..ltm.snapshots import Diff, MemorySnapshots, SnapshotInfo
 from ..paging import (
     cursor_of,
     decode_token,
@@ -27,7 +28,6 @@ from ..paging import (
     query_fingerprint,
     stale_token,
 )
-from ..sessions.once import OnceMarks
 from .enums import CHANGE_REASON, DIFF_KIND
 from .memory import MemoryServicer, memory_to_pb
 from .memory import _who as who_of

@@ -12,25 +12,21 @@ from memlane.v1 import session_service_pb2 as spb
 from memlane.v1 import session_service_pb2_grpc as spb_grpc
 
 from ..access.identity import current_caller
-from ..errors import InvalidArgument, PermissionDenied, SessionExpired, Unavailable
+from ..errors import InvalidArgument, PermissionDenied
 from ..pipelines import Resumer
 from ..pipelines.incremental import LearnScheduler
 from ..pipelines.on_request import EndOnRequest
-from ..sessions.edits import MessageEditor
+from ..sessions.edits import MessageEditor, MessageRemover
 from ..sessions.events import SessionEvent
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.limits import check_batch_count
 from ..sessions.model import Message, Role, Session, SessionStatus
-from ..sessions.removal import MessageRemover
 from ..sessions.store import MessageFilter, SessionFilter, SessionStore
 from .convert import message_from_pb, message_to_pb, session_to_pb
 from .enums import EVENT_TYPE, PROMOTION_STATE, ROLE, SESSION_STATUS, TOPOLOGY
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext
-# An append that meets its session expired revives it and goes again; one that keeps meeting it expired
-# (expiring again between revival and append) answers UNAVAILABLE, for the caller to retry.
-_REVIVALS = 3
 
 
 def event_to_pb(ev: SessionEvent) -> spb.SessionEvent:
@@ -181,17 +177,15 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
     ) -> spb.AppendMessagesResponse:
         sid, writer = request.session_id, current_caller()
         check_batch_count(len(request.messages), self._store.limits)
-        for _ in range(_REVIVALS):
-            # Built afresh for every attempt: an attempt fills in ids, times and defaults, and the stored
-            # fingerprint must be the caller's batch as sent.
-            batch = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
-            try:
-                out = await self._store.append(sid, batch, writer=writer)
-                break
-            except SessionExpired:  # new messages for an expired session: taken up again, with RESUMED
-                await self._resumer.revive(sid)
-        else:
-            raise Unavailable(f"session {sid!r} kept expiring under the append; retry")
+        # The append path's one retry policy (sessions/messages.py AppendRetries) says which refusals go
+        # again, how often and why; an expired session is taken up again by ``revive`` (with RESUMED),
+        # and the batch built afresh for it from the request.
+        out = await self._store.append_reviving(
+            sid,
+            lambda: [message_from_pb(m, i) for i, m in enumerate(request.messages)],
+            writer,
+            self._resumer.revive,
+        )
         if self._learner is not None:  # in memory only: a worker learns
             self._learner.notice(request.session_id, out.duplicates.count(False))
         return spb.AppendMessagesResponse(

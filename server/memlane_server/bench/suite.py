@@ -1,5 +1,11 @@
 """The benchmark suite: real sidecar processes (real Redis, model, LanceDB on disk) and a bare echo
-process; each figure printed with its ratio to the echo round trip measured just before it."""
+process; each figure printed with its ratio to the echo round trip measured just before it.
+
+Long-term memory for the recall rows is synthetic (``populate``, below): written straight into a LanceDB
+directory before the sidecar starts (embedding 100k texts would take many minutes and other users'
+content does not change one user's prefiltered query). Vectors are random unit vectors; the measured
+queries still go through the sidecar's real model.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
@@ -21,24 +28,22 @@ import memlane
 from memlane import Message, MessageOrder, Role
 from memlane.v1 import memory_pb2, session_service_pb2
 
-from ..sessions.scratch import drop_keys
-from .embedding_load import flood, huge_call
-from .isolation import isolation
-from .ltm_data import populate
-from .overload import overload
-from .report import Report, load
+from ..keyspace import drop_keys
+from ..ltm import LanceMemoryStore, MemoryItem, MemoryKind, MemoryScope
+from .overload import flood, huge_call, overload
+from .processes import isolation, session_end, startup
 from .runner import (
     Latency,
     Process,
+    Report,
     aio_echo_call,
     echo_call,
     free_port,
+    load,
     measure,
     start_echo,
     throughput,
 )
-from .session_end import session_end
-from .startup import startup
 
 TEXT = "Please book the 9:40 train to Lyon for two adults and email the tickets. " * 2
 
@@ -364,3 +369,60 @@ def _assembly(c: memlane.Client, sid: str) -> Callable[[], object]:
     return lambda: list(
         c.assemble_context(session_id=sid, user_input=f"coffee order {next(i)}?", model="gpt-4o")
     )
+
+
+# Synthetic long-term memory (see the module's docstring).
+
+TOPICS = ("hiking", "coffee", "Pune", "metric units", "Postgres", "cello", "SKU-4411-B", "vegan", "chess")
+NDIMS = 384  # all-MiniLM-L6-v2, the default model
+
+
+# The product caps non-episodic items at 200 per (user, agent) (ltm_max_items_per_agent); a user's
+# other items are episodes. The synthetic data keeps to the same shape.
+FACTS_PER_USER = 200
+
+
+def items(user: str, n: int, rng: np.random.Generator, start: int = 0) -> list[MemoryItem]:
+    vecs = rng.standard_normal((n, NDIMS)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    now = int(time.time() * 1000)
+    return [
+        MemoryItem(
+            id=f"{user}-{start + i}",
+            user_id=user,
+            agent_id="bench-agent",
+            scope=MemoryScope.USER,
+            kind=MemoryKind.FACT if start + i < FACTS_PER_USER else MemoryKind.EPISODIC,
+            content=f"{user} note {start + i}: about {TOPICS[i % len(TOPICS)]}, order {(start + i) * 7}",
+            created_at_ms=now,
+            updated_at_ms=now,
+            occurred_at_ms=now,
+            vector=vecs[i].tolist(),
+        )
+        for i in range(n)
+    ]
+
+
+def filler(n: int, users: int, rng: np.random.Generator, start: int = 0) -> list[MemoryItem]:
+    """``n`` items spread over ``users`` other users (``filler0`` ...)."""
+    rows = items("filler", n, rng, start)
+    for j, row in enumerate(rows):
+        row.user_id = f"filler{(start + j) % users}"
+    return rows
+
+
+async def _populate(uri: str, total: int, users: dict[str, int]) -> None:
+    """``users`` items for each named user, and filler users up to ``total`` rows."""
+    rng = np.random.default_rng(7)
+    store = await LanceMemoryStore.open(uri, NDIMS)
+    for user, n in users.items():
+        await store.add(items(user, n, rng))
+    rest, filler_users = total - sum(users.values()), max(1, total // 100)
+    for start in range(0, rest, 20_000):
+        await store.add(filler(min(20_000, rest - start), filler_users, rng, start))
+    await store.optimize()
+    store.close()
+
+
+def populate(uri: str, total: int, users: dict[str, int]) -> None:
+    asyncio.run(_populate(uri, total, users))

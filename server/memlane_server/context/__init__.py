@@ -3,6 +3,7 @@
 from .assembler import ContextAssembler
 from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, resolve_window
 from .model import (
+    STRATEGY_METADATA_KEY,
     AssembleRequest,
     AssembleStats,
     Block,
@@ -18,10 +19,10 @@ from .model import (
     SummaryRange,
     Truncation,
     TurnTrace,
+    parse_strategy,
 )
 from .sources import MemoryHit, MemorySource, NoMemory
-from .strategy import STRATEGY_METADATA_KEY, parse_strategy
-from .summarization import SummaryScheduler
+from .summaries import SummaryScheduler
 from .traces import TraceStore
 
 __all__ = [

@@ -15,24 +15,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 
 from ..access.identity import Caller
-from ..sessions.channel_policies import ChannelPolicy, PolicyBook
-from ..sessions.model import Session, Summary
+from ..sessions.model import ChannelPolicy, PolicyBook, Session, Summary
 from ..sessions.store import SessionStore
 from ..summarizers import ExtractiveSummarizer
 from ..tokens import TokenCounter
 from .budget import BudgetPolicy
-from .client_summary import submit_summary
+from .compose import ProcedureBlocks, procedures_block
 from .core import Composition, GatheredHistory, settle
-from .gap_summary import fold_gap
 from .gather import Gatherer
-from .history import INLINE_COUNT_CHARS, HistoryReader
+from .history import INLINE_COUNT_CHARS, HistoryReader, TurnMemo
 from .model import AssembleRequest, Block, Flush, Section, TurnTrace
-from .procedures import NoProcedures, ProcedureBlocks, ProcedureSource, ProcedureText, procedures_block
-from .sources import MemorySource, NoMemory
-from .summarization import SummaryScheduler
-from .trace_access import TurnTraces
-from .traces import TraceStore, new_trace_id, now_ms
-from .turn_memo import TurnMemo
+from .sources import MemorySource, NoMemory, NoProcedures, ProcedureSource, ProcedureText
+from .summaries import SummaryScheduler, fold_gap, submit_summary
+from .traces import TraceStore, TurnTraces, new_trace_id, now_ms
 
 log = logging.getLogger("memlane.context")
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..ltm.ranking import text_key
-from ..sessions.channel_policies import ChannelPolicy
-from ..sessions.model import Message, Role, Session, Summary
+from ..ltm.recall import text_key
+from ..sessions.model import ChannelPolicy, Message, Role, Session, Summary
 from ..tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 from .budget import BudgetPlan, BudgetPolicy, Ledger, plan_budget, resolve_window
 from .compose import (
@@ -27,26 +26,29 @@ from .compose import (
     HistoryPlan,
     history_blocks,
     hits_block,
+    procedures_block,
     render,
     select_history,
     summary_content,
     text_block,
 )
 from .model import (
+    SECTION_ORDER,
     AssembleRequest,
     AssembleStats,
     Block,
     Fallback,
+    GapFold,
     Provenance,
     Section,
     Strategy,
     SummaryRange,
     Truncation,
+    resolve_strategy,
+    resolve_window_turns,
 )
-from .procedures import ProcedureText, procedures_block
-from .sources import MemoryHit
-from .strategy import resolve_strategy, resolve_window_turns
-from .viewer_summary import viewer_summary
+from .sources import MemoryHit, ProcedureText
+from .summaries import viewer_summary
 
 # Builds the procedures block (``procedures_block``, or a cache of it): costing, procedures, limit.
 BuildProcedures = Callable[[Costing, Sequence[ProcedureText], int], Block]
@@ -116,19 +118,6 @@ class GatheredHistory:
 
 
 @dataclass(slots=True)
-class GapFold:
-    """Turns the stored summary does not cover yet, to fold into a summary before the blocks are built.
-
-    ``store_all``: the session has no summary at all (a resumption), so every scope is folded and the
-    result stored; otherwise only the scopes the viewer may read are folded, for showing."""
-
-    previous: Summary
-    leaving: list[Message]  # every read turn through the gap's end, all visibilities
-    budget_tokens: int
-    store_all: bool
-
-
-@dataclass(slots=True)
 class Gathered:
     """Everything assembly reads, in full (what ``compose`` takes)."""
 
@@ -140,7 +129,7 @@ class Gathered:
     procedures_max_tokens: int = 0
 
 
-_ORDER = (Section.SYSTEM, Section.PROFILE, Section.MEMORY, Section.HISTORY)
+_ORDER = SECTION_ORDER
 
 
 class Composition:

@@ -18,8 +18,7 @@ from .budget import BudgetPolicy
 from .core import GatheredHistory, Settled
 from .history import HistoryReader
 from .model import AssembleRequest, Provenance, Section
-from .procedures import ProcedureSource, ProcedureText
-from .sources import MemoryHit, MemorySource, NoMemory
+from .sources import MemoryHit, MemorySource, NoMemory, ProcedureSource, ProcedureText
 
 
 @dataclass(slots=True)

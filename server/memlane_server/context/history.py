@@ -1,4 +1,6 @@
-"""The history read of one assembly: the turns after the stored summary, and their token counts.
+"""The history read of one assembly: the turns after the stored summary, and their token counts; and
+what it keeps across requests (decoded recent turns, and each turn's wire bytes) so a turn leaves Redis
+and is encoded once, not on every assembly that shows it.
 
 Turns are read through ``RecentTurns`` (only those appended since the last request leave Redis),
 filtered to what the viewer may read and counted in the request's encoding: the stored count when the
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from concurrent.futures import Executor
+from dataclasses import dataclass, field
 
 from ..access.identity import Caller
 from ..sessions.model import Message, Session
@@ -19,7 +22,6 @@ from ..tokens import TokenCounter, encoding_for_model
 from .budget import BudgetPolicy
 from .core import SUMMARIZED, GatheredHistory
 from .model import Strategy
-from .recent import RecentTurns
 
 # Tokenizing more text than this inline would stall the event loop noticeably (about 40 us per 200
 # characters); beyond it, counting moves to the executor.
@@ -119,3 +121,125 @@ class HistoryReader:
             while len(self._recounts) > _RECOUNT_CACHE_SIZE:
                 self._recounts.popitem(last=False)
         return counts
+
+
+# --- Decoded recent turns per session, kept across requests ----------------------------------------------
+
+
+@dataclass(slots=True)
+class _Cached:
+    after: int  # the list holds every stored message with seq > after, up to last_seq
+    last_seq: int
+    message_count: int
+    messages: list[Message]
+
+
+class RecentTurns:
+    """Decoded recent turns per session, so a request reads only the turns appended since the last one.
+
+    Reading and decoding 200 messages costs about 2 ms, several gRPC round trips. Turns are append-only
+    (an id is never rewritten), so a cached list stays valid while the session document shows only
+    appends since: ``last_seq`` and ``message_count`` grew by the same amount. Anything else (a retired
+    message, another writer's surprise) refetches. Bounded LRU; a miss just costs the full read.
+    """
+
+    def __init__(self, store: SessionStore, max_sessions: int = 256) -> None:
+        self._store = store
+        self._max = max_sessions
+        self._entries: OrderedDict[str, _Cached] = OrderedDict()
+
+    def forget(self, session_ids: set[str]) -> None:
+        for sid in session_ids:
+            self._entries.pop(sid, None)
+
+    async def after(self, session: Session, after: int, limit: int) -> list[Message]:
+        """The newest ``limit`` stored messages with seq > ``after``, oldest first."""
+        sid = session.session_id
+        entry = self._entries.get(sid)
+        grown = session.last_seq - entry.last_seq if entry else -1
+        if (
+            entry is not None
+            and entry.after <= after
+            and grown >= 0
+            and session.message_count - entry.message_count == grown
+        ):
+            new = (
+                await self._store.range_by_seq(sid, entry.last_seq, session.last_seq, grown) if grown else []
+            )
+            msgs = [m for m in entry.messages if m.seq > after] + new
+        else:
+            msgs = await self._store.tail(sid, limit)
+            msgs = [m for m in msgs if m.seq > after]
+            # Complete above `after` only if the tail did not stop short of it.
+            if len(msgs) >= limit:
+                after = msgs[0].seq - 1
+        msgs = msgs[-limit:] if len(msgs) > limit else msgs
+        start = msgs[0].seq - 1 if len(msgs) >= limit else after
+        self._entries[sid] = _Cached(start, session.last_seq, session.message_count, msgs)
+        self._entries.move_to_end(sid)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+        return msgs
+
+
+# --- Per-turn wire bytes (the turn memo) -----------------------------------------------------------------
+# Per-turn bytes derived from immutable turns (the wire form of a conversation message), kept across
+# requests so a turn is encoded once, not on every assembly that shows it.
+#
+# Keys are (message id, seq) inside a session: a turn never changes under its id and seq. A session's
+# entries stay only while its document shows nothing but appends since they were made (``check``, the same
+# rule as ``RecentTurns``): a removal or a retirement drops them; erasure drops them through ``forget``.
+# Bounded in bytes, least recently used session first; a miss just costs the encoding.
+
+
+@dataclass(slots=True)
+class _Entry:
+    last_seq: int
+    message_count: int
+    items: dict[tuple[str, int], bytes] = field(default_factory=dict)
+    size: int = 0
+
+
+class TurnMemo:
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self._max = max_bytes
+        self._size = 0
+        self._sessions: OrderedDict[str, _Entry] = OrderedDict()
+
+    def check(self, session: Session) -> None:
+        """Called with each freshly read session document: keeps its entries only if it saw appends alone."""
+        sid = session.session_id
+        entry = self._sessions.get(sid)
+        if entry is not None:
+            grown = session.last_seq - entry.last_seq
+            if grown < 0 or session.message_count - entry.message_count != grown:
+                self._drop(sid)
+                entry = None
+        if entry is None:
+            entry = self._sessions[sid] = _Entry(session.last_seq, session.message_count)
+        entry.last_seq, entry.message_count = session.last_seq, session.message_count
+        self._sessions.move_to_end(sid)
+
+    def get(self, session_id: str, message_id: str, seq: int) -> bytes | None:
+        entry = self._sessions.get(session_id)
+        return entry.items.get((message_id, seq)) if entry is not None else None
+
+    def put(self, session_id: str, message_id: str, seq: int, data: bytes) -> None:
+        """Only for a session ``check`` has seen (an entry dropped meanwhile is not brought back)."""
+        entry = self._sessions.get(session_id)
+        if entry is None or (message_id, seq) in entry.items:
+            return
+        entry.items[(message_id, seq)] = data
+        entry.size += len(data)
+        self._size += len(data)
+        while self._size > self._max and self._sessions:
+            self._drop(next(iter(self._sessions)))
+
+    def forget(self, session_ids: set[str]) -> None:
+        for sid in session_ids:
+            self._drop(sid)
+
+    def _drop(self, session_id: str) -> None:
+        entry = self._sessions.pop(session_id, None)
+        if entry is not None:
+            self._size -= entry.size

@@ -7,8 +7,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from ..access.identity import UNRESTRICTED, Caller
+from ..errors import InvalidArgument
 from ..ltm.model import ScoreParts
-from ..sessions.model import Role
+from ..sessions.model import ChannelPolicy, Message, Role, Summary
 
 
 class Provenance(enum.IntEnum):
@@ -34,6 +35,16 @@ class Section(enum.IntEnum):
     PROFILE = 2
     MEMORY = 3
     HISTORY = 4
+
+
+# The sections in priority order, listed once (by the enum above): budgets are granted, sections composed
+# and streamed, and caps read and written in this order everywhere.
+SECTION_ORDER: tuple[Section, ...] = tuple(s for s in Section if s is not Section.UNSPECIFIED)
+
+
+def cap_name(section: Section) -> str:
+    """The name of a section's cap (``SectionCaps.<name>``; ``<name>_tokens`` on the wire)."""
+    return section.name.lower()
 
 
 class Strategy(enum.IntEnum):
@@ -200,3 +211,54 @@ class TurnTrace:
     request: AssembleRequest
     blocks: list[Block]
     stats: AssembleStats
+
+
+@dataclass(slots=True)
+class GapFold:
+    """Turns the stored summary does not cover yet, to fold into a summary before the blocks are built.
+
+    ``store_all``: the session has no summary at all (a resumption), so every scope is folded and the
+    result stored; otherwise only the scopes the viewer may read are folded, for showing."""
+
+    previous: Summary
+    leaving: list[Message]  # every read turn through the gap's end, all visibilities
+    budget_tokens: int
+    store_all: bool
+
+
+# --- strategy --------------------------------------------------------------------------------------------
+# Which strategy and window a request's history is built with: one precedence, one parser.
+#
+# Precedence (first that is set wins): the request, the session's metadata ``memlane.context.strategy``,
+# the channel policy recorded on the session when it was created, the server's ``context_strategy``.
+# The sliding window's size follows the same order without the metadata step.
+
+# Session metadata key that pins a session's strategy (e.g. "sliding_window").
+STRATEGY_METADATA_KEY = "memlane.context.strategy"
+
+
+def parse_strategy(name: str, where: str = "context strategy") -> Strategy:
+    """``"sliding_window"`` (any case, ``-`` or ``_``) -> ``Strategy``; "" -> UNSPECIFIED."""
+    key = name.strip().upper().replace("-", "_")
+    if not key:
+        return Strategy.UNSPECIFIED
+    if key not in Strategy.__members__ or key == "UNSPECIFIED":
+        raise InvalidArgument(f"{where}: unknown context strategy {name!r}")
+    return Strategy[key]
+
+
+def resolve_strategy(
+    req: AssembleRequest, metadata: dict[str, str], channel: ChannelPolicy, server_default: Strategy
+) -> Strategy:
+    if req.strategy != Strategy.UNSPECIFIED:
+        return req.strategy
+    pinned = parse_strategy(metadata.get(STRATEGY_METADATA_KEY, ""), f"metadata[{STRATEGY_METADATA_KEY!r}]")
+    if pinned != Strategy.UNSPECIFIED:
+        return pinned
+    # Channel policies are validated when they load (and old records normalized when read).
+    by_channel = parse_strategy(channel.context_strategy, f"channel {channel.channel!r} context_strategy")
+    return by_channel if by_channel != Strategy.UNSPECIFIED else server_default
+
+
+def resolve_window_turns(req: AssembleRequest, channel: ChannelPolicy, server_default: int) -> int:
+    return req.window_turns or channel.context_window_turns or server_default

@@ -1,4 +1,5 @@
-"""``OnnxEmbedder``: ONNX Runtime in two lanes over one set of weights, with micro-batching and a query cache.
+"""``OnnxEmbedder``: ONNX Runtime in two lanes over one set of weights, with micro-batching and a query cache
+(``VectorCache``: repeated query texts skip the model).
 
 Queries (calls of a few texts: recall, a single write) have a thread of their own at the process's CPU
 priority; bulk work (session end, learning, ``Embed`` calls of many texts, a worker process's batches)
@@ -18,7 +19,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -32,7 +33,6 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from .cache import VectorCache
 from .spec import EmbeddingModelError, OnnxModelSpec, Pooling, verify_files
 
 # Calls with at most this many texts count as queries (recall, single writes): cached, own thread.
@@ -347,3 +347,41 @@ class OnnxEmbedder:
                     if not job.future.done():
                         job.future.set_exception(RuntimeError("embedder is closed"))
             lane.executor.shutdown(wait=True)
+
+
+# The query cache: a small LRU cache of text -> vector, so repeated query texts skip the model.
+
+
+class VectorCache:
+    """Bounded least-recently-used map. Single-threaded: only the event loop touches it."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, text: str) -> npt.NDArray[np.float32] | None:
+        vec = self._items.get(text)
+        if vec is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(text)
+        self.hits += 1
+        return vec
+
+    def put(self, text: str, vec: npt.NDArray[np.float32]) -> None:
+        if self._capacity <= 0:
+            return
+        # Callers get views of cached rows; freezing them keeps one caller from corrupting another's.
+        vec.setflags(write=False)
+        self._items[text] = vec
+        self._items.move_to_end(text)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,7 +1,7 @@
 """The embedding model over a local socket: one model per pod, in a process of its own.
 
 ``memlane serve`` with worker processes runs the model in one more child, the model process
-(``model_process.py``): the serving process asks it for query vectors, the workers for their bulk
+(``children.py``): the serving process asks it for query vectors, the workers for their bulk
 batches, and neither loads a model. The model process's ``OnnxEmbedder`` keeps the two apart (a query
 thread, bulk threads at lower priority: ``onnx.py``); being a process of its own, no bulk batch holds the
 serving process's interpreter lock or a core it needs.

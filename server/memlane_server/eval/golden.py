@@ -38,8 +38,8 @@ from memlane.v1 import memory_pb2 as mpb
 from memlane.v1 import session_pb2 as spb
 
 from ..background import SidecarThread
-from ..ltm.ranking import text_key
-from ..sessions.scratch import drop_keys
+from ..keyspace import drop_keys
+from ..ltm.recall import text_key
 from .locomo import eval_settings
 
 AGENT = "golden-eval"

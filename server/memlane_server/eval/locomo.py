@@ -12,16 +12,23 @@ real ONNX model) and is driven only through the public client, as an agent would
 
 Two baselines run in the same process over the raw turns: BM25 and vector-only cosine with the same
 embedding model as the sidecar.
+
+The BM25 baseline (``BM25``, below) is Okapi BM25 over a fixed list of documents, plain and self-contained
+on purpose (lower-cased word tokens, English stop words removed, k1=1.2, b=0.75), so the baseline means the
+same thing in every run and owes nothing to the product's index.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import re
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,15 +44,24 @@ from memlane.v1 import session_pb2 as spb
 from ..background import SidecarThread
 from ..config import ENV_PREFIX, Settings, build_settings
 from ..embedding import OnnxEmbedder
-from ..sessions.scratch import drop_keys
+from ..keyspace import drop_keys
 from ..tokens import TokenCounter
 from ..wiring.embedding import embedding_spec
-from .bm25 import BM25
-from .dataset import CATEGORIES, SCORED, Conversation, load, turn_messages
-from .loo import LeaveOneOut
-from .loo import evaluate as leave_one_out_eval
-from .memory_off import MemoryOffComparison
-from .metrics import BUDGETS, CUTOFFS, Retrieved, Scores, percentile, repeats_within
+from .comparisons import LeaveOneOut, MemoryOffComparison
+from .comparisons import evaluate as leave_one_out_eval
+from .evidence import (
+    BUDGETS,
+    CATEGORIES,
+    CUTOFFS,
+    SCORED,
+    Conversation,
+    Retrieved,
+    Scores,
+    load,
+    percentile,
+    repeats_within,
+    turn_messages,
+)
 
 AGENT = "eval-agent"
 # Enough results to fill the largest token budget with turn-sized items; the API allows up to 100.
@@ -302,8 +318,8 @@ def run(
 ) -> Report:
     """``key_prefix``: of every Redis key the run creates (default: a fresh ``eval<hex>``); on a given
     ``redis_url`` those keys are deleted at the end, whatever happens. ``compare="memory-off"``: also the
-    context A/B of ``memory_off.py``, printed after the table. ``leave_one_out``: also the
-    leave-one-conversation-out evaluation of ``loo.py`` over the same ingest."""
+    context A/B of ``comparisons.py``, printed after the table. ``leave_one_out``: also the
+    leave-one-conversation-out evaluation of ``comparisons.py`` over the same ingest."""
     comparison = MemoryOffComparison() if compare == "memory-off" else None
     conversations = load(data)
     tokens = TokenCounter()
@@ -354,3 +370,53 @@ def run(
     if json_out:
         Path(json_out).write_bytes(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2))
     return report
+
+
+# The BM25 baseline: plain and self-contained on purpose (see the module's docstring).
+
+_WORD = re.compile(r"[a-z0-9]+")
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has
+    have having he her here hers herself him himself his how i if in into is it its itself just me
+    more most my myself no nor not now of off on once only or other our ours ourselves out over own
+    same she should so some such than that the their theirs them themselves then there these they
+    this those through to too under until up very was we were what when where which while who whom
+    why will with would you your yours yourself yourselves s t""".split()  # noqa: SIM905 - a word list reads best as words
+)
+
+
+def tokenize(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+
+
+class BM25:
+    def __init__(self, documents: list[str], *, k1: float = 1.2, b: float = 0.75) -> None:
+        self._k1, self._b = k1, b
+        self._docs = [Counter(tokenize(d)) for d in documents]
+        self._lengths = [sum(c.values()) for c in self._docs]
+        self._avg = (sum(self._lengths) / len(self._lengths)) if self._lengths else 0.0
+        df: Counter[str] = Counter()
+        for c in self._docs:
+            df.update(c.keys())
+        n = len(self._docs)
+        self._idf = {t: math.log(1.0 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+
+    def scores(self, query: str) -> list[float]:
+        terms = [t for t in dict.fromkeys(tokenize(query)) if t in self._idf]
+        out: list[float] = []
+        for doc, length in zip(self._docs, self._lengths, strict=True):
+            score = 0.0
+            norm = self._k1 * (1.0 - self._b + self._b * length / self._avg) if self._avg else self._k1
+            for t in terms:
+                tf = doc.get(t, 0)
+                if tf:
+                    score += self._idf[t] * tf * (self._k1 + 1.0) / (tf + norm)
+            out.append(score)
+        return out
+
+    def top(self, query: str, k: int) -> list[int]:
+        """Indexes of the ``k`` best documents, best first (documents scoring 0 are left out)."""
+        scored = [(s, i) for i, s in enumerate(self.scores(query)) if s > 0.0]
+        scored.sort(key=lambda p: (-p[0], p[1]))
+        return [i for _, i in scored[:k]]

@@ -12,8 +12,7 @@ Public face:
 """
 
 from .episodes import build_episodes
-from .metrics import ExtractionMetrics, MeteredExtractor
-from .model import ExtractedMemory, ExtractionResult, Extractor
+from .extractor import ExtractedMemory, ExtractionMetrics, ExtractionResult, Extractor, MeteredExtractor
 from .openai_compat import OpenAIExtractor, OpenAIExtractorSettings
 from .pii import find_pii, redact
 from .rules import RulesExtractor

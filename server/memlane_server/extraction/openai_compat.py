@@ -15,10 +15,10 @@ import orjson
 
 from ..errors import Unavailable
 from ..infra.openai_chat import ChatCompletions, ChatEndpoint
+from ..memory_kinds import STATED_KINDS
 from ..sessions.model import Message, Role, Session
+from .extractor import ExtractedMemory, ExtractionResult, screen
 from .keywords import keywords as fallback_keywords
-from .model import KIND_EPISODIC, KINDS, ExtractedMemory, ExtractionResult
-from .picky import screen
 
 PROVIDER = "openai"
 
@@ -47,7 +47,7 @@ RESPONSE_SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
                 "required": ["kind", "content", "keywords", "slot", "importance", "source_message_ids"],
                 "properties": {
-                    "kind": {"type": "string", "enum": ["fact", "preference", "instruction"]},
+                    "kind": {"type": "string", "enum": [k.value for k in STATED_KINDS]},
                     "content": {"type": "string"},
                     "keywords": {"type": "array", "items": {"type": "string"}},
                     "slot": {"type": "string"},
@@ -128,7 +128,7 @@ class OpenAIExtractor:
                 continue
             kind = str(entry.get("kind", ""))
             text = str(entry.get("content", "")).strip()
-            if kind not in KINDS or kind == KIND_EPISODIC or not text:
+            if kind not in STATED_KINDS or not text:
                 result.rejected_picky += 1
                 continue
             sources = [str(i) for i in entry.get("source_message_ids") or [] if str(i) in user_ids]

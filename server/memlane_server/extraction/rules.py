@@ -1,9 +1,17 @@
-"""``RulesExtractor``: the offline, deterministic default.
+"""``RulesExtractor``: the offline, deterministic default, with attribution (whose a statement is, in a
+group conversation; its section below, also used by episodes).
 
 Reads only the user's own messages (what the assistant said is not the user's fact), sentence by
 sentence, and matches first-person patterns. Each match becomes a third-person memory ("User lives in
 Pune.") so it reads the same in any later context. Captures stop at clause boundaries so one sentence
 cannot drag a paragraph into memory.
+
+Whose a fact is, and the sentence forms the first-person rules read.
+
+Extractors write facts about "User"; in a conversation between named people (participants), "User"
+would file two people's facts under one subject and the newer one would retire the other's. A fact
+from a named speaker's turn names that speaker instead ("Ana lives in Lyon.") and carries the name as
+its subject, which ingest compares before it merges or supersedes anything.
 """
 
 from __future__ import annotations
@@ -13,17 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import linear_regex
+from ..memory_kinds import MemoryKind
 from ..sessions.model import Message, Role, Session
-from .attribution import attributed, plain_sentence, speaker_of, subject_metadata
+from .extractor import ExtractedMemory, ExtractionResult, is_chitchat, is_question, screen
 from .keywords import keywords
-from .model import (
-    KIND_FACT,
-    KIND_INSTRUCTION,
-    KIND_PREFERENCE,
-    ExtractedMemory,
-    ExtractionResult,
-)
-from .picky import is_chitchat, is_question, screen
 from .pii import find_pii
 from .when import resolve, time_metadata
 
@@ -97,7 +98,7 @@ _RULES: tuple[_Rule, ...] = (
             r"^(?:please\s+)?(?:from now on|going forward|in future|in the future)[,:]?\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_INSTRUCTION,
+        MemoryKind.INSTRUCTION,
         lambda m: f"From now on: {_g(m)}." if _g(m) else None,
         slot=lambda m: _units_slot(m.group("x")),
         importance=0.8,
@@ -106,7 +107,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"^(?:please\s+)?(?:always|never|don't ever|do not ever|never ever)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_INSTRUCTION,
+        MemoryKind.INSTRUCTION,
         lambda m: (
             f"{m.group(0).split()[0 if not m.group(0).lower().startswith('please') else 1].capitalize()}"
             f" {_g(m)}."
@@ -122,7 +123,7 @@ _RULES: tuple[_Rule, ...] = (
             r"(?P<x>(?:the\s+)?(?:metric|imperial|celsius|fahrenheit)\b.*)",
             ignore_case=True,
         ),
-        KIND_INSTRUCTION,
+        MemoryKind.INSTRUCTION,
         lambda m: f"Use {_g(m)}.",
         slot=lambda m: _units_slot(m.group("x")),
         importance=0.8,
@@ -132,7 +133,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\b(?i:my name is|my name's|call me|i go by)\s+(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,2})"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User's name is {_g(m)}.",
         slot="name",
         importance=0.9,
@@ -144,7 +145,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"recently\s+)?(?:moved|relocated)\s+to|"
             r"i(?:'ve| have) (?:just )?moved to)\s+(?P<x>[A-Z][\w'-]*(?:[\s,]+[A-Z][\w'-]*){0,3})"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User lives in {_g(m)}.",
         slot="location",
         importance=0.9,
@@ -154,7 +155,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"\b(?i:{_I}\s+from|i\s+grew up in|i was born in)\s+"
             r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,3})"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is from {_g(m)}." if _g(m).lower() not in _NOT_PLACES else None,
         slot="hometown",
         importance=0.7,
@@ -164,7 +165,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"\b(?:i work as|{_I}\s+working as|my job is|my role is|{_I}\s+employed as)\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User works as {_g(m)}.",
         slot="job",
         importance=0.8,
@@ -174,7 +175,7 @@ _RULES: tuple[_Rule, ...] = (
             rf"\b(?:i work (?:at|for)|{_I}\s+working (?:at|for)|{_I}\s+employed (?:at|by))\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User works at {_g(m)}.",
         slot="employer",
         importance=0.8,
@@ -187,7 +188,7 @@ _RULES: tuple[_Rule, ...] = (
             r"photographer|artist|musician|farmer|electrician|plumber|mechanic|journalist|editor))\b",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is a {_g(m)}.",
         slot="job",
         importance=0.8,
@@ -200,7 +201,7 @@ _RULES: tuple[_Rule, ...] = (
             r"\s+(?i:is called|is named|'s called|'s named|is|named)\s+"
             r"(?P<x>[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?)"
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User's {m.group('rel').lower()} is named {_g(m)}.",
         importance=0.7,
     ),
@@ -210,7 +211,7 @@ _RULES: tuple[_Rule, ...] = (
             r"brothers?|sisters?|siblings?|dogs?|cats?|pets?)(?:\s+named\s+[A-Z][\w'-]*)?)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User has {_g(m)}.",
         importance=0.6,
     ),
@@ -220,20 +221,20 @@ _RULES: tuple[_Rule, ...] = (
             r"lactose[- ]intolerant|halal|kosher)\b",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is {m.group('x').lower()}.",
         slot="diet",
         importance=0.8,
     ),
     _Rule(
         linear_regex.compile(rf"\b{_I}\s+allergic to\s+(?P<x>.+)", ignore_case=True),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User is allergic to {_g(m)}.",
         importance=0.9,
     ),
     _Rule(
         linear_regex.compile(r"\bi (?:don't|do not|never) eat\s+(?P<x>.+)", ignore_case=True),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"User does not eat {_g(m)}.",
         importance=0.8,
     ),
@@ -244,7 +245,7 @@ _RULES: tuple[_Rule, ...] = (
             r"fahrenheit)\b.*)",
             ignore_case=True,
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         lambda m: f"User prefers {_g(m)}.",
         slot=lambda m: _units_slot(m.group("x")),
         importance=0.8,
@@ -253,7 +254,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\bmy (?:favou?rite|fave)\s+(?P<what>[\w ]{2,30}?)\s+(?:is|are)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         lambda m: f"User's favorite {m.group('what').strip().lower()} is {_g(m)}.",
         slot=lambda m: "favorite:" + m.group("what").strip().lower(),
         importance=0.6,
@@ -262,7 +263,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\bi (?:really |much |would )?(?:prefer|rather have)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         _pref_render("prefers"),
         importance=0.6,
     ),
@@ -270,7 +271,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\bi (?:really |absolutely )?(?:love|like|enjoy|am a fan of|adore)\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         _pref_render("likes"),
         importance=0.6,
     ),
@@ -280,7 +281,7 @@ _RULES: tuple[_Rule, ...] = (
             r"\s+(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_PREFERENCE,
+        MemoryKind.PREFERENCE,
         _pref_render("dislikes"),
         importance=0.6,
     ),
@@ -291,7 +292,7 @@ _RULES: tuple[_Rule, ...] = (
             r"\s+(?:to\s+|on\s+)?(?P<x>.+)",
             ignore_case=True,
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"Decision: {_g(m)}." if _g(m) else None,
         importance=0.7,
     ),
@@ -299,7 +300,7 @@ _RULES: tuple[_Rule, ...] = (
         linear_regex.compile(
             r"\b(?:let's|let us|we'll|we will|i'll|i will)\s+go with\s+(?P<x>.+)", ignore_case=True
         ),
-        KIND_FACT,
+        MemoryKind.FACT,
         lambda m: f"Decision: go with {_g(m)}." if _g(m) else None,
         importance=0.7,
     ),
@@ -368,3 +369,39 @@ class RulesExtractor:
                         )
                     )
         return screen(result)
+
+
+# --- Whose a fact is, and the sentence forms the first-person rules read.
+
+SUBJECT_KEY = "subject"  # ltm.ingest.SUBJECT_KEY (extraction does not import ltm)
+_PLACEHOLDER = "User"
+
+# "I now prefer", "I still live in", "I actually work at": an adverb between the subject and its verb
+# says when or how sure, not what; the rules read the sentence without it. The fact it states is the
+# same either way, and whether it replaces an older one is decided by what it says (ltm/conflicts.py).
+_ADVERB = linear_regex.compile(
+    r"\b(i|we)\s+(?:now|still|actually|currently|really|also|generally|usually|mostly|definitely|"
+    r"honestly|nowadays|these days)\s+([a-z])",
+    ignore_case=True,
+)
+
+
+def plain_sentence(sentence: str) -> str:
+    # The verb's first letter is read (RE2 has no lookahead) and put back.
+    return _ADVERB.sub(lambda m: f"{m.group(1)} {m.group(2)}", sentence)
+
+
+def speaker_of(msg: Message) -> str:
+    """The named speaker of a user turn, or "" for the user the session belongs to."""
+    return msg.participant_name.strip()
+
+
+def attributed(content: str, speaker: str) -> str:
+    """``content`` about "User" rewritten about ``speaker`` ("User's sister" -> "Ana's sister")."""
+    if not speaker or not content.startswith(_PLACEHOLDER):
+        return content
+    return speaker + content[len(_PLACEHOLDER) :]
+
+
+def subject_metadata(speaker: str) -> dict[str, str]:
+    return {SUBJECT_KEY: speaker} if speaker else {}

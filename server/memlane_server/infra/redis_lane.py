@@ -10,7 +10,7 @@ its reads.
 
 What it does not do, it hands back: a connection that cannot be made or is lost, or a reply later than
 the socket timeout, raises redis-py's ``ConnectionError`` / ``TimeoutError`` and the caller resends
-through the pooled client, which reconnects with backoff (``sessions.store_base.StoreBase._hot``).
+through the pooled client, which reconnects with backoff (``sessions.messages.SessionMessages._hot``).
 Error replies become the exceptions redis-py raises for them. Only single-node ``redis://`` and
 ``unix://`` clients get a lane (``lane_of`` is None for TLS and Redis Cluster).
 """
@@ -154,7 +154,7 @@ class RedisLane:
         self._wire: _Wire | None = None
         self._connecting: asyncio.Lock | None = None
         self._watchdog: asyncio.TimerHandle | None = None
-        self.observe: Observe | None = None  # set by redis_timing.time_commands
+        self.observe: Observe | None = None  # set by redis_pool.time_commands
 
     async def execute(self, *args: Any) -> Any:
         """One command's reply; redis-py's exception for an error reply or a lost connection."""

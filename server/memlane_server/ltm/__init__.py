@@ -28,19 +28,16 @@ string ever reaches a LanceDB predicate, see ``filters``); retired items (supers
 wrong, past ``valid_until``) are kept for audit but never returned by ``search`` or ``profile``.
 """
 
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
 from .core import ContentGuard
-from .maintenance import MemoryMaintenance
 from .model import (
     Feedback,
     IngestOutcome,
     IngestResult,
-    MemoryDraft,
     MemoryFilter,
     MemoryItem,
-    MemoryKind,
     MemoryPage,
     MemoryPatch,
-    MemoryScope,
     NewMemory,
     Owner,
     Profile,
@@ -50,6 +47,7 @@ from .model import (
     SearchMode,
     Visibility,
 )
+from .operations import MemoryMaintenance
 from .service import MemoryService
 from .store import LanceMemoryStore
 from .tuning import MemoryTuning, default_scope

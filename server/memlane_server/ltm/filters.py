@@ -25,7 +25,8 @@ import numpy.typing as npt
 from lancedb.expr import Expr, col, lit
 
 from ..errors import InvalidArgument
-from .model import MemoryFilter, MemoryKind, MemoryScope, Visibility
+from ..memory_kinds import MemoryKind, MemoryScope
+from .model import MemoryFilter, Visibility
 
 # Value column -> its digest column. The schema, the row writer and the migration all read this map.
 KEY_COLUMNS: dict[str, str] = {

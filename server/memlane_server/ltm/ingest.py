@@ -12,23 +12,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import AlreadyExists, InvalidArgument
-from . import audience, filters
-from .conflicts import Action, Decision, Thresholds, decide, restates
-from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
+from . import filters
+from .conflicts import Action, Decision, Thresholds, decide, may_merge, may_supersede, restates
+from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore, canonical_slot, stated_slot
 from .history import Change, ChangeReason
-from .model import (
-    IngestOutcome,
-    IngestResult,
-    MemoryDraft,
-    MemoryItem,
-    MemoryKind,
-    MemoryScope,
-    NewMemory,
-    Owner,
-    new_memory_id,
-)
-from .ranking import STALE_KEY, prune_score, text_key
-from .slots import canonical_slot, stated_slot
+from .model import IngestOutcome, IngestResult, MemoryItem, NewMemory, Owner, new_memory_id
+from .recall import STALE_KEY, prune_score, text_key
 from .tuning import DAY_MS, default_scope
 
 _DAYS_PER_READ = 16  # days of drafted episodes read for twins in one predicate
@@ -110,7 +100,7 @@ class MemoryWriter(MemoryCore):
                 results.append(IngestResult(prior, IngestOutcome.SKIPPED))
                 continue
             twin = twins.get(text_key(content)) if kind is MemoryKind.EPISODIC else None
-            if twin is not None and audience.may_merge(draft, kind, twin):
+            if twin is not None and may_merge(draft, kind, twin):
                 # The same words of the same speaker on the same day (an episode's text holds all three),
                 # said again in another session: one memory, its provenance both turns.
                 decision = Decision(Action.MERGE, target=twin)
@@ -245,9 +235,7 @@ class MemoryWriter(MemoryCore):
         # Never one person's fact against another's: compare only items of the same subject.
         who = subject_of(draft.metadata)
         allowed = [
-            i
-            for i, e in enumerate(existing)
-            if audience.may_supersede(draft, e) and subject_of(e.metadata) == who
+            i for i, e in enumerate(existing) if may_supersede(draft, e) and subject_of(e.metadata) == who
         ]
         among = partial(
             _decide,
@@ -263,8 +251,8 @@ class MemoryWriter(MemoryCore):
             subject=who,
         )
         decision = among(peers=allowed)
-        if decision.target is not None and not audience.may_merge(draft, kind, decision.target):
-            decision = among(peers=[i for i in allowed if audience.may_merge(draft, kind, existing[i])])
+        if decision.target is not None and not may_merge(draft, kind, decision.target):
+            decision = among(peers=[i for i in allowed if may_merge(draft, kind, existing[i])])
         return decision
 
     def _new_item(

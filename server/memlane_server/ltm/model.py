@@ -1,32 +1,15 @@
-"""Memory items and the value types of recall, as the domain sees them (no proto, no LanceDB)."""
+"""Memory items and the value types of recall, as the domain sees them (no proto, no LanceDB).
+
+The kinds, scopes and the draft come from ``memory_kinds`` (shared with extraction) and are re-exported
+here so ltm's modules keep one place to import the memory's types from."""
 
 from __future__ import annotations
 
 import enum
 import secrets
 from dataclasses import dataclass, field
-from typing import Protocol
 
-
-class MemoryKind(enum.StrEnum):
-    FACT = "fact"
-    PREFERENCE = "preference"
-    EPISODIC = "episodic"
-    INSTRUCTION = "instruction"
-
-
-class MemoryScope(enum.StrEnum):
-    """Who may recall an item. Every scope stays inside one user: nothing ever crosses users.
-
-    USER: every agent serving the user. AGENT: only ``agent_id``. GROUP: only agents that present
-    ``group``. SHARED: like USER, but written on purpose for hand-off between agents (kept apart so a
-    viewer can tell an agent's notes from things the user asked to share).
-    """
-
-    USER = "user"
-    AGENT = "agent"
-    GROUP = "group"
-    SHARED = "shared"
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
 
 
 class SearchMode(enum.StrEnum):
@@ -85,46 +68,13 @@ class MemoryItem:
         return not self.superseded_by and (self.valid_until_ms == 0 or self.valid_until_ms > now_ms)
 
 
-class MemoryDraft(Protocol):
-    """What ingestion needs from a candidate memory.
-
-    A protocol rather than a class so extraction (which must not import ltm) can hand over its own
-    dataclass unchanged; ``kind``/``scope`` are the string values of ``MemoryKind``/``MemoryScope``.
-    """
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def content(self) -> str: ...
-    @property
-    def keywords(self) -> list[str]: ...
-    @property
-    def slot(self) -> str: ...
-    @property
-    def importance(self) -> float: ...
-    @property
-    def source_message_ids(self) -> list[str]: ...
-    @property
-    def occurred_at_ms(self) -> int: ...
-    @property
-    def metadata(self) -> dict[str, str]: ...
-
-
 @dataclass(slots=True)
-class NewMemory:
-    """A concrete draft (satisfies ``MemoryDraft``) with the optional fields CreateMemory can set."""
+class NewMemory(MemoryDraft):
+    """A draft with the optional fields CreateMemory can set (extraction's drafts leave them empty)."""
 
-    kind: str
-    content: str
-    keywords: list[str] = field(default_factory=list)
-    slot: str = ""
-    importance: float = 0.5
-    source_message_ids: list[str] = field(default_factory=list)
-    occurred_at_ms: int = 0
     scope: str = ""  # empty: the kind's default (see policy.default_scope)
     group: str = ""
     memory_id: str = ""  # client-chosen id, makes CreateMemory retries idempotent
-    metadata: dict[str, str] = field(default_factory=dict)
     valid_until_ms: int = 0
 
 

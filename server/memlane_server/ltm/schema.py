@@ -7,8 +7,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ..memory_kinds import MemoryKind, MemoryScope
 from .filters import KEY_COLUMNS, key
-from .model import MemoryItem, MemoryKind, MemoryScope
+from .model import MemoryItem
 
 TABLE_NAME = "memories"
 # Columns without the vector: what list/get/profile read, so they never pay for 384 floats a row.

@@ -1,7 +1,20 @@
-"""``MemoryService``: the domain face of long-term memory (see the package docstring for the API).
+"""``MemoryService``: the domain face of long-term memory (see the package docstring for the API), with
+ListMemories' keyset pages (its section below).
 
 Recall and CRUD here; writes in ``ingest``, upkeep, export and erasure in ``upkeep``, shared state in
-``core``."""
+``core``.
+
+ListMemories' pages: newest first by (created_at_ms, id digest), keyset-paginated inside LanceDB.
+
+A page reads ``size + 1`` keys in that order past the cursor (LanceDB keeps the top ones while it scans
+the user's rows, reading three short columns), then fetches those items whole: its cost is its own
+rows, whatever the user holds. Items added while a client pages are newer than its cursor and never
+shift or repeat a later page; deleted ones simply no longer appear.
+
+The page token (``memlane_server.paging``) is bound to the reader (user, agent, groups) and to every
+filter field; its cursor, (created ms, memory id), is checked by type and range and reaches LanceDB
+only through ``filters.after_cursor`` (an integer and the id's digest, never the id's text).
+"""
 
 from __future__ import annotations
 
@@ -14,30 +27,28 @@ import numpy.typing as npt
 from lancedb.expr import Expr
 
 from ..errors import InvalidArgument, NotFound
-from . import filters, vectors
-from .expansion import SubQuery, speaker_hits, sub_query
-from .focus import focus
+from ..memory_kinds import MemoryKind, MemoryScope
+from ..paging import cursor_of, decode_token, encode_token, fitting, page_size, query_fingerprint
+from . import filters
+from .core import canonical_slot, stated_slot
 from .history import Change, ChangeReason
 from .hot import HotEntry, mask_for
 from .ingest import MemoryWriter, clamp, clean_keywords, embedding_text, subject_of
-from .listing import list_page
 from .model import (
     Feedback,
     MemoryFilter,
     MemoryItem,
-    MemoryKind,
     MemoryPage,
     MemoryPatch,
-    MemoryScope,
     Profile,
     RecallQuery,
     ScoredMemory,
     SearchMode,
     Visibility,
 )
-from .ranking import fuse_and_rank, text_key
-from .slots import canonical_slot, stated_slot
-from .store import Hit
+from .recall import SubQuery, focus, fuse_and_rank, query_vector, speaker_hits, sub_query, text_key
+from .recall import embed as embed_texts
+from .store import Hit, LanceMemoryStore
 from .upkeep import MemoryUpkeep
 
 MAX_QUERY_CHARS = 2000
@@ -50,7 +61,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
     async def search(self, query: RecallQuery) -> list[ScoredMemory]:
         """Hybrid recall over the memories ``query.who`` may see; best first, each with its score parts."""
         text = query.text.strip()
-        given = vectors.query_vector(query.vector, self._embedder.ndims)
+        given = query_vector(query.vector, self._embedder.ndims)
         if not text and (given is None or query.mode is SearchMode.KEYWORD):
             raise InvalidArgument("query is required")
         if len(text) > MAX_QUERY_CHARS:
@@ -86,18 +97,18 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
             min_score=query.min_score,
             expanded=expanded,
         )
-        return focus(text, ranked, query.limit)  # who the query names (ltm/focus.py)
+        return focus(text, ranked, query.limit)  # who the query names (ltm/recall.py)
 
     async def _keyword_hits(
         self, text: str, where: Expr, n: int, hot: HotEntry | None, mask: npt.NDArray[np.bool_] | None
     ) -> list[Hit]:
-        """BM25 over the reader's entry in memory (ltm/keyword_index.py), else LanceDB's full-text index."""
+        """BM25 over the reader's entry in memory (ltm/hot.py), else LanceDB's full-text index."""
         if hot is not None and mask is not None:
             return await hot.keyword_top(mask, text, n)
         return await self._store.keyword_search(text, where, n)
 
     async def _sub_query(self, text: str, hot: HotEntry | None) -> SubQuery | None:
-        """Expansion needs the in-memory index (ltm/expansion.py); a sidecar without it, or a reader
+        """Expansion needs the in-memory index (ltm/recall.py); a sidecar without it, or a reader
         too big for its budget, is served without."""
         if hot is None or self._policy.expansion_weight <= 0.0:
             return None
@@ -124,7 +135,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """The embedder's vectors of ``texts`` (Embed): what memories are indexed with."""
-        return await vectors.embed(self._embedder, texts)
+        return await embed_texts(self._embedder, texts)
 
     async def profile(self, who: Visibility, *, max_items: int = 0, max_chars: int = 0) -> Profile:
         """Instructions, preferences and stable facts to inject every turn, capped by count and size."""
@@ -292,3 +303,56 @@ def readable(who: Visibility) -> Expr:
     """CRUD visibility: an agent sees what recall would show it; no agent id means the user's own
     memory viewer, which sees every item of that user."""
     return filters.visible_to(who) if who.agent_id else filters.owned_by(who.user_id)
+
+
+# --- ListMemories' pages: newest first by (created_at_ms, id digest), keyset-paginated inside LanceDB.
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+
+def page_query(who: Visibility, flt: MemoryFilter) -> str:
+    """What a ListMemories token is bound to: the reader and every filter field."""
+    return query_fingerprint(
+        "memories",
+        who.user_id,
+        who.agent_id,
+        sorted(set(who.groups)),
+        sorted({MemoryKind(k).value for k in flt.kinds}),
+        sorted({MemoryScope(s).value for s in flt.scopes}),
+        flt.channel,
+        flt.episodes_from_channel,
+        flt.since_ms,
+        flt.until_ms,
+        flt.include_retired,
+    )
+
+
+async def list_page(
+    store: LanceMemoryStore, who: Visibility, flt: MemoryFilter, where: Expr, *, size: int, token: str
+) -> MemoryPage:
+    """One page of the items ``where`` matches (the reader's visibility and ``flt``, already built)."""
+    size = page_size(size, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
+    query = page_query(who, flt)
+    cursor = decode_token(token, query)
+    total = await store.count(where)
+    if cursor is not None:
+        created, last_id = cursor_of(cursor, int, str)
+        where = where & filters.after_cursor(created, last_id)
+    keys = await store.newest_keys(where, size + 1)
+    more = len(keys) > size
+    keys = keys[:size]
+    found = await store.fetch(where & filters.with_ids([i for _, i in keys])) if keys else []
+    # Back in page order; an item deleted between the two reads is simply absent.
+    by_id = {i.id: i for i in found}
+    items = [by_id[i] for _, i in keys if i in by_id]
+    page = items[: fitting(_item_bytes(i) for i in items)]
+    if len(page) < len(items):  # the byte bound ended the page: go on after its last item
+        return MemoryPage(page, encode_token(query, [page[-1].created_at_ms, page[-1].id]), total)
+    return MemoryPage(page, encode_token(query, list(keys[-1])) if more else "", total)
+
+
+def _item_bytes(item: MemoryItem) -> int:
+    """About what one item weighs on the wire: its strings plus a fixed allowance for ids and numbers."""
+    strings = [item.content, *item.keywords, *item.metadata.keys(), *item.metadata.values()]
+    return 256 + sum(len(s.encode()) for s in strings)

@@ -22,10 +22,10 @@ from lancedb.query import ColumnOrdering
 
 from .. import linear_regex
 from ..errors import DataLoss, Unavailable
-from ..infra.object_store import lance_storage_options
+from ..infra.endpoints import lance_storage_options
+from ..memory_kinds import MemoryKind, MemoryScope
 from .filters import KEY_COLUMNS
-from .model import MemoryItem, MemoryKind, MemoryScope
-from .query import content_terms
+from .model import MemoryItem
 from .schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
 from .sharing import (
     LANCE_ERRORS,
@@ -37,6 +37,7 @@ from .sharing import (
     retry_read,
     retry_write,
 )
+from .words import content_terms
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,7 +83,7 @@ class Hit:
 
 class LanceMemoryStore:
     """Open with ``await LanceMemoryStore.open(uri, ndims)``; ``uri`` is a directory or ``s3://...`` (the
-    endpoint and credentials from the AWS environment variables, see ``infra/object_store.py``)."""
+    endpoint and credentials from the AWS environment variables, see ``infra/endpoints.py``)."""
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import MemoryKind, MemoryScope
+from ..memory_kinds import MemoryKind, MemoryScope
 
 DAY_MS = 86_400_000
 # Recall expansion's weight when the setting ltm_recall_expansion is on (measured; not a setting).
@@ -41,7 +41,7 @@ class MemoryTuning:
     # and a conversational recall benchmark; see docs/benchmarks.md.)
     keyword_weight: float = 1.5
     vector_weight: float = 1.0
-    # Weight of the sub-queries' lists (ltm/expansion.py), shared between them; 0 turns expansion off.
+    # Weight of the sub-queries' lists (ltm/recall.py), shared between them; 0 turns expansion off.
     # Follows the setting ltm_recall_expansion (wiring/: EXPANSION_WEIGHT when on, 0 when off).
     expansion_weight: float
     recency_half_life_days: float = 60.0

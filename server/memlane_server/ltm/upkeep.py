@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..memory_kinds import MemoryKind, MemoryScope
 from . import filters
 from .core import DELETE_BATCH, MemoryCore
 from .history import Change, ChangeReason
-from .model import (
-    MemoryItem,
-    MemoryKind,
-    MemoryScope,
-)
-from .ranking import prune_score
+from .model import MemoryItem
+from .recall import prune_score
 from .tuning import DAY_MS
 
 

@@ -138,7 +138,7 @@ class DomainMetrics:
         )
 
     def redis_command(self, family: str, seconds: float, failed: bool) -> None:
-        """One Redis round trip by command family (infra/redis_timing.py). On the hot path: the
+        """One Redis round trip by command family (infra/redis_pool.py). On the hot path: the
         histogram child of each family is looked up once, not per call."""
         child = self._redis_latency.get(family)
         if child is None:

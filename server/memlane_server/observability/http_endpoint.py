@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .merged_metrics import merge
+from .metrics import merge
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ Public face (built by ``app.py``):
 from ..sessions.model import ArchivePointer
 from .archive import ArchiveStore, ParquetArchive
 from .archive_tables import ArchivePart
+from .on_request import Resumer
 from .promote import LtmPromoter, Promoter, memory_id_for
-from .resume import Resumer
 from .session_end import EndReport, PipelineConfig, SessionEndPipeline
 from .worker import QueueMetrics, SessionEndWorker, WorkerConfig
 

@@ -13,7 +13,7 @@ under a ``_``-prefixed name (ignored by dataset readers) and then moved into pla
 
 ``root`` is a local directory or any URI pyarrow's filesystem layer opens (``s3://bucket/prefix``,
 ``gs://...``, ``file:///...``); for ``s3://`` the endpoint and credentials come from the AWS environment
-variables (``infra/object_store.py``).
+variables (``infra/endpoints.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..infra.object_store import arrow_filesystem
+from ..infra.endpoints import arrow_filesystem
 from ..sessions.model import ArchivePointer, Message, Role, Session, VisibilityKind
 from .archive_tables import (
     CHECKPOINT_SCHEMA,
@@ -44,7 +44,7 @@ from .archive_tables import (
 )
 
 PART_DATASETS = ("transcripts", "summaries", "traces")
-# Framework state (LangGraph checkpoints), written when a session retires (pipelines/checkpoint_archive.py).
+# Framework state (LangGraph checkpoints), written when a session retires (checkpoints/store.py).
 DATASETS = (*PART_DATASETS, "checkpoints")
 _NULL_CHANNEL = "__HIVE_DEFAULT_PARTITION__"
 _DAY_MS = 86_400_000

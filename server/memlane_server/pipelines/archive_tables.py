@@ -49,7 +49,7 @@ CHECKPOINT_SCHEMA = pa.schema(
         ("user_id", pa.string()),
         ("namespace", pa.string()),
         ("checkpoint_id", pa.string()),
-        ("record_json", pa.string()),  # pipelines/checkpoint_archive.py: to_record / from_record
+        ("record_json", pa.string()),  # checkpoints/store.py: to_record / from_record
     ]
 )
 SUMMARY_SCHEMA = pa.schema(

@@ -33,9 +33,8 @@ import time
 from dataclasses import dataclass
 
 from ..errors import NotFound
-from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import REASON_LEARN, REASON_LEARN_QUIET, SessionEndQueue
-from ..sessions.model import Message, Role, SessionStatus
+from ..sessions.ending import REASON_LEARN, REASON_LEARN_QUIET, SessionEndQueue
+from ..sessions.model import Message, PolicyBook, Role, SessionStatus
 from ..sessions.store import SessionStore, now_ms
 from .session_end import SessionEndPipeline
 

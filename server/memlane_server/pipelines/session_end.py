@@ -27,20 +27,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from ..checkpoints.store import CheckpointArchiver, CheckpointStore
 from ..errors import Conflict, NotFound
-from ..sessions.checkpoints import CheckpointStore
-from ..sessions.end_queue import REASON_EXPIRED, REASON_FORCED
-from ..sessions.end_state import EndProgress, EndState
+from ..sessions.ending import REASON_EXPIRED, REASON_FORCED, EndProgress, EndState
 from ..sessions.events import EventType, pending
 from ..sessions.lifecycle import Lifecycle
 from ..sessions.model import ArchivePointer, Message, PromotionState, Retirement, Role, Session, SessionStatus
 from ..sessions.store import SessionStore, now_ms
 from ..sessions.traces import TraceRecords
 from ..summarizers import Summarizer
-from ..summarizers.scoped import fold_scoped
+from ..summarizers.summarizer import fold_scoped
 from .archive import ArchiveStore
 from .archive_tables import ArchivePart
-from .checkpoint_archive import CheckpointArchiver
 from .promote import Promoter
 
 log = logging.getLogger("memlane.pipeline")

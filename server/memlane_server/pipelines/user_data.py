@@ -1,4 +1,5 @@
-"""Per-user export and erasure (GDPR) across every store: Redis, LanceDB and the archive.
+"""Per-user data across every store (Redis, LanceDB and the archive): export and erasure (GDPR), the
+directory of users memlane holds data about, and the export file's format (which ``user_import`` reads).
 
 Erasure order matters: the Redis session index is what names a user's sessions, so the archive and
 LanceDB are cleared first and the Redis keys (index included) last; a crash midway leaves the index in
@@ -9,19 +10,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from ..errors import Unavailable
+import orjson
+
+import memlane
+
+from ..checkpoints.store import CheckpointStore, export_checkpoints
+from ..errors import FailedPrecondition, InvalidArgument, Unavailable
+from ..ids import check_id
 from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
-from ..sessions.checkpoints import CheckpointStore
-from ..sessions.fence import ErasureJournal, sessions_held
+from ..paging import cursor_of, decode_token, encode_token, page_size, query_fingerprint
+from ..sessions.leases import ErasureJournal, sessions_held
 from ..sessions.model import Message
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
-from .checkpoint_archive import export_checkpoints
 
 log = logging.getLogger("memlane")
 
@@ -187,3 +194,157 @@ class UserData:
         for forget in self._caches:
             forget(user_id, set(sids))
         return counts
+
+
+# --- The user directory (ListUsers) ---------------------------------------------------------------------
+# Which users memlane holds data about (ListUsers): those with a session index in Redis and those with
+# long-term memory items, joined, counted, ordered by id and paged.
+#
+# There is no user table to keep in step with every write path: the directory is read from where the
+# data is, so a user appears the moment anything is stored for them and is gone once erased. A listing
+# scans the session indexes' key names and the memory table's user column, which is what an operator's
+# page needs at the scale of one sidecar's users; the page itself is bounded like any other.
+
+MAX_QUERY_CHARS = 128  # a user id is at most 128 characters: a longer text matches none
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class UserSummary:
+    user_id: str
+    session_count: int
+    memory_count: int
+    last_session_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserPage:
+    users: list[UserSummary]
+    next_page_token: str
+    total: int
+
+
+class UserDirectory:
+    def __init__(self, sessions: SessionStore, memory: MemoryService | None) -> None:
+        self._sessions = sessions
+        self._memory = memory
+
+    async def _memory_counts(self) -> Counter[str]:
+        if self._memory is None:
+            return Counter()
+        table = await self._memory.store.fetch_columns(None, ["user_id"])
+        return Counter(str(u) for u in table.column("user_id").to_pylist())
+
+    async def list(self, query: str, size: int, token: str, *, only: str = "") -> UserPage:
+        """Users whose id contains ``query`` (case-insensitive), ordered by id; ``only``: a call bound to
+        one end user sees that user alone."""
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
+        size = page_size(size, maximum=MAX_PAGE)
+        fingerprint = query_fingerprint("users", query, only)
+        cursor = decode_token(token, fingerprint)
+        after = str(cursor_of(cursor, str)[0]) if cursor is not None else None
+        memories = await self._memory_counts()
+        ids = (await self._sessions.users_with_sessions()) | set(memories)
+        needle = query.casefold()
+        matching = sorted(u for u in ids if needle in u.casefold() and (not only or u == only))
+        start = 0 if after is None else next((i for i, u in enumerate(matching) if u > after), len(matching))
+        page = matching[start : start + size]
+        counts = await self._sessions.session_counts(page)
+        users = [
+            UserSummary(u, n, memories.get(u, 0), last) for u, (n, last) in zip(page, counts, strict=True)
+        ]
+        more = start + size < len(matching)
+        return UserPage(users, encode_token(fingerprint, [page[-1]]) if more and page else "", len(matching))
+
+
+# --- The export file format ------------------------------------------------------------------------------
+# The user export's file format (ExportUserData writes it, ImportUserData reads it; described for people
+# in docs/operations.md#export-format).
+#
+# JSON lines. The first line is the header: ``{"record": "header", "format": "memlane.user-export",
+# "format_version": 1, "memlane_version": ..., "user_id": ..., "exported_at_ms": ...}``. Every other line
+# is one record, an object whose ``record`` field names its type (``session``, ``message``, ``trace``,
+# ``checkpoint``, ``memory``, ``memory_version``, ``memory_snapshot``, ``procedure``,
+# ``archive.<dataset>``) beside the record's own fields.
+#
+# A reader accepts its own format version and older ones; a newer file is refused (a field it cannot read
+# may carry meaning), never half read.
+
+FORMAT = "memlane.user-export"
+FORMAT_VERSION = 1
+TYPE_FIELD = "record"
+HEADER = "header"
+
+
+def header(user_id: str) -> dict[str, Any]:
+    return {
+        TYPE_FIELD: HEADER,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "memlane_version": memlane.__version__,
+        "user_id": user_id,
+        "exported_at_ms": time.time_ns() // 1_000_000,
+    }
+
+
+def tagged(kind: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The record as a line holds it: its type first, then its own fields."""
+    return {TYPE_FIELD: kind, **{k: v for k, v in record.items() if k != TYPE_FIELD}}
+
+
+@dataclass(frozen=True, slots=True)
+class ExportFile:
+    user_id: str
+    format_version: int
+    records: list[tuple[int, str, dict[str, Any]]]  # (line number, type, fields without the type)
+
+
+def parse(data: bytes) -> ExportFile:
+    """Reads whole lines; raises InvalidArgument naming the line at fault, FailedPrecondition for a
+    format newer than this sidecar reads."""
+    lines = data.split(b"\n")
+    records: list[tuple[int, str, dict[str, Any]]] = []
+    head: dict[str, Any] | None = None
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise InvalidArgument(f"line {number} is not JSON", field="data") from None
+        kind = obj.get(TYPE_FIELD) if isinstance(obj, dict) else None
+        if not isinstance(kind, str) or not kind:
+            raise InvalidArgument(f"line {number} has no {TYPE_FIELD!r} field naming its type", field="data")
+        if head is None:
+            head = _header(obj, number)
+            continue
+        if kind == HEADER:
+            raise InvalidArgument(f"line {number} is a second header", field="data")
+        records.append((number, kind, {k: v for k, v in obj.items() if k != TYPE_FIELD}))
+    if head is None:
+        raise InvalidArgument("data holds no lines: an export starts with its header line", field="data")
+    return ExportFile(head["user_id"], head["format_version"], records)
+
+
+def _header(obj: dict[str, Any], number: int) -> dict[str, Any]:
+    if obj.get(TYPE_FIELD) != HEADER or obj.get("format") != FORMAT:
+        raise InvalidArgument(
+            f"line {number} is not the header of a memlane user export (format {FORMAT!r}); files"
+            " written before the format had a header are not read",
+            field="data",
+        )
+    version = obj.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise InvalidArgument("the header's format_version is not a positive integer", field="data")
+    if version > FORMAT_VERSION:
+        writer = str(obj.get("memlane_version"))[:40]
+        raise FailedPrecondition(
+            f"the file is format version {version}, written by memlane {writer!r}; this sidecar reads up"
+            f" to version {FORMAT_VERSION}: import it with a newer memlane"
+        )
+    user_id = obj.get("user_id")
+    if not isinstance(user_id, str):
+        raise InvalidArgument("the header names no user_id", field="data")
+    check_id(user_id, "header.user_id")
+    return obj

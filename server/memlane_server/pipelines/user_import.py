@@ -31,12 +31,12 @@ from ..ltm.ingest import embedding_text
 from ..ltm.model import MemoryItem
 from ..ltm.schema import from_row
 from ..procedures.service import ProcedureService, Proposal
+from ..procedures.store import Kind, Origin, Owner
 from ..sessions.codec import decode_session
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata
 from ..sessions.model import Message, Role, Session, VisibilityKind
-from ..sessions.procedure_model import Kind, Origin, Owner
 from ..sessions.store import SessionStore, now_ms
-from .export_format import ExportFile
+from .user_data import ExportFile
 
 NOT_RESTORED = ("trace", "checkpoint")  # and every "archive.<dataset>"
 _BATCH = 500  # messages restored per Redis round trip, items embedded per call

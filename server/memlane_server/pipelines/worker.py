@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import Conflict, DataLoss, MemlaneError, NotFound, ResourceExhausted, Unavailable
-from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import (
+from ..sessions.ending import (
     LEARN_REASONS,
     REASON_LEARN_QUIET,
     REASON_SUMMARIZE,
     EndJob,
+    EndState,
     SessionEndQueue,
 )
-from ..sessions.end_state import EndState
 from ..sessions.events import EventLog, EventType, SessionEvent
+from ..sessions.model import PolicyBook
 from ..sessions.store import SessionStore, now_ms
 from .incremental import Learner
 from .session_end import LeaseLost, SessionEndPipeline
@@ -47,7 +47,7 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-# A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summarization.py).
+# A summarize job: (session, through seq, budget in tokens) -> the summary stored (context/summaries.py).
 Summarize = Callable[[str, int, int], Awaitable[object]]
 # Domain errors that say "not now" rather than "never": such a job is retried, not dropped (and parked for
 # an operator if it keeps failing: a damaged table needs one).

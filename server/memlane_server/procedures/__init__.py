@@ -1,10 +1,9 @@
 """Procedural memory: how an agent should work, learned from experience, versioned and approved before
-it reaches a context (see ``service`` for the life of a procedure, ``sessions/procedures.py`` for why
-Redis, ``sessions/procedure_model.py`` for the model every layer reads)."""
+it reaches a context (see ``service`` for the life of a procedure and the extractor, ``store`` for the
+model every layer reads and why Redis keeps it)."""
 
-from ..sessions.procedure_model import ActiveProcedure, Kind, Origin, Owner, Procedure, State, Version
-from .extract import proposal_from
-from .service import ProcedureService, Proposal
+from .service import ProcedureService, Proposal, proposal_from
+from .store import ActiveProcedure, Kind, Origin, Owner, Procedure, State, Version
 
 __all__ = [
     "ActiveProcedure",

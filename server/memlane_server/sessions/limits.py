@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..errors import InvalidArgument, ResourceExhausted
-from .ids import check_id
+from ..ids import check_id
 from .model import Message, Role, VisibilityKind
 
 

@@ -1,9 +1,39 @@
-"""Lua scripts: each runs atomically inside Redis and touches only one session's keys (one hash slot)."""
+"""Lua scripts: each runs atomically inside Redis and touches only one session's keys (one hash slot).
+Beside them, what their refusals mean to the API (``script_error``: every store that runs a script on a
+session's slot maps its error words here), and how a write script is confirmed by replicas
+(``Durability``).
+
+Replica acknowledgement for acknowledged writes (``redis_wait_replicas``).
+
+Redis replicates asynchronously: a master that dies right after answering may take the last writes with
+it, and its promoted replica never saw them. With ``replicas > 0`` a write script is followed by ``WAIT
+replicas timeout`` **on the same connection** (WAIT counts the replication offset of that connection's
+writes, so it must share the pipeline; on Redis Cluster both commands go to the node owning the session's
+slot). If fewer replicas confirm within the timeout the write is reported UNAVAILABLE: it happened on the
+master and may or may not survive a failover, and a retry with the same message ids is idempotent.
+Replication is in order, so a later confirmed write also confirms every earlier one on that master.
+
+On Redis Cluster every failure of a durable write also refreshes the client's slot map (at most once per
+``_REFRESH_EVERY_S``): after a failover the map may still name the old master, which came back as a
+replica, so the EVALSHA is redirected to the new master while the WAIT, sent to the node the map named,
+counts a replica's confirmations: without a refresh every retry met the same stale map (durable appends
+answered UNAVAILABLE for a minute once).
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from string import Template
+from typing import Any
 
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, ResponseError
+
+from ..errors import AlreadyExists, Conflict, FailedPrecondition, NotFound, SessionExpired, Unavailable
 from .model import PromotionState, SessionStatus
 
 
@@ -13,6 +43,36 @@ def fill_statuses(lua: str) -> str:
     names = {s.name: str(int(s)) for s in SessionStatus}
     names |= {f"P_{p.name}": str(int(p)) for p in PromotionState}
     return Template(lua).substitute(names)
+
+
+def script_error(exc: ResponseError, session_id: str) -> Exception:
+    """The API's error for a script's refusal (its first word: NOTFOUND, CLOSED, EXPIRED, CONFLICT <id>,
+    ILLEGAL <status>, ALIVE, STALE); any other reply is returned as it came."""
+    msg = str(exc)
+    word = msg.split(" ", 1)[0]
+    if word == "NOTFOUND":
+        return NotFound(f"session {session_id!r} not found")
+    if word == "CLOSED":
+        return FailedPrecondition(f"session {session_id!r} is closed; start a new session")
+    if word == "EXPIRED":
+        return SessionExpired(f"session {session_id!r} has expired; resume it first")
+    if word == "CONFLICT":
+        mid = msg.split(" ")[1] if " " in msg else "?"
+        return AlreadyExists(
+            f"message_id {mid!r} already exists in session {session_id!r} with different content"
+        )
+    if word == "ILLEGAL":
+        cur = msg.split(" ")[1] if " " in msg else "?"
+        try:
+            name = SessionStatus(int(cur)).name.lower()
+        except ValueError:
+            name = cur
+        return FailedPrecondition(f"session {session_id!r} is {name}; that transition is not allowed")
+    if word == "ALIVE":
+        return Conflict(f"session {session_id!r} was active again before it could expire")
+    if word == "STALE":
+        return Conflict(f"summary of session {session_id!r} changed since it was read; re-read and retry")
+    return exc
 
 
 # KEYS: doc.  ARGV: field/value pairs.  Creates the document unless it exists; 1 if it created it.
@@ -106,7 +166,7 @@ end
 return out
 """
 
-# Lifecycle events written by the script that changes the state (sessions/outbox.py). A script's event
+# Lifecycle events written by the script that changes the state (sessions/events.py). A script's event
 # ARGV, from index ``base``: uid ('' = no event), type, session_id, at_ms, detail JSON, fence_ms.
 # ``event_fenced`` must be checked before the first write (a script's error undoes nothing).
 EVENT_LIB = r"""
@@ -241,7 +301,7 @@ end
 return 1
 """
 
-# --- the session-end queue (sessions/end_queue.py); keys on the queue's slot
+# --- the session-end queue (sessions/ending.py); keys on the queue's slot
 
 # KEYS: parked stream, queue stream, failures, queue outbox.  ARGV: job id, group, outbox entry JSON ('' =
 # none; its detail gains ``parked_id``), then the parked entry's field/value pairs.  Moves a job off the
@@ -281,7 +341,7 @@ if cur and tonumber(cur) == tonumber(ARGV[2]) then return redis.call('ZREM', KEY
 return 0
 """
 
-# --- message removal (sessions/removal.py)
+# --- message removal (sessions/edits.py)
 
 # KEYS: doc, msgs, order, removals, traces, trace_data.  ARGV: request_id, mode ('ids' | 'all'),
 # answer TTL (ms), then (message_id, token_count) pairs for 'ids'.
@@ -356,3 +416,99 @@ redis.call('PEXPIRE', KEYS[4], ARGV[3])
 local totals = redis.call('HMGET', KEYS[1], 'token_total', 'message_count')
 return {count, tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), flat}
 """
+
+
+# ---------------------------------------- replica acknowledgement (durability) (see the module docstring)
+
+log = logging.getLogger("memlane")
+
+
+_REFRESH_EVERY_S = 0.5
+# Replies that say the slot map is wrong or changing (the script's own refusals, NOTFOUND and the like,
+# say nothing about the topology).
+_TOPOLOGY_REPLIES = ("MOVED", "ASK", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "LOADING")
+
+
+def _topology(exc: BaseException) -> bool:
+    if isinstance(exc, NoScriptError):
+        return False
+    if isinstance(exc, ResponseError):
+        return str(exc).startswith(_TOPOLOGY_REPLIES)
+    return True  # ours (too few replicas, the slot moved), a lost connection, a timeout, a cluster error
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    # From the settings redis_wait_replicas and redis_wait_timeout_ms (wiring/), which hold the defaults.
+    replicas: int  # 0: answer as soon as the master has the write (Redis's default)
+    timeout_ms: int
+    _refreshed_at: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)
+
+    async def evalsha(
+        self, redis: aioredis.Redis, script: str, sha: str, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """EVALSHA, then WAIT when replicas are asked for; loads the script on NOSCRIPT (nothing ran)."""
+        for attempt in (0, 1):
+            try:
+                return await self.send(redis, sha, keys, args)
+            except NoScriptError:
+                if attempt:
+                    raise
+                await redis.script_load(script)
+        raise AssertionError("unreachable")
+
+    async def send(self, redis: aioredis.Redis, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA, then WAIT, once: a NOSCRIPT is the caller's to handle (``evalsha`` loads the script and
+        sends again; the append path's retry policy does the same, ``messages.AppendRetries``)."""
+        if not isinstance(redis, RedisCluster):
+            return await self._confirmed(redis, None, sha, keys, args)
+        try:
+            return await self._confirmed(redis, redis, sha, keys, args)
+        except Exception as exc:
+            if _topology(exc):
+                await self._refresh(redis)
+            raise
+
+    async def _refresh(self, cluster: RedisCluster) -> None:
+        """Re-reads the slot map (nodes and roles) from the cluster, unless done a moment ago."""
+        now = time.monotonic()
+        if now - self._refreshed_at[0] < _REFRESH_EVERY_S:
+            return
+        self._refreshed_at[0] = now
+        try:
+            await cluster.nodes_manager.initialize()
+        except Exception:  # the cluster is still electing: the next failure asks again
+            log.warning("could not refresh the Redis Cluster slot map", exc_info=True)
+
+    async def _confirmed(
+        self,
+        redis: aioredis.Redis,
+        cluster: RedisCluster | None,
+        sha: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+    ) -> Any:
+        node: Any = None
+        target: dict[str, Any] = {}
+        if cluster is not None:
+            node = cluster.get_node_from_key(keys[0])
+            target["target_nodes"] = node
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self.replicas, self.timeout_ms, **target)
+            # Unannotated errors: the store maps the script's own error words (NOTFOUND, CONFLICT ...).
+            out, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(out, Exception):
+            raise out
+        if cluster is not None and cluster.get_node_from_key(keys[0]) is not node:
+            # The slot moved mid-pipeline (failover): the script was redirected to the new master on
+            # another connection, so this WAIT confirmed nothing about it.
+            raise Unavailable("the session's Redis shard failed over during the write; retry")
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < self.replicas:
+            raise Unavailable(
+                f"the write reached the Redis master but only {int(acked)} of {self.replicas} replicas "
+                f"confirmed it within {self.timeout_ms} ms; retry (appends are idempotent by message id)"
+            )
+        return out

@@ -1,20 +1,32 @@
-"""SessionStore: session documents and messages in Redis.
+"""SessionStore: session documents and messages in Redis, one class a reader finds whole.
 
-The store is assembled from parts, one module each: what they share (store_base.py), messages
-(store_messages.py), lifecycle writes with their events (store_lifecycle.py), per-user erasure
-(store_erasure.py); this module holds the documents themselves (create, list, update). The parts share
-no changing state but the append path's memo (append_memo.py), which only its owner changes: the
-others tell it what changed.
+It holds the documents itself (create, read, list, update, summary, export) and a user's erasure (every
+key of the user's sessions, the index and stream entries that name them), and composes two named
+collaborators for the rest: ``messages`` (``messages.py``: the append path with its memo and its one
+retry policy, reads, restores) and ``transitions`` (``transitions.py``: lifecycle moves, each with its
+event). The methods callers use are all here; those of a collaborator say so in one line. The only
+state the parts share that changes after construction is the append path's memo, which only
+``messages`` changes: the others tell it what changed.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from ..errors import AlreadyExists, InvalidArgument
+from memlane import new_id
+
+from ..access.identity import UNRESTRICTED, Caller
+from ..errors import AlreadyExists, InvalidArgument, NotFound
+from ..ids import check_id
+from ..infra.redis_lane import as_dict, hot
+from ..infra.redis_server import PersistenceReport, rewrite_persistence
+from ..keyspace import KeySpace
 from ..paging import (
     MAX_PAGE_BYTES,
     MESSAGE_OVERHEAD_BYTES,
@@ -24,35 +36,35 @@ from ..paging import (
     page_size,
     query_fingerprint,
 )
+from ..tokens import TokenCounter
 from . import scripts
-from .codec import (
-    encode_session,
-    encode_summary,
-)
-from .ids import check_id, new_id
-from .limits import (
-    check_list,
-    check_metadata,
-    check_short,
+from .codec import decode_session, encode_session, encode_summary
+from .events import PendingEvent, decode_entry
+from .limits import Limits, check_list, check_metadata, check_short
+from .messages import (
+    SCAN_BUDGET,
+    AppendMemo,
+    AppendOutcome,
+    MessagePage,
+    SessionMessages,
+    now_ms,
 )
 from .model import (
+    Message,
+    MessageFilter,
     PromotionState,
+    Retirement,
     Session,
     SessionStatus,
     Summary,
-)
-from .store_base import _SCAN_BUDGET, now_ms
-from .store_erasure import ErasureOps
-from .store_lifecycle import LifecycleOps
-from .store_messages import (
-    AppendOutcome,
-    MessageFilter,
-    MessageOps,
+    Topology,
     default_visibility,
     with_session_defaults,
 )
+from .scripts import Durability, script_error
+from .transitions import SessionTransitions
 
-# The store's public names, wherever in its parts each is defined.
+# The store's public names, wherever each is defined.
 __all__ = [
     "UPDATABLE_FIELDS",
     "AppendOutcome",
@@ -84,8 +96,49 @@ def _session_bytes(s: Session) -> int:
 UPDATABLE_FIELDS = frozenset({"tags", "metadata", "participants", "status", "group", "model", "ttl_seconds"})
 
 
-class SessionStore(MessageOps, LifecycleOps, ErasureOps):
+class SessionStore:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: KeySpace,
+        tokens: TokenCounter,
+        *,
+        limits: Limits,
+        default_ttl_seconds: int,
+        default_topology: Topology = Topology.SHARED,
+        executor: Executor | None = None,
+        durability: Durability | None = None,
+    ) -> None:
+        self.redis = redis
+        self._durability = durability if durability is not None and durability.replicas > 0 else None
+        self.keys = keys
+        self.tokens = tokens
+        self.limits = limits
+        self.default_ttl_seconds = default_ttl_seconds
+        self.default_topology = default_topology
+        self._memo = AppendMemo(redis, keys)
+        self.messages = SessionMessages(
+            redis, keys, tokens, limits, self._memo, executor=executor, durability=self._durability
+        )
+        self.transitions = SessionTransitions(redis, keys, self._memo)
+        self._create = redis.register_script(scripts.CREATE)
+        self._set_summary = redis.register_script(scripts.SET_SUMMARY)
+
     # ----------------------------------------------------------------- sessions
+
+    async def get(self, session_id: str) -> Session:
+        check_id(session_id, "session_id")
+        h = as_dict(await hot(self.redis, "HGETALL", self.keys.session(session_id).doc))
+        if not h:
+            raise NotFound(f"session {session_id!r} not found")
+        return decode_session(h)
+
+    async def get_many(self, session_ids: Sequence[str]) -> list[Session | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in session_ids:
+                pipe.hgetall(self.keys.session(sid).doc)
+            rows = await pipe.execute()
+        return [decode_session(h) if h else None for h in rows]
 
     async def create(self, s: Session, *, default_ttl_seconds: int | None = None) -> tuple[Session, bool]:
         """Creates ``s`` (its id generated when empty) or returns the existing session of that id.
@@ -206,7 +259,7 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
         scanned = page_bytes = 0
         full = False  # the page reached its byte bound
         last: tuple[int, str] | None = after
-        while len(out) < size and scanned < _SCAN_BUDGET and not full:
+        while len(out) < size and scanned < SCAN_BUDGET and not full:
             chunk = max(size * 2, 64)
             rows = cast(
                 list[tuple[bytes, float]],
@@ -235,7 +288,7 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
                 last = None  # exhausted
                 break
         next_token = encode_token(q, [last[0], last[1]]) if last is not None and len(out) > 0 else ""
-        if last is not None and not out and scanned >= _SCAN_BUDGET:
+        if last is not None and not out and scanned >= SCAN_BUDGET:
             next_token = encode_token(q, [last[0], last[1]])
         return out, next_token
 
@@ -304,7 +357,7 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
         try:
             await self._set_summary(keys=[self.keys.session(session_id).doc], args=flat)
         except ResponseError as exc:
-            raise self._script_error(exc, session_id) from exc
+            raise script_error(exc, session_id) from exc
 
     # ----------------------------------------------------------------- export, health and metrics
 
@@ -320,3 +373,175 @@ class SessionStore(MessageOps, LifecycleOps, ErasureOps):
         """Ids of every session, newest first, from rank ``start`` (for sampled metrics)."""
         raw: Any = await self.redis.zrevrange(self.keys.all_sessions(), start, start + count - 1)
         return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+
+    # ----------------------------------------------------------------- a user's export and erasure
+
+    async def session_ids_of_user(self, user_id: str) -> list[str]:
+        check_id(user_id, "user_id")
+        raw = cast(list[bytes], await self.redis.zrange(self.keys.user_sessions(user_id), 0, -1))
+        return [r.decode() for r in raw]
+
+    async def erase_user(self, user_id: str) -> dict[str, int]:
+        """Deletes every Redis key of the user's sessions (document, messages, order, activity, traces)
+        and the user's entries in every index. Returns counts by kind. Idempotent."""
+        sids = await self.session_ids_of_user(user_id)
+        counts = {"redis.sessions": 0, "redis.messages": 0, "redis.traces": 0}
+        for i in range(0, len(sids), 200):
+            chunk = sids[i : i + 200]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in chunk:
+                    k = self.keys.session(sid)
+                    pipe.exists(k.doc)
+                    pipe.hlen(k.messages)
+                    pipe.zcard(k.traces)
+                sizes = await pipe.execute()
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in chunk:
+                    pipe.delete(*self.keys.every_key_of(sid))
+                for index in self.keys.session_indexes():
+                    pipe.zrem(index, *chunk)
+                await pipe.execute()
+            for j, sid in enumerate(chunk):
+                counts["redis.sessions"] += int(sizes[3 * j])
+                counts["redis.messages"] += int(sizes[3 * j + 1])
+                counts["redis.traces"] += int(sizes[3 * j + 2])
+                self._memo.forget(sid)
+        # Every per-user key (sessions index, LTM version, retry once-marks): their names hold the id.
+        per_user = [k async for k in self.redis.scan_iter(match=self.keys.user_pattern(user_id), count=1000)]
+        for i in range(0, len(per_user), 500):
+            await self.redis.delete(*per_user[i : i + 500])
+        marks = self.keys.once_prefix(user_id).encode()
+        counts["redis.once_marks"] = sum(1 for k in per_user if k.startswith(marks))
+        counts["redis.stream_entries"] = await self._erase_stream_entries(set(sids), user_id)
+        counts["redis.stream_entries"] += await self._erase_queued_events(set(sids), user_id)
+        return counts
+
+    async def _erase_queued_events(self, session_ids: set[str], user_id: str) -> int:
+        """Events of the session-end queue not yet relayed to the stream (sessions/events.py) that name
+        one of the sessions or the user; the sessions' own outboxes went with their keys."""
+        key = self.keys.session_end_outbox()
+        rows: Any = await self.redis.lrange(key, 0, -1)
+        erased = 0
+        for raw in rows:
+            entry = decode_entry(raw)
+            if entry["s"] in session_ids or entry["u"] == user_id:
+                erased += int(await self.redis.lrem(key, 0, raw))
+        return erased
+
+    async def rewrite_persistence(self) -> PersistenceReport:
+        """After an erasure: Redis's files on disk still hold what the deletes removed from memory."""
+        return await rewrite_persistence(self.redis)
+
+    async def _erase_stream_entries(self, session_ids: set[str], user_id: str) -> int:
+        """XDELs every event and queued job that names one of the sessions (or the user)."""
+        erased = 0
+        for stream in self.keys.session_streams():
+            start = "-"
+            while True:
+                batch = cast(
+                    list[tuple[bytes, dict[bytes, bytes]]],
+                    await self.redis.xrange(stream, min=start, max="+", count=1000),
+                )
+                doomed = [
+                    eid
+                    for eid, fields in batch
+                    if fields.get(b"s", b"").decode() in session_ids
+                    or fields.get(b"u", b"").decode() == user_id
+                ]
+                if doomed:
+                    erased += int(await self.redis.xdel(stream, *doomed))
+                if len(batch) < 1000:
+                    break
+                start = "(" + batch[-1][0].decode()
+        return erased
+
+    # ----------------------------------------------------------------- messages (``messages``)
+
+    async def append(
+        self, session_id: str, messages: list[Message], writer: Caller = UNRESTRICTED, model: str = ""
+    ) -> AppendOutcome:
+        """``SessionMessages.append``: one batch, atomically; an expired session is refused."""
+        return await self.messages.append(session_id, messages, writer, model)
+
+    async def append_reviving(
+        self,
+        session_id: str,
+        build: Callable[[], list[Message]],
+        writer: Caller,
+        revive: Callable[[str], Awaitable[Any]],
+    ) -> AppendOutcome:
+        """``SessionMessages.append_reviving``: AppendMessages, under the append path's retry policy."""
+        return await self.messages.append_reviving(session_id, build, writer, revive)
+
+    async def tail(self, session_id: str, limit: int) -> list[Message]:
+        """``SessionMessages.tail``: the last ``limit`` messages, oldest first."""
+        return await self.messages.tail(session_id, limit)
+
+    async def range_by_seq(
+        self, session_id: str, after_seq: int, until_seq: int, limit: int
+    ) -> list[Message]:
+        """``SessionMessages.range_by_seq``: ``after_seq < seq <= until_seq``, oldest first."""
+        return await self.messages.range_by_seq(session_id, after_seq, until_seq, limit)
+
+    async def list_messages(self, session_id: str, f: MessageFilter, size: int, token: str) -> MessagePage:
+        """``SessionMessages.list_messages``: one page of ListMessages."""
+        return await self.messages.list_messages(session_id, f, size, token)
+
+    def all_messages(self, session_id: str, batch: int = 500) -> AsyncIterator[Message]:
+        """``SessionMessages.all_messages``: every stored message, oldest first."""
+        return self.messages.all_messages(session_id, batch)
+
+    async def restore(self, session_id: str, messages: Sequence[Message]) -> None:
+        """``SessionMessages.restore``: archived messages back under their ids and seqs."""
+        await self.messages.restore(session_id, messages)
+
+    # ----------------------------------------------------------------- lifecycle moves (``transitions``)
+
+    async def transition(
+        self,
+        session_id: str,
+        to: SessionStatus,
+        allowed_from: Iterable[SessionStatus],
+        ts_field: str = "",
+        *,
+        event: PendingEvent | None = None,
+        event_from: Iterable[SessionStatus] = (),
+        untrack: bool = True,
+    ) -> SessionStatus:
+        """``SessionTransitions.transition``: a status move, with its event; the previous status."""
+        return await self.transitions.transition(
+            session_id, to, allowed_from, ts_field, event=event, event_from=event_from, untrack=untrack
+        )
+
+    async def set_promotion_state(
+        self,
+        session_id: str,
+        to: PromotionState,
+        allowed_from: Iterable[PromotionState] = (),
+        *,
+        event: PendingEvent | None = None,
+    ) -> PromotionState:
+        """``SessionTransitions.set_promotion_state``: the previous promotion state."""
+        return await self.transitions.set_promotion_state(session_id, to, allowed_from, event=event)
+
+    async def retirement(self, session_id: str) -> Retirement | None:
+        """``SessionTransitions.retirement``: the retirement record, if any."""
+        return await self.transitions.retirement(session_id)
+
+    async def retire_hot(
+        self, s: Session, archived_through: int, retirement: Retirement, event: PendingEvent
+    ) -> bool:
+        """``SessionTransitions.retire_hot``: the hot data goes, a stub stays."""
+        return await self.transitions.retire_hot(s, archived_through, retirement, event)
+
+    async def finish_resume(self, s: Session, resumed_at_ms: int, event: PendingEvent) -> None:
+        """``SessionTransitions.finish_resume``: resumption's last step."""
+        await self.transitions.finish_resume(s, resumed_at_ms, event)
+
+    async def resume_expired(self, session_id: str, event: PendingEvent) -> SessionStatus:
+        """``SessionTransitions.resume_expired``: EXPIRED -> ACTIVE; the previous status."""
+        return await self.transitions.resume_expired(session_id, event)
+
+    async def retime(self, session_id: str) -> None:
+        """``SessionTransitions.retime``: the inactivity clock follows a new timeout."""
+        await self.transitions.retime(session_id)

@@ -14,9 +14,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from ..infra.redis_lane import hot
+from ..keyspace import KeySpace
 from . import scripts
 from .codec import decode_message
-from .keys import KeySpace
 from .model import Message
 
 

@@ -4,10 +4,9 @@ The ``client`` provider (the agent summarizes with its own model) needs no class
 the range to summarize and ``SubmitSummary`` stores the result (see ``memlane_server.context``).
 """
 
-from .base import Summarizer, SummaryResult
 from .extractive import ExtractiveSummarizer
-from .metrics import MeteredSummarizer, SummarizationMetrics
 from .openai_compat import OpenAISettings, OpenAISummarizer
+from .summarizer import MeteredSummarizer, SummarizationMetrics, Summarizer, SummaryResult
 
 __all__ = [
     "ExtractiveSummarizer",

@@ -11,7 +11,7 @@ from ..errors import Unavailable
 from ..infra.openai_chat import ChatCompletions, ChatEndpoint
 from ..sessions.model import Message, Role
 from ..tokens import TokenCounter
-from .base import SummaryResult
+from .summarizer import SummaryResult
 
 PROVIDER = "openai"
 

@@ -8,7 +8,6 @@ access policy.
 """
 
 from .access import ViewerAccess
-from .app import PREFIX, Viewer
-from .mount import viewer_for
+from .app import PREFIX, Viewer, viewer_for
 
 __all__ = ["PREFIX", "Viewer", "ViewerAccess", "viewer_for"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..access.authenticate import is_local_peer
 from ..access.policy import PolicyFile
 from ..errors import PermissionDenied, Unauthenticated
-from ..infra.hosts import is_loopback_host
+from ..infra.endpoints import is_loopback_host
 from ..observability.http_endpoint import HttpRequest
 
 COOKIE = "memlane_viewer_token"

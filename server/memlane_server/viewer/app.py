@@ -1,9 +1,11 @@
 """The viewer's routes: parse the path (every segment percent-decoded on its own: ids are hostile), let
-the request in (``ViewerAccess``), read through the API, render a template (autoescaped)."""
+the request in (``ViewerAccess``), read through the API, render a template (autoescaped); and mounting
+the viewer on a sidecar's admin port (``viewer_for``)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -14,9 +16,11 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 import memlane
 from memlane.v1 import context_pb2, memory_pb2, session_pb2
 
+from ..access.policy import PolicyFile
+from ..config import AccessSettings
 from ..errors import MemlaneError as DomainError
 from ..errors import PermissionDenied, Unauthenticated
-from ..observability.http_endpoint import HttpRequest, HttpResponse
+from ..observability.http_endpoint import HttpEndpoint, HttpRequest, HttpResponse
 from . import pages
 from .access import COOKIE, Grant, ViewerAccess
 
@@ -362,3 +366,24 @@ def _query_string(request: HttpRequest, **replace: str) -> str:
     pairs = [(k, v) for k, vs in request.query.items() if k not in replace for v in vs]
     pairs += [(k, v) for k, v in replace.items() if v]
     return urlencode(pairs)
+
+
+# --- Putting the viewer on a sidecar's admin port ------------------------------------------------------
+
+log = logging.getLogger(__name__)
+
+
+def viewer_for(
+    admin: HttpEndpoint, addresses: list[str], settings: AccessSettings, policy: PolicyFile
+) -> Viewer | None:
+    """Mounts the viewer under ``/viewer/``. It reads through the sidecar's own gRPC API: over its Unix
+    socket if it has one, else over loopback TCP (a TLS-only TCP listener needs a Unix socket for it)."""
+    local = [a for a in addresses if a.startswith("unix:")]
+    if not local and not settings.tls_cert_file:
+        local = [f"127.0.0.1:{a.rsplit(':', 1)[1]}" for a in addresses]
+    if not local:
+        log.warning("memory viewer disabled: with TLS it needs a unix: listen address to call the API")
+        return None
+    viewer = Viewer(ViewerAccess(policy, auth_required=settings.auth_required), local[0])
+    admin.mount(PREFIX + "/", viewer)
+    return viewer

@@ -1,5 +1,5 @@
 """The embedding model from its settings: which file, which maths. Apart from ``wiring/stores.py`` so that
-the model process (``model_process.py``) imports the model's libraries and nothing else of the sidecar."""
+the model process (``children.py``) imports the model's libraries and nothing else of the sidecar."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..embedding import OnnxEmbedder, OnnxModelSpec, Pooling, int8_spec, package
 
 def embedding_spec(s: EmbeddingSettings) -> OnnxModelSpec:
     """The configured model with the configured maths. Blocking: the first start on a machine converts
-    the model to int8 (seconds; cached after, see embedding/int8.py)."""
+    the model to int8 (seconds; cached after, see embedding/spec.py)."""
     base = packaged_spec()
     spec = base
     if s.embedding_model_path:

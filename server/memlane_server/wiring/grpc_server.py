@@ -34,14 +34,12 @@ from memlane.v1 import (
 
 from .. import telemetry
 from ..access.authenticate import Authenticator
-from ..access.policy import PolicyFile
-from ..access.user_token import UserTokenRules, load_jwks_file
+from ..access.policy import PolicyFile, UserTokenRules, load_jwks_file
 from ..api.admin import AdminServicer
 from ..api.admission import AdmissionInterceptor, parse_limits
-from ..api.binding import UserBinding
 from ..api.checkpoints import CheckpointServicer
 from ..api.context import ContextServicer
-from ..api.interceptor import BoundaryInterceptor
+from ..api.interceptor import BoundaryInterceptor, UserBinding
 from ..api.memory_history import MemoryServicerWithHistory
 from ..api.procedures import ProcedureServicer
 from ..api.sessions import SessionServicer
@@ -51,17 +49,15 @@ from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
 from ..infra.redis_pool import RedisClient, backend_fault
 from ..ltm import MemoryService
-from ..ltm.snapshots import MemorySnapshots
+from ..ltm.operations import MemorySnapshots
+from ..ltm.redis_state import OnceMarks
 from ..observability.domain import DomainMetrics
 from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics
-from ..pipelines.user_data import UserData
-from ..pipelines.user_directory import UserDirectory
+from ..pipelines.user_data import UserData, UserDirectory
 from ..pipelines.user_import import UserImport
-from ..sessions.edits import MessageEditor
-from ..sessions.fence import ErasureJournal
-from ..sessions.once import OnceMarks
-from ..sessions.removal import MessageRemover
+from ..sessions.edits import MessageEditor, MessageRemover
+from ..sessions.leases import ErasureJournal
 from .lifecycle import SessionEnd
 from .stores import Stores
 

@@ -15,13 +15,11 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from .. import telemetry
 from ..config import ContextSettings, ExtractionSettings, PipelineSettings, Settings, SummarizationSettings
 from ..context import ContextAssembler, MemorySource, SummaryScheduler, TraceStore
 from ..context.budget import BudgetPolicy
-from ..context.model import Fallback, Strategy
-from ..context.strategy import parse_strategy
-from ..context.summarization import SummaryWriter
+from ..context.model import Fallback, Strategy, parse_strategy
+from ..context.summaries import SummaryWriter
 from ..errors import InvalidArgument
 from ..extraction import (
     ExtractionMetrics,
@@ -42,14 +40,15 @@ from ..pipelines import (
     Resumer,
     SessionEndWorker,
     WorkerConfig,
+    metering,
 )
 from ..pipelines.incremental import LearnConfig, Learner, LearnScheduler
 from ..pipelines.on_request import EndOnRequest
 from ..pipelines.promote import ExtractingPromoter
-from ..sessions.channel_policies import PolicyBook
-from ..sessions.end_queue import SessionEndQueue
+from ..sessions.ending import SessionEndQueue
 from ..sessions.events import EventLog
 from ..sessions.lifecycle import Lifecycle
+from ..sessions.model import PolicyBook
 from ..summarizers import (
     ExtractiveSummarizer,
     MeteredSummarizer,
@@ -69,8 +68,8 @@ class SessionEnd:
     queue: SessionEndQueue
     summaries: SessionEndQueue  # background summaries' own lane
     lifecycle: Lifecycle
-    archive: telemetry.MeteredArchive
-    pipeline: telemetry.MeteredPipeline
+    archive: metering.MeteredArchive
+    pipeline: metering.MeteredPipeline
     resumer: Resumer
     on_request: EndOnRequest  # PromoteSession: a forced job, waited for
     scheduler: LearnScheduler | None  # the serving half of learning during the session
@@ -98,11 +97,11 @@ def build_session_end(
     summaries = SessionEndQueue(redis, stores.keys, key=stores.keys.summary_queue())
     # With the client provider the agent summarizes live turns; at session end nobody is there to
     # ask, so the tail is summarized extractively.
-    end_summarizer = telemetry.MeteredStepSummarizer(
+    end_summarizer = metering.MeteredStepSummarizer(
         summarizer or ExtractiveSummarizer(tokens, settings.sessions.default_model, executor), metrics
     )
     promoter = _promoter(stores, ltm, extractor, metrics)
-    archive = telemetry.MeteredArchive(
+    archive = metering.MeteredArchive(
         p.archive_uri or str(Path(settings.server.data_dir) / "archive"), metrics
     )
     pipeline = _pipeline(
@@ -153,11 +152,11 @@ def _promoter(
     stores: Stores, ltm: MemoryService | None, extractor: Extractor | None, metrics: DomainMetrics
 ) -> Promoter | None:
     """Promotion into long-term memory, when there is one; successful sessions also propose an example
-    procedure for their agent (pipelines/promote.py, procedures/extract.py)."""
+    procedure for their agent (pipelines/promote.py, procedures/service.py)."""
     if ltm is None or extractor is None:
         return None
     return ExtractingPromoter(
-        telemetry.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
+        metering.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
     )
 
 
@@ -188,13 +187,13 @@ def _pipeline(
     p: PipelineSettings,
     stores: Stores,
     lifecycle: Lifecycle,
-    archive: telemetry.MeteredArchive,
+    archive: metering.MeteredArchive,
     *,
     summarizer: Summarizer,
     promoter: Promoter | None,
     metrics: DomainMetrics,
-) -> telemetry.MeteredPipeline:
-    return telemetry.MeteredPipeline(
+) -> metering.MeteredPipeline:
+    return metering.MeteredPipeline(
         stores.sessions,
         lifecycle,
         archive,

@@ -10,25 +10,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import telemetry
+from ..checkpoints.store import CheckpointStore
 from ..config import LtmSettings, Settings
 from ..embedding import Embedder
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
+from ..keyspace import KeySpace
 from ..ltm import LanceMemoryStore, MemoryMaintenance, MemoryService, MemoryTuning
 from ..ltm.history import HistoryLog, MemoryHistory
+from ..ltm.redis_state import LtmVersions, RedisMemoryHistory
 from ..ltm.tuning import EXPANSION_WEIGHT
 from ..observability.domain import DomainMetrics
 from ..procedures import Owner, ProcedureService
-from ..sessions.checkpoints import CheckpointStore
-from ..sessions.durability import Durability
-from ..sessions.end_state import EndState
-from ..sessions.keys import KeySpace
-from ..sessions.lease import LeaseLock
+from ..procedures.store import ProcedureStore
+from ..sessions.ending import EndState
+from ..sessions.leases import LeaseLock
 from ..sessions.limits import Limits
-from ..sessions.ltm_versions import LtmVersions
-from ..sessions.memory_history import RedisMemoryHistory
 from ..sessions.model import Topology
-from ..sessions.procedures import ProcedureStore
+from ..sessions.scripts import Durability
 from ..sessions.store import SessionStore
 from ..sessions.traces import TraceRecords
 from ..tokens import TokenCounter
