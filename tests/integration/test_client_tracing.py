@@ -78,7 +78,13 @@ def test_the_sidecars_spans_are_children_of_the_agents_span(sidecar: SidecarProc
     for name in (CREATE, APPEND, ASSEMBLE):
         assert spans[name]["parent_id"] == f"0x{ctx.span_id:016x}", name
     assert [s.name for s in exporter.get_finished_spans()] == ["agent-turn"]  # no memlane.add under it
-    assembles = [s for s in spans_in(sidecar.log.read_text()) if s["name"] == ASSEMBLE]
+
+    # The exporter writes in batches: wait for both assemblies' spans before comparing their traces.
+    def both_assembles() -> list[dict[str, Any]] | None:
+        found = [s for s in spans_in(sidecar.log.read_text()) if s["name"] == ASSEMBLE]
+        return found if len(found) >= 2 else None
+
+    assembles = wait_for(both_assembles, timeout=60, describe=sidecar.log.read_text)
     assert len({s["context"]["trace_id"] for s in assembles}) == 2
 
 

@@ -19,7 +19,7 @@ JWK = {**json.loads(OKPAlgorithm.to_jwk(PRIVATE.public_key())), "kid": "login-1"
 KEYS = parse_jwks({"keys": [JWK]}, "test")
 
 
-def _token(sub: object = "ana", expires_in: float = 60, kid: str = "login-1", **claims: object) -> str:
+def _token(sub: object = "ana", expires_in: float = 86400, kid: str = "login-1", **claims: object) -> str:
     payload = {"sub": sub, "exp": int(time.time() + expires_in), **claims}
     return jwt.encode(payload, PRIVATE, algorithm="EdDSA", headers={"kid": kid})
 
