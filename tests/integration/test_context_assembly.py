@@ -14,11 +14,12 @@ import pytest
 import memlane
 from memlane import Message, Role
 from memlane.v1 import context_pb2 as cpb
+from memlane.v1 import memory_pb2 as mpb
 from memlane_server.access.identity import Caller
 from memlane_server.background import SidecarThread
 from memlane_server.config import build_settings
 from memlane_server.context import MemoryHit
-from tests.conftest import ServerFactory, delete_prefix
+from tests.conftest import ServerFactory, delete_prefix, wait_for
 from tests.peers.openai_compat import LoggedRequest, OpenAICompatServer
 from tests.synthetic_sessions import EARLY_ID, session_texts
 
@@ -151,6 +152,41 @@ def test_decision_and_order_number_reach_turn_300_with_hybrid_not_with_sliding_w
         client, session_id=sid, user_input="remind me", strategy=cpb.CONTEXT_STRATEGY_SLIDING_WINDOW, **WINDOW
     )
     assert "annual plan" not in _text(sliding) and "ORD-77123" not in _text(sliding)
+
+
+def test_a_sessions_own_learnt_turns_stay_out_of_its_recall_and_reach_its_next_session(
+    client: memlane.Client,
+) -> None:
+    """Learning during the session makes its turns episodes; recalled into the same session they would
+    bring back what its strategy left out (a sliding window's old turns) as "earlier conversations".
+    Its history is the authority for its own turns; the next session of the user recalls them."""
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    sid = client.create_session(user_id=user).session.session_id
+    client.append_messages(session_id=sid, messages=_turns(1, 30))
+
+    def learnt() -> list[mpb.Memory] | None:
+        hits = client.search_memories(caller=mpb.Caller(user_id=user), query=DECISION, limit=50).results
+        own = [
+            h.memory for h in hits if h.memory.source_session_id == sid and "annual plan" in h.memory.content
+        ]
+        return [m for m in own if m.kind == mpb.MEMORY_KIND_EPISODIC] or None
+
+    wait_for(learnt, timeout=30)
+    question = "which plan did we decide on?"
+    sliding, _ = assemble(
+        client,
+        session_id=sid,
+        user_input=question,
+        strategy=cpb.CONTEXT_STRATEGY_SLIDING_WINDOW,
+        window_turns=4,
+        **WINDOW,
+    )
+    assert [m.seq for m in sliding[4].messages] == [27, 28, 29, 30]
+    assert "annual plan" not in _text(sliding)
+    # Positive control: the user's next session recalls the decision from this one.
+    following = client.create_session(user_id=user).session.session_id
+    recalled, _ = assemble(client, session_id=following, user_input=question, **WINDOW)
+    assert "annual plan" in "\n".join(m.content for m in recalled[2].messages)
 
 
 @pytest.mark.parametrize("shape", ["routine_numbers", "status_templates", "many_identifiers"])
@@ -353,7 +389,15 @@ def test_first_block_arrives_before_a_slow_memory_section_completes(
             return [MemoryHit("p1", "Prefers email.", 1.0)]
 
         async def recall(
-            self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
+            self,
+            user_id: str,
+            viewer: Caller,
+            query: str,
+            limit: int,
+            channel: str = "",
+            *,
+            spares: int = 0,
+            session_id: str = "",
         ) -> list[MemoryHit]:
             # Blocks until the client has seen the first block: only a streamed response can release it.
             # (a threading.Event: the client runs on the test's thread, the server on its own loop).

@@ -50,6 +50,7 @@ def _corpus(rng: random.Random) -> list[MemoryItem]:
                 occurred_at_ms=NOW - rng.randrange(0, 5000),
                 valid_until_ms=rng.choice([0, 0, NOW - 1, NOW + 1]),
                 superseded_by=rng.choice(["", "", "", "m0"]),
+                source_session_id=rng.choice(["", "s1", "s2"]),
                 vector=[rng.random() for _ in range(NDIMS)],
             )
         )
@@ -65,6 +66,7 @@ def _filters(rng: random.Random) -> list[MemoryFilter]:
                 scopes=rng.sample(list(MemoryScope), rng.randrange(0, 3)),
                 channel=rng.choice(["", "", "web", "sms", "nowhere"]),
                 episodes_from_channel=rng.choice([None, "", "web"]),
+                episodes_not_from_session=rng.choice(["", "", "s1"]),
                 since_ms=rng.choice([0, NOW - 2500]),
                 until_ms=rng.choice([0, NOW - 1000]),
             )

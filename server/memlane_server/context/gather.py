@@ -89,7 +89,13 @@ class Gatherer:
             if skip_ltm or not req.user_input or Provenance.MEMORY in req.omit
             else asyncio.create_task(
                 self._memory.recall(
-                    session.user_id, viewer, req.user_input, limit, session.channel, spares=limit
+                    session.user_id,
+                    viewer,
+                    req.user_input,
+                    limit,
+                    session.channel,
+                    spares=limit,
+                    session_id=session.session_id,
                 )
             ),
             asyncio.create_task(self._history.read(session, s.strategy, s.window_turns, req.viewer, s.model)),

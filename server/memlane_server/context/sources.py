@@ -38,10 +38,20 @@ class MemorySource(Protocol):
         ...
 
     async def recall(
-        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
+        self,
+        user_id: str,
+        viewer: Caller,
+        query: str,
+        limit: int,
+        channel: str = "",
+        *,
+        spares: int = 0,
+        session_id: str = "",
     ) -> list[MemoryHit]:
-        """Memories relevant to ``query``, best first; ``channel`` is where the conversation happens.
-        Up to ``limit + spares``: the spares stand in for hits assembly already shows elsewhere."""
+        """Memories relevant to ``query``, best first; ``channel`` is where the conversation happens,
+        ``session_id`` the session asking: its own turns are not recalled to it as episodes (its
+        history, by its strategy, decides which of them it sees). Up to ``limit + spares``: the spares
+        stand in for hits assembly already shows elsewhere."""
         ...
 
     def forget(self, user_id: str) -> None:
@@ -59,7 +69,15 @@ class NoMemory:
         return []
 
     async def recall(
-        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
+        self,
+        user_id: str,
+        viewer: Caller,
+        query: str,
+        limit: int,
+        channel: str = "",
+        *,
+        spares: int = 0,
+        session_id: str = "",
     ) -> list[MemoryHit]:
         return []
 
@@ -132,14 +150,25 @@ class LtmMemorySource:
         self._memory.drop_cached(user_id)  # and the recall index of the user's items
 
     async def recall(
-        self, user_id: str, viewer: Caller, query: str, limit: int, channel: str = "", *, spares: int = 0
+        self,
+        user_id: str,
+        viewer: Caller,
+        query: str,
+        limit: int,
+        channel: str = "",
+        *,
+        spares: int = 0,
+        session_id: str = "",
     ) -> list[MemoryHit]:
         if not query.strip():
             return []
         # The version read refreshes this sidecar's view when another wrote; a caller who can see
         # nothing gets [] from the recall index without the query being embedded.
         await self._version(user_id)
-        flt = MemoryFilter(episodes_from_channel=None if self._cross_channel else channel)
+        flt = MemoryFilter(
+            episodes_from_channel=None if self._cross_channel else channel,
+            episodes_not_from_session=session_id,
+        )
         query_ = RecallQuery(_who(user_id, viewer), query[-2000:], limit + spares, filter=flt)
         hits = await self._memory.search(query_)
         # A use each for the first ``limit``: the spares are injected only in place of a repeat.

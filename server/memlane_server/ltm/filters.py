@@ -98,6 +98,11 @@ def narrowed(base: Expr, flt: MemoryFilter, now_ms: int) -> Expr:
         expr = expr & (
             (col("kind") != lit(MemoryKind.EPISODIC.value)) | is_("channel", flt.episodes_from_channel)
         )
+    if flt.episodes_not_from_session:
+        expr = expr & (
+            (col("kind") != lit(MemoryKind.EPISODIC.value))
+            | (col(KEY_COLUMNS["source_session_id"]) != lit(key(flt.episodes_not_from_session)))
+        )
     if flt.since_ms:
         expr = expr & (col("occurred_at_ms") >= lit(int(flt.since_ms)))
     if flt.until_ms:
@@ -106,7 +111,7 @@ def narrowed(base: Expr, flt: MemoryFilter, now_ms: int) -> Expr:
 
 
 # What ``narrowed_mask`` reads: the columns ``narrowed`` tests, as an in-memory index holds them.
-MASK_COLUMNS = ["kind", "scope", "channel_key", "occurred_at_ms", "valid_until_ms"]
+MASK_COLUMNS = ["kind", "scope", "channel_key", "session_key", "occurred_at_ms", "valid_until_ms"]
 
 
 def narrowed_mask(
@@ -129,6 +134,10 @@ def narrowed_mask(
         mask &= channel == key(flt.channel)
     if flt.episodes_from_channel is not None:
         mask &= (kind != MemoryKind.EPISODIC.value) | (channel == key(flt.episodes_from_channel))
+    if flt.episodes_not_from_session:
+        mask &= (kind != MemoryKind.EPISODIC.value) | (
+            cols["session_key"] != key(flt.episodes_not_from_session)
+        )
     if flt.since_ms:
         mask &= cols["occurred_at_ms"] >= int(flt.since_ms)
     if flt.until_ms:

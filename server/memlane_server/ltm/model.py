@@ -113,6 +113,8 @@ class MemoryFilter:
     channel: str = ""
     # Set: episodic items only from this channel (other kinds from any channel).
     episodes_from_channel: str | None = None
+    # Set: no episodic items of this session (its own history holds its turns; other kinds still come).
+    episodes_not_from_session: str = ""
     since_ms: int = 0  # occurred_at_ms >= since_ms
     until_ms: int = 0  # occurred_at_ms < until_ms
     # Only the memory viewer may ask for retired items; recall and profile never serve them.

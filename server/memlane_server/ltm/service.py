@@ -322,6 +322,7 @@ def page_query(who: Visibility, flt: MemoryFilter) -> str:
         sorted({MemoryScope(s).value for s in flt.scopes}),
         flt.channel,
         flt.episodes_from_channel,
+        flt.episodes_not_from_session,
         flt.since_ms,
         flt.until_ms,
         flt.include_retired,

@@ -13,6 +13,7 @@ COLS = {
     "kind": np.array(["fact", "episodic", "episodic", "preference"]),
     "scope": np.array(["user", "agent", "agent", "group"]),
     "channel_key": np.array([key("web"), key("web"), key("voice"), key("voice")]),
+    "session_key": np.array([key("s1"), key("s1"), key("s2"), key("s1")]),
     "valid_until_ms": np.array([0, 0, 50, 500]),
     "occurred_at_ms": np.array([10, 20, 30, 40]),
 }
@@ -32,6 +33,11 @@ def test_expired_rows_drop_and_each_field_narrows() -> None:
 
 def test_episodes_from_one_channel_leave_other_kinds_alone() -> None:
     assert _rows(MemoryFilter(episodes_from_channel="voice"), now_ms=0) == [0, 2, 3]
+
+
+def test_a_sessions_own_episodes_leave_and_its_other_kinds_stay() -> None:
+    assert _rows(MemoryFilter(episodes_not_from_session="s1"), now_ms=0) == [0, 2, 3]
+    assert _rows(MemoryFilter(episodes_not_from_session="s2"), now_ms=0) == [0, 1, 3]
 
 
 def test_retired_items_are_not_served_from_memory() -> None:
