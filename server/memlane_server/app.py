@@ -65,7 +65,7 @@ _CALLS_PHASE: tuple[DrainStep, ...] = ("calls", "learn scheduler")
 # What ``stop`` closes after the drain, in this order; a part that never started is absent. Literal
 # types, so a part registered under a name missing here fails the type check instead of staying open.
 CloseStep = Literal[
-    "memory trim",  # a worker's (worker.py)
+    "memory trim",  # a worker's (cli/start.py)
     "erasure resume",
     "grpc connections",
     "policy reload",

@@ -6,7 +6,7 @@ three collaborators it composes, each in its section below: freshness (``Freshne
 A reader's view kept current with writes made elsewhere: by a worker process of this sidecar (session
 end, learning), or by another sidecar on the same table.
 
-Every LTM write bumps the user's version token in Redis (``sessions/ltm_versions.py``), and a write that
+Every LTM write bumps the user's version token in Redis (``ltm/redis_state.py``), and a write that
 removed rows its removals token too. Before a read of a user's memories, both are read (once per user in
 flight: a profile and a recall of one assembly share them) and compared with the ones this process's
 view was last current with. On a change the table's view is refreshed, and the user's in-memory recall

@@ -1,8 +1,7 @@
 """Versions of memory items, in one home: why an item changed, the journal ``MemoryService`` writes
 every change to (``HistoryLog``, met by ``MemoryHistory``), its export, and the storage protocols
-underneath (``JournalBackend``, ``SnapshotBackend``). Their Redis implementation lives with the other
-Redis keys (``sessions/memory_history.py``) and sees only encoded item documents: ltm and sessions know
-nothing of each other; wiring puts the two together.
+underneath (``JournalBackend``, ``SnapshotBackend``). Their Redis implementation
+(``ltm/redis_state.py``) sees only encoded item documents; wiring puts the two together.
 
 A version is the whole item as the change left it (for a deletion: as it was), minus its vector (derived
 data, recomputed from content and keywords when a snapshot is restored).
@@ -132,7 +131,7 @@ class SnapshotBackend(Protocol):
 
 
 class HistoryBackend(JournalBackend, SnapshotBackend, Protocol):
-    """Both, as one store keeps them (``sessions/memory_history.py RedisMemoryHistory``)."""
+    """Both, as one store keeps them (``ltm/redis_state.py RedisMemoryHistory``)."""
 
 
 class MemoryHistory:

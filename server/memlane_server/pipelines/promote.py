@@ -124,7 +124,7 @@ class LtmPromoter:
 
 class ExtractingPromoter:
     """A ``Promoter`` that also proposes an example procedure from a successful session
-    (``procedures/extract.py``), then promotes as before."""
+    (``procedures/service.py``), then promotes as before."""
 
     def __init__(self, inner: Promoter, procedures: ProcedureService) -> None:
         self._inner = inner

@@ -1,7 +1,7 @@
 """Procedures as kept: the model every layer reads (owners, versions, states, and the active version
 assembly injects; no proto; enum values match ``memlane.v1`` enums), and below it the Redis store that
 holds their JSON form (``ProcedureStore``). The rules are ``service.py``'s; assembly
-(``context/procedures.py``) reads the model only."""
+(``context/sources.py``, ``context/compose.py``) reads the model only."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ REASON_FORCED = "forced"
 REASON_LEARN = "learn"
 REASON_LEARN_QUIET = "learn-quiet"
 LEARN_REASONS = (REASON_LEARN, REASON_LEARN_QUIET)
-# A background summary of an open session (context/summarization.py): the turns through ``through_seq``
+# A background summary of an open session (context/summaries.py): the turns through ``through_seq``
 # folded into its summary within ``budget`` tokens. Queued on a stream of its own
 # (``KeySpace.summary_queue``): a summary is small and wanted soon, and must not wait behind promotions.
 REASON_SUMMARIZE = "summarize"
