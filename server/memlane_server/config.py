@@ -157,8 +157,8 @@ class SessionSettings:
         3600, "Inactivity after which a session expires (channel policies may override)."
     )
     max_message_bytes: int = tune(256 * 1024, "Largest message content accepted, in bytes.")
-    max_batch_messages: int = tune(500, "Most messages accepted in one AppendMessages call.")
-    max_batch_bytes: int = tune(4 * 1024 * 1024, "Largest AppendMessages batch accepted, in bytes.")
+    max_batch_messages: int = tune(500, "Most messages in one AppendMessages or ExtractMemories call.")
+    max_batch_bytes: int = tune(4 * 1024 * 1024, "Largest batch accepted in one such call, in bytes.")
     default_topology: str = tune(
         "shared", "Who may read a new session's memories when CreateSession names no topology."
     )

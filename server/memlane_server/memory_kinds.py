@@ -3,8 +3,9 @@
 A leaf (it imports nothing of the package) so that both sides of promotion share it: ``extraction/``
 states drafts and never imports ``ltm/``, ``ltm/`` stores them, and ``api/`` maps the two enums to their
 ``memlane.v1`` twins through checked bridges (``api/enums.py``) that fail at import when a value is added on
-one side only. Adding a kind is: its proto value, its member here, a rule that states it
-(``extraction/rules.py``), a test; what the other packages know per kind is derived from this list.
+one side only. Adding a kind is: its proto value, its member here with its default scope
+(``DEFAULT_SCOPE``), a rule that states it (``extraction/rules.py``), a test; what the other packages know
+per kind is derived from this list.
 """
 
 from __future__ import annotations
@@ -32,6 +33,25 @@ class MemoryScope(enum.StrEnum):
     AGENT = "agent"
     GROUP = "group"
     SHARED = "shared"
+
+
+# Who may recall an item of a kind when its writer names no scope (CreateMemory without one, every
+# extracted item). Facts and preferences describe the user, so every agent may use them; instructions
+# and episodes were given to one agent, so they stay with it unless the caller says otherwise.
+DEFAULT_SCOPE: dict[MemoryKind, MemoryScope] = {
+    MemoryKind.FACT: MemoryScope.USER,
+    MemoryKind.PREFERENCE: MemoryScope.USER,
+    MemoryKind.EPISODIC: MemoryScope.AGENT,
+    MemoryKind.INSTRUCTION: MemoryScope.AGENT,
+}
+if _undeclared := [k.value for k in MemoryKind if k not in DEFAULT_SCOPE]:
+    # At import, not at the first write of such an item: a kind is not listed until its scope is.
+    raise RuntimeError(f"memory kinds without a default scope in DEFAULT_SCOPE: {_undeclared}")
+
+
+def default_scope(kind: MemoryKind) -> MemoryScope:
+    """The scope an item of ``kind`` gets when its writer names none (``DEFAULT_SCOPE``)."""
+    return DEFAULT_SCOPE[kind]
 
 
 # The kinds an extractor may state from what was said. Episodes are not stated: extraction builds them

@@ -17,13 +17,14 @@ import redis
 import memlane
 from memlane import Message, PromotionState, Role
 from memlane_server.background import SidecarThread
+from memlane_server.config import Settings
 from memlane_server.infra.redis_pool import connect
 from memlane_server.keyspace import KeySpace
 from memlane_server.sessions.events import EventLog, EventType, pending
-from memlane_server.sessions.limits import Limits
 from memlane_server.sessions.model import SessionStatus
 from memlane_server.sessions.store import SessionStore, now_ms
 from memlane_server.tokens import TokenCounter
+from memlane_server.wiring.stores import session_limits
 from tests.conftest import ServerFactory, redis_client, stream_entries, wait_for
 
 _ENDS = (EventType.CLOSED, EventType.PROMOTED, EventType.ARCHIVED)
@@ -83,7 +84,9 @@ async def _store(srv: SidecarThread) -> tuple[SessionStore, EventLog, Any]:
     client = connect(srv.settings.redis.redis_url)
     keys = KeySpace(srv.settings.redis.key_prefix)
     tokens = await asyncio.to_thread(TokenCounter, srv.settings.sessions.default_encoding)
-    store = SessionStore(client, keys, tokens, limits=Limits(), default_ttl_seconds=0)
+    store = SessionStore(
+        client, keys, tokens, limits=session_limits(Settings().sessions), default_ttl_seconds=0
+    )
     return store, EventLog(client, keys, max_len=1000), client
 
 

@@ -18,10 +18,12 @@ import memlane
 from memlane import Message, NativeMessage, Role
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
-from memlane_server.sessions.limits import MAX_NATIVE_DEPTH, Limits
+from memlane_server.config import Settings
+from memlane_server.sessions.limits import MAX_NATIVE_DEPTH
+from memlane_server.wiring.stores import session_limits
 from tests.conftest import ServerFactory
 
-LIMITS = Limits()
+LIMITS = session_limits(Settings().sessions)  # the sidecar below runs with the default settings
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
 from .._chat import chat_from_context, to_messages
 from .._client import AsyncClient
@@ -28,14 +28,37 @@ from ..v1.memory_pb2 import Caller, IngestOutcome, Memory, MemoryFilter, MemoryK
 from ..v1.session_pb2 import Session
 from ._options import McpOptions
 
-KindName = Literal["fact", "preference", "instruction", "episodic"]
+# The kinds a model names, from the proto enum (MEMORY_KIND_FACT: "fact"; 0 is no kind), so a kind added
+# there is offered here with no edit. Typed ``str`` checked at run time against this list, not a
+# ``Literal`` (a type checker needs its values written out); the schema lists them as an enum all the same.
 _KINDS: dict[str, MemoryKind.ValueType] = {
-    "fact": MemoryKind.MEMORY_KIND_FACT,
-    "preference": MemoryKind.MEMORY_KIND_PREFERENCE,
-    "instruction": MemoryKind.MEMORY_KIND_INSTRUCTION,
-    "episodic": MemoryKind.MEMORY_KIND_EPISODIC,
+    name.removeprefix("MEMORY_KIND_").lower(): value for name, value in MemoryKind.items() if value
 }
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
+# A kind a newer sidecar stores that this client's proto does not name yet: said so, not guessed.
+UNKNOWN_KIND = "unknown"
+# What a caller may state: every kind but episodes, which the sidecar builds from a conversation's turns.
+_STATED_KINDS = [k for k in _KINDS if k != "episodic"]
+
+
+def _one_of(names: list[str]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in names:
+            raise ValueError(f"kind must be one of {', '.join(names)}; got {value!r}")
+        return value
+
+    return check
+
+
+KindName = Annotated[
+    str, AfterValidator(_one_of(list(_KINDS))), WithJsonSchema({"enum": list(_KINDS), "type": "string"})
+]
+StatedKindName = Annotated[
+    str, AfterValidator(_one_of(_STATED_KINDS)), WithJsonSchema({"enum": _STATED_KINDS, "type": "string"})
+]
+# A memory's kind as answered: a known name, or UNKNOWN_KIND.
+_KIND_OUT = [*_KINDS, UNKNOWN_KIND]
+KindOut = Annotated[str, WithJsonSchema({"enum": _KIND_OUT, "type": "string"})]
 _CONVERSATION_ID = Field(
     min_length=1,
     max_length=128,
@@ -105,7 +128,7 @@ class Remember(_Input):
         max_length=MAX_MEMORY_CHARS,
         description="One self-contained statement about the user, e.g. 'Prefers metric units.'",
     )
-    kind: Literal["fact", "preference", "instruction"] = Field(
+    kind: StatedKindName = Field(
         default="fact",
         description="fact: something true about the user; preference: what they like; instruction: a"
         " standing rule for the assistant.",
@@ -144,7 +167,7 @@ _USER_ID = Field(min_length=1, max_length=128, description="Id of the user this 
 
 class MemoryOut(BaseModel):
     memory_id: str
-    kind: KindName
+    kind: KindOut
     content: str
     created_at_unix_ms: int
     slot: str | None = Field(default=None, description="The single-valued attribute it sets, if any.")
@@ -270,7 +293,7 @@ def failure_from(exc: MemlaneError) -> ToolFailure:
 def _memory(m: Memory) -> dict[str, Any]:
     out: dict[str, Any] = {
         "memory_id": m.memory_id,
-        "kind": _KIND_NAMES.get(m.kind, "fact"),
+        "kind": _KIND_NAMES.get(m.kind, UNKNOWN_KIND),
         "content": m.content,
         "created_at_unix_ms": m.created_at_unix_ms,
     }

@@ -161,13 +161,10 @@ def memory_to_pb(m: MemoryItem) -> mpb.Memory:
     )
 
 
-_LIMITS = Limits()
-
-
-def _check_bounds(keywords: Sequence[str], metadata: Mapping[str, str], prefix: str) -> None:
+def _check_bounds(keywords: Sequence[str], metadata: Mapping[str, str], prefix: str, limits: Limits) -> None:
     """Lists and maps a caller sends are bounded like a message's (entries and bytes per entry)."""
-    check_list(keywords, f"{prefix}keywords", _LIMITS)
-    check_metadata(dict(metadata), f"{prefix}metadata", _LIMITS)
+    check_list(keywords, f"{prefix}keywords", limits)
+    check_metadata(dict(metadata), f"{prefix}metadata", limits)
 
 
 class MemoryServicer(mpb_grpc.MemoryServiceServicer):
@@ -177,8 +174,11 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         extractor: Extractor,
         feedback_marks: OnceMarks,
         admission: EmbeddingAdmission,
+        *,
+        limits: Limits,
     ) -> None:
         self._memory = memory
+        self._limits = limits  # the configured ones, as AppendMessages takes (wiring/stores.py)
         self._merge = MemoryMerge(memory)
         self._extractor = extractor
         self._feedback_marks = feedback_marks
@@ -240,8 +240,8 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         kind = _kind(request.kind)
         scope = _scope(request.scope) if request.scope else default_scope(kind)
         _check_scope_write(current_caller(), scope, who.agent_id, request.group, "memory")
-        _check_bounds(request.keywords, request.metadata, "")
-        check_list(request.source_message_ids, "source_message_ids", _LIMITS)
+        _check_bounds(request.keywords, request.metadata, "", self._limits)
+        check_list(request.source_message_ids, "source_message_ids", self._limits)
         check_timestamp(request.occurred_at_unix_ms, "occurred_at_unix_ms", now_ms())
         draft = NewMemory(
             kind=kind.value,
@@ -295,7 +295,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         check_id(m.memory_id, "memory.memory_id")
         if "importance" in paths and not 0.0 <= m.importance <= 1.0:
             raise InvalidArgument("importance must be between 0 and 1")
-        _check_bounds(m.keywords, m.metadata, "memory.")
+        _check_bounds(m.keywords, m.metadata, "memory.", self._limits)
         patch = MemoryPatch(
             content=m.content if "content" in paths else None,
             keywords=list(m.keywords) if "keywords" in paths else None,
@@ -322,7 +322,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         who = _who(request.caller, write=True)
         for i, memory_id in enumerate(request.memory_ids):
             check_id(memory_id, f"memory_ids[{i}]")
-        check_short(request.slot, "slot", _LIMITS)
+        check_short(request.slot, "slot", self._limits)
         async with self._admission.admit([request.content] if request.content else [], "content"):
             item, superseded = await self._merge.merge(
                 who,
@@ -367,7 +367,7 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         if not request.messages:
             raise InvalidArgument("messages must not be empty")
         messages = [message_from_pb(m, i) for i, m in enumerate(request.messages)]
-        check_batch(messages, _LIMITS, now_ms())  # the same bounds as AppendMessages
+        check_batch(messages, self._limits, now_ms())  # the same bounds as AppendMessages
         for i, msg in enumerate(messages):
             msg.message_id = msg.message_id or f"{request.session_id or 'inline'}:{i + 1}"
         session = Session(

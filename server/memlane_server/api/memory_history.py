@@ -28,6 +28,7 @@ from ..paging import (
     query_fingerprint,
     stale_token,
 )
+from ..sessions.limits import Limits
 from .enums import CHANGE_REASON, DIFF_KIND
 from .memory import MemoryServicer, memory_to_pb
 from .memory import _who as who_of
@@ -208,6 +209,8 @@ class MemoryServicerWithHistory(MemoryHistoryMixin, MemoryServicer):
         feedback_marks: OnceMarks,
         admission: EmbeddingAdmission,
         snapshots: MemorySnapshots | None,
+        *,
+        limits: Limits,
     ) -> None:
-        super().__init__(memory, extractor, feedback_marks, admission)
+        super().__init__(memory, extractor, feedback_marks, admission, limits=limits)
         self._snapshots = snapshots

@@ -28,7 +28,6 @@ from .enums import PROCEDURE_KIND, PROCEDURE_ORIGIN, PROCEDURE_STATE
 
 _Ctx: TypeAlias = grpc.aio.ServicerContext
 MAX_PAGE_SIZE = 200
-_LIMITS = Limits()
 
 
 def _owner(pb: ppb.ProcedureOwner, me: Caller, *, default_to_caller: bool) -> Owner:
@@ -121,9 +120,10 @@ def _query(request: ppb.ListProceduresRequest, me: Caller) -> str:
 
 
 class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
-    def __init__(self, procedures: ProcedureService, sessions: SessionStore) -> None:
+    def __init__(self, procedures: ProcedureService, sessions: SessionStore, *, limits: Limits) -> None:
         self._procedures = procedures
         self._sessions = sessions
+        self._limits = limits  # the configured ones (wiring/stores.py)
 
     async def ProposeProcedure(
         self, request: ppb.ProposeProcedureRequest, context: _Ctx
@@ -135,7 +135,7 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
         kind = PROCEDURE_KIND.from_pb(request.kind)
         if kind is None or kind is Kind.UNSPECIFIED:
             raise InvalidArgument(f"kind must be a known ProcedureKind, got {request.kind}")
-        check_list(request.source_message_ids, "source_message_ids", _LIMITS)
+        check_list(request.source_message_ids, "source_message_ids", self._limits)
         source_user = ""
         if request.source_session_id:
             # Learned from a session: its user is recorded, so erasing the user erases this version.

@@ -28,7 +28,7 @@ string ever reaches a LanceDB predicate, see ``filters``); retired items (supers
 wrong, past ``valid_until``) are kept for audit but never returned by ``search`` or ``profile``.
 """
 
-from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope, default_scope
 from .core import ContentGuard
 from .model import (
     Feedback,
@@ -50,7 +50,7 @@ from .model import (
 from .operations import MemoryMaintenance
 from .service import MemoryService
 from .store import LanceMemoryStore
-from .tuning import MemoryTuning, default_scope
+from .tuning import MemoryTuning
 from .upkeep import PruneReport
 
 __all__ = [

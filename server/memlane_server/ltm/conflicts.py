@@ -35,9 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import linear_regex
-from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope, default_scope
 from .model import MemoryItem, NewMemory
-from .tuning import default_scope
 
 
 class Action(enum.Enum):

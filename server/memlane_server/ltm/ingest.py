@@ -12,14 +12,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import AlreadyExists, InvalidArgument
-from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
+from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope, default_scope
 from . import filters
 from .conflicts import Action, Decision, Thresholds, decide, may_merge, may_supersede, restates
 from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore, canonical_slot, stated_slot
 from .history import Change, ChangeReason
 from .model import IngestOutcome, IngestResult, MemoryItem, NewMemory, Owner, new_memory_id
 from .recall import STALE_KEY, prune_score, text_key
-from .tuning import DAY_MS, default_scope
+from .tuning import DAY_MS
 
 _DAYS_PER_READ = 16  # days of drafted episodes read for twins in one predicate
 log = logging.getLogger(__name__)

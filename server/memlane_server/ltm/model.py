@@ -72,7 +72,7 @@ class MemoryItem:
 class NewMemory(MemoryDraft):
     """A draft with the optional fields CreateMemory can set (extraction's drafts leave them empty)."""
 
-    scope: str = ""  # empty: the kind's default (see policy.default_scope)
+    scope: str = ""  # empty: the kind's default (memory_kinds.DEFAULT_SCOPE)
     group: str = ""
     memory_id: str = ""  # client-chosen id, makes CreateMemory retries idempotent
     valid_until_ms: int = 0

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..memory_kinds import MemoryKind, MemoryScope
-
 DAY_MS = 86_400_000
 # Recall expansion's weight when the setting ltm_recall_expansion is on (measured; not a setting).
 EXPANSION_WEIGHT = 1.0
@@ -63,11 +61,3 @@ class MemoryTuning:
     unused_keep_importance: float = 0.8  # ...unless at least this important
     retired_retention_days: float = 365.0  # superseded/wrong items kept this long for audit
     max_source_ids: int = 64  # provenance ids kept on a merged item
-
-
-def default_scope(kind: MemoryKind) -> MemoryScope:
-    """Facts and preferences describe the user (every agent may use them); instructions and episodes
-    were given to one agent, so they stay with it unless the caller says otherwise."""
-    if kind in (MemoryKind.FACT, MemoryKind.PREFERENCE):
-        return MemoryScope.USER
-    return MemoryScope.AGENT

@@ -64,13 +64,17 @@ class UserImport:
         sessions: SessionStore,
         memory: MemoryService | None,
         history: MemoryHistory | None,
-        procedures: ProcedureService | None = None,
+        procedures: ProcedureService | None,
+        *,
+        limits: Limits,
     ) -> None:
         self._sessions = sessions
         self._memory = memory
         self._history = history
         self._procedures = procedures
-        self._limits = Limits()
+        # The configured ones (wiring/stores.py): a message this sidecar would not take in AppendMessages
+        # is not restored either.
+        self._limits = limits
 
     async def held(self, user_id: str) -> tuple[set[str], set[str]]:
         """The user's session ids and memory ids held here."""
@@ -209,9 +213,12 @@ class UserImport:
             if m.session_id not in known:
                 raise _bad(number, "message", f"session {m.session_id!r} is not a session of the file's user")
             by_session.setdefault(m.session_id, []).append(m)
+        # A session holds more turns than one call may send, so its turns are checked in batches of the
+        # most one call may send (or of _BATCH, the restore's round trip, where that is fewer).
+        size = min(_BATCH, self._limits.max_batch_messages)
         for batch in by_session.values():
-            for start in range(0, len(batch), _BATCH):
-                check_batch(batch[start : start + _BATCH], self._limits, now_ms())
+            for start in range(0, len(batch), size):
+                check_batch(batch[start : start + size], self._limits, now_ms())
         return by_session
 
     def _item(self, number: int, record: dict[str, Any], user: str) -> MemoryItem:

@@ -14,9 +14,14 @@ from .model import Message, Role, VisibilityKind
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_message_bytes: int = 256 * 1024  # every string of a message, UTF-8 (see message_bytes)
-    max_batch_messages: int = 500
-    max_batch_bytes: int = 4 * 1024 * 1024
+    """What one call may send. The batch bounds are the operator's settings (``max_message_bytes``,
+    ``max_batch_messages``, ``max_batch_bytes``; defaults in config.py), built once in wiring/stores.py
+    and shared by every call that takes messages (AppendMessages, ExtractMemories, user import); the
+    others are fixed."""
+
+    max_message_bytes: int  # every string of a message, UTF-8 (see message_bytes)
+    max_batch_messages: int
+    max_batch_bytes: int
     max_metadata_entries: int = 64
     max_list_entries: int = 256  # planning steps, invoked, tool call ids, participants, tags
     max_text_field_bytes: int = 1024  # names, agent ids, groups, metadata values, list entries

@@ -242,7 +242,7 @@ def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
         p.user_data,
         p.end.queue,
         UserDirectory(st.sessions, p.ltm),
-        UserImport(st.sessions, p.ltm, st.memory_history, st.procedures),
+        UserImport(st.sessions, p.ltm, st.memory_history, st.procedures, limits=st.limits),
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
     if p.ltm is not None and p.extractor is not None:
@@ -253,11 +253,12 @@ def _add_data_services(server: grpc.aio.Server, p: Served) -> None:
                 OnceMarks(p.redis, st.keys, "feedback"),
                 p.embedding_admission,
                 MemorySnapshots(p.ltm, st.memory_history.snapshots, st.memory_history),
+                limits=st.limits,
             ),
             server,
         )
     procedure_pb2_grpc.add_ProcedureServiceServicer_to_server(
-        ProcedureServicer(st.procedures, st.sessions), server
+        ProcedureServicer(st.procedures, st.sessions, limits=st.limits), server
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import telemetry
 from ..checkpoints.store import CheckpointStore
-from ..config import LtmSettings, Settings
+from ..config import LtmSettings, SessionSettings, Settings
 from ..embedding import Embedder
 from ..extraction import find_pii
 from ..infra.redis_pool import RedisClient
@@ -36,12 +36,22 @@ from ..tokens import TokenCounter
 @dataclass(frozen=True, slots=True)
 class Stores:
     keys: KeySpace
+    limits: Limits  # what one call may send; the API and user import check batches against it too
     sessions: SessionStore
     checkpoints: CheckpointStore
     procedures: ProcedureService
     memory_history: MemoryHistory  # over RedisMemoryHistory
     traces: TraceRecords
     end_state: EndState
+
+
+def session_limits(s: SessionSettings) -> Limits:
+    """The configured batch bounds: AppendMessages, ExtractMemories and user import all take these."""
+    return Limits(
+        max_message_bytes=s.max_message_bytes,
+        max_batch_messages=s.max_batch_messages,
+        max_batch_bytes=s.max_batch_bytes,
+    )
 
 
 def build_stores(
@@ -54,15 +64,12 @@ def build_stores(
 ) -> Stores:
     r, s = settings.redis, settings.sessions
     keys = KeySpace(r.key_prefix)
+    limits = session_limits(s)
     sessions = SessionStore(
         redis,
         keys,
         tokens,
-        limits=Limits(
-            max_message_bytes=s.max_message_bytes,
-            max_batch_messages=s.max_batch_messages,
-            max_batch_bytes=s.max_batch_bytes,
-        ),
+        limits=limits,
         default_ttl_seconds=s.session_ttl_seconds,
         default_topology=Topology[s.default_topology.upper()],
         executor=executor,
@@ -70,6 +77,7 @@ def build_stores(
     )
     return Stores(
         keys=keys,
+        limits=limits,
         sessions=sessions,
         checkpoints=CheckpointStore(redis, keys),
         procedures=ProcedureService(ProcedureStore(redis, keys), auto_approve=auto_approve, guard=find_pii),

@@ -1,6 +1,7 @@
 """Each default is written once, in ``config.py``: the component configs that carry a setting's value
 (``WorkerConfig``, ``LearnConfig``, ``PipelineConfig``, ``MemoryTuning``, ``BudgetPolicy``, the providers'
-endpoints) have no default of their own for it, and ``wiring/`` builds them from a ``Settings``.
+endpoints, the input ``Limits``) have no default of their own for it, and ``wiring/`` builds them from a
+``Settings``.
 
 The check: every component config is built through wiring twice, from the default settings and from
 settings where every setting has another value. A field that follows the settings must have no default
@@ -29,7 +30,7 @@ from memlane_server.wiring.lifecycle import (
     summarizer_endpoint,
     worker_config,
 )
-from memlane_server.wiring.stores import memory_tuning
+from memlane_server.wiring.stores import memory_tuning, session_limits
 
 
 def _other(name: str, default: Any) -> Any:
@@ -56,6 +57,7 @@ BUILDERS: dict[str, Callable[[Settings], Any]] = {
     "BudgetPolicy": lambda s: budget_policy(s.context),
     "OpenAIExtractorSettings": lambda s: extractor_endpoint(s.extraction),
     "OpenAISettings": lambda s: summarizer_endpoint(s.summarization),
+    "Limits": lambda s: session_limits(s.sessions),
 }
 
 
@@ -147,15 +149,9 @@ def test_each_component_sees_its_settings() -> None:
 PACKAGE = Path(__file__).resolve().parents[3] / "server" / "memlane_server"
 # Defaults that mean "none" or "off" say nothing a setting would have to hold.
 _NEUTRAL = ("", 0, 0.0, False, None)
-# Left for now, and why: ``sessions.limits.Limits()`` is also built outside wiring (api/memory.py,
-# api/procedures.py, pipelines/user_import.py) for its fixed limits, and its check_batch there takes the
-# batch limits' defaults, not the configured ones; taking the configured ones changes what ExtractMemories
-# and imports accept when an operator sets them (issue 34's lead decides).
-_KNOWN = {
-    "sessions/limits.py: Limits.max_message_bytes",
-    "sessions/limits.py: Limits.max_batch_messages",
-    "sessions/limits.py: Limits.max_batch_bytes",
-}
+# Defaults left repeating a setting's, each with why: none. (``Limits``' batch bounds were the last:
+# they are required now, built in wiring/stores.py for AppendMessages, ExtractMemories and user import.)
+_KNOWN: frozenset[str] = frozenset()
 
 
 def _defaults(tree: ast.Module) -> Iterator[tuple[str, str, ast.expr]]:

@@ -12,11 +12,12 @@ import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
 from memlane_server.access.identity import UNRESTRICTED, Caller
+from memlane_server.config import Settings
 from memlane_server.errors import FailedPrecondition, SessionExpired, Unavailable
 from memlane_server.keyspace import KeySpace
-from memlane_server.sessions.limits import Limits
 from memlane_server.sessions.messages import AppendMemo, AppendRetries, SessionMessages, _Batch
 from memlane_server.sessions.model import Message, Role
+from memlane_server.wiring.stores import session_limits
 
 
 class _Script:
@@ -50,7 +51,7 @@ class _Harness:
             self.redis,  # type: ignore[arg-type]
             KeySpace("t"),
             tokens=None,  # type: ignore[arg-type]
-            limits=Limits(),
+            limits=session_limits(Settings().sessions),
             memo=AppendMemo(self.redis, KeySpace("t")),  # type: ignore[arg-type]
         )
         self.answers = list(answers)
