@@ -86,3 +86,13 @@ def test_import_takes_the_configured_message_limit(c: memlane.Client, user_id: s
     assert receipt.imported["session"] == 1 and receipt.imported["message"] == 8
     stored = c.list_messages(session_id=sid, page_size=100).messages
     assert [m.content for m in stored][-2:] == ["turn 6", "x" * 1000] and len(stored) == 8
+
+
+def test_import_cuts_a_session_where_a_call_would_by_its_bytes(c: memlane.Client, user_id: str) -> None:
+    # Five turns of 900 bytes: within the message limit and the batch's count (5), over its bytes (3000)
+    # together. Appended, they took two calls at least; imported, they are checked as two batches too.
+    turns = [f"{i}" + "z" * 899 for i in range(5)]
+    fits, sid = _export_file(user_id, turns)
+    receipt = c.import_user_data(data=fits)
+    assert receipt.imported["message"] == 5
+    assert [m.content for m in c.list_messages(session_id=sid, page_size=100).messages] == turns

@@ -18,6 +18,7 @@ writes nothing the second time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..ltm.schema import from_row
 from ..procedures.service import ProcedureService, Proposal
 from ..procedures.store import Kind, Origin, Owner
 from ..sessions.codec import decode_session
-from ..sessions.limits import Limits, check_batch, check_list, check_metadata
+from ..sessions.limits import Limits, check_batch, check_list, check_metadata, message_bytes
 from ..sessions.model import Message, Role, Session, VisibilityKind
 from ..sessions.store import SessionStore, now_ms
 from .user_data import ExportFile
@@ -56,6 +57,24 @@ class ImportReceipt:
 
 def _bad(number: int, kind: str, why: str) -> InvalidArgument:
     return InvalidArgument(f"line {number} ({kind}): {why}", field="data")
+
+
+def _call_sized(messages: list[Message], limits: Limits) -> Iterator[list[Message]]:
+    """``messages`` in order, cut where one AppendMessages call would stop: at the batch's message count
+    or its bytes. A message over the bytes alone is a batch of its own (and ``check_batch`` refuses it,
+    as AppendMessages would)."""
+    size = min(_BATCH, limits.max_batch_messages)
+    batch: list[Message] = []
+    total = 0
+    for m in messages:
+        cost = message_bytes(m)
+        if batch and (len(batch) == size or total + cost > limits.max_batch_bytes):
+            yield batch
+            batch, total = [], 0
+        batch.append(m)
+        total += cost
+    if batch:
+        yield batch
 
 
 class UserImport:
@@ -214,11 +233,10 @@ class UserImport:
                 raise _bad(number, "message", f"session {m.session_id!r} is not a session of the file's user")
             by_session.setdefault(m.session_id, []).append(m)
         # A session holds more turns than one call may send, so its turns are checked in batches of the
-        # most one call may send (or of _BATCH, the restore's round trip, where that is fewer).
-        size = min(_BATCH, self._limits.max_batch_messages)
-        for batch in by_session.values():
-            for start in range(0, len(batch), size):
-                check_batch(batch[start : start + size], self._limits, now_ms())
+        # most one call may send, by count and by bytes (and of _BATCH, the restore's round trip).
+        for messages in by_session.values():
+            for batch in _call_sized(messages, self._limits):
+                check_batch(batch, self._limits, now_ms())
         return by_session
 
     def _item(self, number: int, record: dict[str, Any], user: str) -> MemoryItem:
