@@ -292,9 +292,7 @@ def _merged(entry: HotEntry, changed: pa.Table, fresh: pa.Table) -> HotEntry:
         vectors = np.concatenate([entry.vectors[keep], new.vectors])
     meta = pa.concat_tables([entry.meta.filter(pa.array(keep)), new.meta.cast(entry.meta.schema)])
     columns = {name: np.concatenate([entry.columns[name][keep], new.columns[name]]) for name in entry.columns}
-    n = meta.num_rows
-    nbytes = vectors.nbytes + meta.nbytes + sum(c.nbytes for c in columns.values()) + 3 * 64 * n
-    return HotEntry(meta, vectors, columns, entry.expires, nbytes)
+    return HotEntry(meta, vectors, columns, entry.expires, _held_bytes(meta, vectors, columns))
 
 
 def _entry(table: pa.Table, expires: float) -> HotEntry:
@@ -313,9 +311,16 @@ def _entry(table: pa.Table, expires: float) -> HotEntry:
             column = column.fill_null(-1)
         columns[name] = column.to_numpy(zero_copy_only=False)
     meta = table.select(META_COLUMNS)
-    # Object arrays hold pointers to strings that are already counted in the Arrow buffers, about.
-    nbytes = vectors.nbytes + meta.nbytes + sum(c.nbytes for c in columns.values()) + 3 * 64 * n
-    return HotEntry(meta, vectors, columns, expires, nbytes)
+    return HotEntry(meta, vectors, columns, expires, _held_bytes(meta, vectors, columns))
+
+
+def _held_bytes(meta: pa.Table, vectors: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> int:
+    """What an entry holds, about: its buffers, plus a string object (about 64 bytes beyond its pointer)
+    a row for every object column of the mask (kind, scope, the channel's and the session's digests)."""
+    strings = sum(1 for c in columns.values() if c.dtype == object)
+    return (
+        vectors.nbytes + meta.nbytes + sum(c.nbytes for c in columns.values()) + strings * 64 * meta.num_rows
+    )
 
 
 def mask_for(entry: HotEntry, flt: MemoryFilter, now_ms: int) -> npt.NDArray[np.bool_]:
