@@ -317,10 +317,9 @@ def _entry(table: pa.Table, expires: float) -> HotEntry:
 def _held_bytes(meta: pa.Table, vectors: npt.NDArray[Any], columns: dict[str, npt.NDArray[Any]]) -> int:
     """What an entry holds, about: its buffers, plus a string object (about 64 bytes beyond its pointer)
     a row for every object column of the mask (kind, scope, the channel's and the session's digests)."""
-    strings = sum(1 for c in columns.values() if c.dtype == object)
-    return (
-        vectors.nbytes + meta.nbytes + sum(c.nbytes for c in columns.values()) + strings * 64 * meta.num_rows
-    )
+    strings = sum(1 for c in columns.values() if c.dtype == object) * 64 * meta.num_rows
+    held: int = vectors.nbytes + meta.nbytes + sum(c.nbytes for c in columns.values()) + strings
+    return held
 
 
 def mask_for(entry: HotEntry, flt: MemoryFilter, now_ms: int) -> npt.NDArray[np.bool_]:
