@@ -467,16 +467,11 @@ def setting_fields() -> dict[str, Field[Any]]:
     return {name: f for name, (_, f) in _layout().items()}
 
 
-def tier_of(name: str) -> str:
-    """``OPERATOR`` or ``TUNING``, from the setting's field."""
-    return str(setting_fields()[name].metadata["tier"])
-
-
 def settings_by_tier() -> dict[str, list[str]]:
     """Setting names by tier, operator settings first, each in declaration order."""
     out: dict[str, list[str]] = {tier: [] for tier in TIERS}
-    for name in setting_fields():
-        out[tier_of(name)].append(name)
+    for name, f in setting_fields().items():
+        out[str(f.metadata["tier"])].append(name)
     return out
 
 

@@ -23,11 +23,9 @@ from ..config import ConfigError, add_flags, build_settings, flags_from
 from .ops import COMMANDS as OPERATOR_COMMANDS
 from .ops import add_parsers as add_operator_parsers
 from .ops import run as run_operator_command
-from .state import COMMANDS as INSPECT_COMMANDS
-from .state import STATE_COMMANDS, add_state_parsers
-from .state import add_parsers as add_inspect_parsers
-from .state import run as run_inspect_command
-from .state import run_state as run_state_command
+from .state import COMMANDS as STATE_COMMANDS
+from .state import add_parsers as add_state_parsers
+from .state import run as run_state_command
 
 
 class _VersionAction(argparse.Action):
@@ -135,7 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_mcp_arguments(mcp)
     add_operator_parsers(sub)
-    add_inspect_parsers(sub)
     add_state_parsers(sub)
     return parser
 
@@ -164,8 +161,6 @@ def _run(argv: Sequence[str] | None) -> int:
         from ..observability.logs import configure as configure_logs
 
         return run_mcp(args, configure_logs)  # logs as the sidecar's (JSON off a terminal)
-    if args.command in INSPECT_COMMANDS:
-        return run_inspect_command(args)
     if args.command in STATE_COMMANDS:
         return run_state_command(args)
     if args.command == "bench":

@@ -23,7 +23,7 @@ from memlane.v1 import memory_pb2, procedure_pb2, session_pb2
 
 from .connection import add_connection, client, failed, say
 
-COMMANDS = ("health", "sessions", "trace")
+COMMANDS = ("health", "sessions", "trace", "snapshots", "procedures")
 _STATUSES = [n.removeprefix("SESSION_STATUS_").lower() for n in session_pb2.SessionStatus.keys()][1:]  # noqa: SIM118
 
 
@@ -61,18 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_connection(tshow)
     tshow.add_argument("session_id")
     tshow.add_argument("trace_id", nargs="?", default="", help="a trace id (default: the latest)")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.command == "health":
-        return _health(args)
-    with client(args, timeout=60) as c:
-        try:
-            if args.command == "sessions":
-                return _sessions(c, args)
-            return _trace(c, args)
-        except memlane.MemlaneError as exc:
-            return failed(exc)
+    _add_state_parsers(sub)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -141,7 +130,6 @@ def _trace(c: memlane.Client, args: argparse.Namespace) -> int:
 
 # Memory state: snapshots and procedures (operator commands).
 
-STATE_COMMANDS = ("snapshots", "procedures")
 _KINDS = {
     "routine": procedure_pb2.PROCEDURE_KIND_ROUTINE,
     "example": procedure_pb2.PROCEDURE_KIND_EXAMPLE,
@@ -155,10 +143,10 @@ _STATES = {
 
 
 def _print_line(message: ProtoMessage) -> None:
-    print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), ensure_ascii=False))
+    _print(as_dict(message))
 
 
-def add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     snaps = sub.add_parser("snapshots", help="named snapshots of a user's long-term memory")
     ssub = snaps.add_subparsers(dest="snapshots_command", required=True)
     actions = {
@@ -202,16 +190,6 @@ def add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     for p in (*decide.values(), back):
         p.add_argument("--note", default="")
     back.add_argument("--to", type=int, default=0, help="the version (default: the one active before)")
-
-
-def run_state(args: argparse.Namespace) -> int:
-    with client(args, timeout=600) as c:
-        try:
-            if args.command == "snapshots":
-                return _snapshots(c, args)
-            return _procedures(c, args)
-        except memlane.MemlaneError as exc:
-            return failed(exc)
 
 
 def _snapshots(c: memlane.Client, args: argparse.Namespace) -> int:
@@ -280,3 +258,23 @@ def _procedures(c: memlane.Client, args: argparse.Namespace) -> int:
         )
     _print_line(out.procedure)
     return 0
+
+
+# The reads answer at once; a snapshot or a procedure change of a large user may take minutes.
+_RUNS = {
+    "sessions": (_sessions, 60),
+    "trace": (_trace, 60),
+    "snapshots": (_snapshots, 600),
+    "procedures": (_procedures, 600),
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "health":
+        return _health(args)
+    command, timeout = _RUNS[args.command]
+    with client(args, timeout=timeout) as c:
+        try:
+            return command(c, args)
+        except memlane.MemlaneError as exc:
+            return failed(exc)
