@@ -51,7 +51,7 @@ LOG_COUNTS = {
 }
 
 
-def s3_server(workdir: Path, racy: bool) -> tuple[subprocess.Popen[str], str]:
+def s3_server(workdir: Path, racy: bool, latency_ms: float = 0.0) -> tuple[subprocess.Popen[str], str]:
     workdir.mkdir(parents=True)
     ready = workdir / "s3.url"
     args = [
@@ -61,6 +61,8 @@ def s3_server(workdir: Path, racy: bool) -> tuple[subprocess.Popen[str], str]:
         BUCKET,
         "--ready-file",
         str(ready),
+        "--latency-ms",
+        str(latency_ms),
     ]
     args += ["--no-write-lock"] if racy else []
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=(workdir / "s3.log").open("ab"), text=True)

@@ -113,13 +113,19 @@ def cmdline(pid: int) -> str:
 
 
 def consumer_pids(r: redis.Redis, prefix: str) -> set[int]:
-    """The process id in each consumer name of the job stream's group (``host-pid-hex``): the processes
-    that have read from the queue (a consumer is named on its first read, whether it got a job or not)."""
+    """The process id in each consumer name of the job stream's group (``host-pid-hex``) of the processes
+    that were delivered a job. Before Redis 7.2 a consumer is listed only once it was delivered one; from
+    7.2 an empty read lists it too, with ``inactive`` -1 (no successful read yet), so those are left out:
+    a worker that only polled has taken no job."""
     try:
-        names = [c["name"] for c in r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)]
+        consumers = r.xinfo_consumers(KeySpace(prefix).session_end_queue(), GROUP)
     except redis.ResponseError:  # no queue or group yet: nobody has read
         return set()
-    return {int((n.decode() if isinstance(n, bytes) else n).rsplit("-", 2)[1]) for n in names}
+    return {
+        int((c["name"].decode() if isinstance(c["name"], bytes) else c["name"]).rsplit("-", 2)[1])
+        for c in consumers
+        if int(c.get("inactive", 0)) != -1
+    }
 
 
 @pytest.fixture()
