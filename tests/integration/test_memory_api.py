@@ -214,3 +214,25 @@ def test_an_edit_of_the_text_drops_the_keywords_it_no_longer_says(api: memlane.C
         update_mask=FieldMask(paths=["content", "keywords"]),
     )
     assert list(api.get_memory(caller=caller(user_id), memory_id=made.memory_id).memory.keywords) == ["Elbe"]
+
+
+def test_a_search_naming_no_agent_covers_what_the_plain_list_shows(api: memlane.Client, user_id: str) -> None:
+    """A caller naming no agent reads the user's whole memory (the viewer, `memories list`): its search
+    must find the agent-private items its listing shows, while each agent's own search stays its own."""
+    note = api.create_memory(
+        caller=caller(user_id, "agent-a"),
+        kind=mpb.MEMORY_KIND_INSTRUCTION,
+        content="Quote the Lisbon office code 7731 on every invoice.",
+        scope=mpb.MEMORY_SCOPE_AGENT,
+    ).memory
+    whole = mpb.Caller(user_id=user_id)
+    assert note.memory_id in [m.memory_id for m in api.list_memories(caller=whole).memories]
+
+    def found(who: mpb.Caller) -> list[str]:
+        return [
+            r.memory.memory_id for r in api.search_memories(caller=who, query="Lisbon office code").results
+        ]
+
+    assert note.memory_id in found(whole)
+    assert note.memory_id in found(caller(user_id, "agent-a"))  # positive control: its own agent finds it
+    assert note.memory_id not in found(caller(user_id, "agent-b"))  # and another agent still does not
