@@ -76,8 +76,13 @@ RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
 async def spawn(
     args: list[str], *, stdin: bytes, env: dict[str, str], niceness: int = 0
 ) -> subprocess.Popen[bytes]:
-    """Starts ``args`` with ``stdin`` as its whole standard input, ``niceness`` added to this process's."""
-    proc = await asyncio.to_thread(subprocess.Popen, args, stdin=subprocess.PIPE, env=env)
+    """Starts ``args`` with ``stdin`` as its whole standard input, ``niceness`` added to this process's.
+
+    In a process group of its own: a terminal's Ctrl-C goes to its whole foreground group, and a child
+    that took it too would exit on its own while this process shuts down, its supervisor taking that for
+    a crash (an ERROR line and a restart mid-shutdown). This process stops its children in order."""
+    popen = functools.partial(subprocess.Popen, stdin=subprocess.PIPE, env=env, process_group=0)
+    proc = await asyncio.to_thread(popen, args)
     if niceness:
         with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
             nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness)

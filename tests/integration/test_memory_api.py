@@ -184,3 +184,55 @@ def test_the_same_words_for_another_audience_are_a_separate_memory(api: memlane.
     member = mpb.Caller(user_id=user_id, agent_id="agent-b", groups=["ops"])
     hits = {r.memory.memory_id for r in api.search_memories(caller=member, query=words, limit=20).results}
     assert hits == {grouped.memory_id, wide.memory.memory_id}
+
+
+def test_an_edit_of_the_text_drops_the_keywords_it_no_longer_says(api: memlane.Client, user_id: str) -> None:
+    """Keywords are keys derived from the text: after the text is edited, a key it no longer holds must not
+    keep finding the item (nor steer its vector); one it still holds stays, and keywords the edit names
+    itself are taken as given."""
+    made = api.create_memory(
+        caller=caller(user_id),
+        kind=mpb.MEMORY_KIND_FACT,
+        content="User lives in Munich, in a rented flat.",
+        keywords=["Munich", "rented flat"],
+    ).memory
+    assert [
+        r.memory.memory_id for r in api.search_memories(caller=caller(user_id), query="Munich").results
+    ] == [made.memory_id]  # positive control: the keyword finds it before the edit
+    api.update_memory(
+        caller=caller(user_id),
+        memory=mpb.Memory(memory_id=made.memory_id, content="User lives in Berlin, in a rented flat."),
+        update_mask=FieldMask(paths=["content"]),
+    )
+    got = api.get_memory(caller=caller(user_id), memory_id=made.memory_id).memory
+    assert list(got.keywords) == ["rented flat"]
+    hits = api.search_memories(caller=caller(user_id), query="Munich", mode=mpb.SEARCH_MODE_KEYWORD).results
+    assert made.memory_id not in [r.memory.memory_id for r in hits]
+    api.update_memory(
+        caller=caller(user_id),
+        memory=mpb.Memory(memory_id=made.memory_id, content="User lives in Hamburg.", keywords=["Elbe"]),
+        update_mask=FieldMask(paths=["content", "keywords"]),
+    )
+    assert list(api.get_memory(caller=caller(user_id), memory_id=made.memory_id).memory.keywords) == ["Elbe"]
+
+
+def test_a_search_naming_no_agent_covers_what_the_plain_list_shows(api: memlane.Client, user_id: str) -> None:
+    """A caller naming no agent reads the user's whole memory (the viewer, `memories list`): its search
+    must find the agent-private items its listing shows, while each agent's own search stays its own."""
+    note = api.create_memory(
+        caller=caller(user_id, "agent-a"),
+        kind=mpb.MEMORY_KIND_INSTRUCTION,
+        content="Quote the Lisbon office code 7731 on every invoice.",
+        scope=mpb.MEMORY_SCOPE_AGENT,
+    ).memory
+    whole = mpb.Caller(user_id=user_id)
+    assert note.memory_id in [m.memory_id for m in api.list_memories(caller=whole).memories]
+
+    def found(who: mpb.Caller) -> list[str]:
+        return [
+            r.memory.memory_id for r in api.search_memories(caller=who, query="Lisbon office code").results
+        ]
+
+    assert note.memory_id in found(whole)
+    assert note.memory_id in found(caller(user_id, "agent-a"))  # positive control: its own agent finds it
+    assert note.memory_id not in found(caller(user_id, "agent-b"))  # and another agent still does not

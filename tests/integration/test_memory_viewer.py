@@ -313,3 +313,35 @@ def test_without_auth_a_rebound_host_name_is_refused(seeded: Seeded) -> None:
         )
         assert wipe.status == 403, host
     assert seeded.open_sid in request(port, seg("users", seeded.user)).body  # nothing was wiped
+
+
+def test_a_trace_page_names_the_memories_it_left_out(viewer: SidecarThread) -> None:
+    """ "Left out of memory: below the relevance floor (… 1 items)" must say which: the trace (GetTurnTrace)
+    and its page name each memory a rule left out, linked to the memory's page."""
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    who = mpb.Caller(user_id=user, agent_id="support-bot")
+    with memlane.Client(viewer.target, timeout=30) as c:
+        dog, vim = (
+            c.create_memory(caller=who, kind=MemoryKind.MEMORY_KIND_EPISODIC, content=text).memory.memory_id
+            for text in (
+                "[2 May 2024] User: my dog Rex chewed both of my slippers last night.",
+                "[3 May 2024] User: I switched my editor to Vim keybindings this week.",
+            )
+        )
+        sid = c.create_session(user_id=user, agent_id="support-bot").session.session_id
+        stats = None
+        for item in c.assemble_context(session_id=sid, user_input="which keybindings does my editor use?"):
+            if item.HasField("stats"):
+                stats = item.stats
+        assert stats is not None
+        trace = c.get_turn_trace(session_id=sid, trace_id=stats.trace_id).trace
+    weak = [t for t in trace.stats.truncations if "relevance floor" in t.reason]
+    assert [list(t.memory_ids) for t in weak] == [[dog]], trace.stats.truncations
+    injected = [
+        m.memory_id for b in trace.blocks if b.provenance == cpb.PROVENANCE_MEMORY for m in b.memories
+    ]
+    assert injected == [vim]  # positive control: the relevant one went in
+    page = request(viewer.sidecar.admin_port or 0, seg("sessions", sid, "traces", stats.trace_id))
+    assert page.status == 200
+    (line,) = re.findall(r'<p class="truncated">Left out of[^<]*relevance floor.*?</p>', page.body, re.S)
+    assert dog in line and vim not in line, line

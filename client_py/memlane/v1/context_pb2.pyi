@@ -411,10 +411,17 @@ class Truncation(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     TOKENS_REMOVED_FIELD_NUMBER: _builtins.int
     ITEMS_REMOVED_FIELD_NUMBER: _builtins.int
+    MEMORY_IDS_FIELD_NUMBER: _builtins.int
     section: Global___ContextSection.ValueType
     reason: _builtins.str
     tokens_removed: _builtins.int
     items_removed: _builtins.int
+    @_builtins.property
+    def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Which memories were left out, where the section holds memories (the profile and recalled memories):
+        a trace names them, not only how many.
+        """
+
     def __init__(
         self,
         *,
@@ -422,10 +429,11 @@ class Truncation(_message.Message):
         reason: _builtins.str = ...,
         tokens_removed: _builtins.int = ...,
         items_removed: _builtins.int = ...,
+        memory_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items_removed", b"items_removed", "reason", b"reason", "section", b"section", "tokens_removed", b"tokens_removed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items_removed", b"items_removed", "memory_ids", b"memory_ids", "reason", b"reason", "section", b"section", "tokens_removed", b"tokens_removed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

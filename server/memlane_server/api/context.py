@@ -124,6 +124,7 @@ def stats_to_pb(s: AssembleStats) -> cpb.AssembleStats:
                 reason=t.reason,
                 tokens_removed=t.tokens_removed,
                 items_removed=t.items_removed,
+                memory_ids=t.memory_ids,
             )
             for t in s.truncations
         ],

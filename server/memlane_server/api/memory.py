@@ -4,6 +4,7 @@ boundary interceptor, which maps them to status codes."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TypeAlias
 
 import grpc
@@ -191,8 +192,10 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         mode = _MODE_FROM_PB.get(request.mode)
         if mode is None:
             raise InvalidArgument(f"mode must be a known SearchMode, got {request.mode}")
+        who = _who(request.caller)
         query = RecallQuery(
-            who=_who(request.caller),
+            # No agent: the whole user's memory, as GetMemory and ListMemories read it (``readable``).
+            who=who if who.agent_id else replace(who, every_agent=True),
             text=request.query,
             limit=request.limit or 10,
             filter=_filter(request.filter, allow_retired=False),

@@ -218,8 +218,8 @@ class Composition:
             shown = {m.memory_id for m in block.memories}
             self._in_profile = frozenset(shown | {text_key(h.text) for h in hits if h.memory_id in shown})
         if len(block.memories) < len(hits):
-            removed = len(hits) - len(block.memories)
-            self.stats.truncations.append(Truncation(section, "over the section cap", items_removed=removed))
+            shown = {m.memory_id for m in block.memories}
+            self._left_out(section, "over the section cap", [h for h in hits if h.memory_id not in shown])
         return self._emit(section, grant, block)
 
     def _relevant(self, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
@@ -236,9 +236,7 @@ class Composition:
             or h.parts.vector_similarity >= floor
         ]
         if len(kept) < len(hits):
-            self.stats.truncations.append(
-                Truncation(Section.MEMORY, WEAK_HIT_REASON, items_removed=len(hits) - len(kept))
-            )
+            self._left_out(Section.MEMORY, WEAK_HIT_REASON, [h for h in hits if h not in kept])
         return kept
 
     def _distinct(self, section: Section, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
@@ -249,9 +247,7 @@ class Composition:
             first.setdefault(text_key(h.text), h)
         out = list(first.values())
         if len(out) < len(hits):
-            self.stats.truncations.append(
-                Truncation(section, TEXT_REPEAT_REASON, items_removed=len(hits) - len(out))
-            )
+            self._left_out(section, TEXT_REPEAT_REASON, [h for h in hits if first[text_key(h.text)] is not h])
         return out
 
     def _not_in_profile(self, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
@@ -264,12 +260,14 @@ class Composition:
             for h in hits
             if h.memory_id not in self._in_profile and text_key(h.text) not in self._in_profile
         ]
-        repeats = len(hits) - len(fresh)
-        if repeats:
-            self.stats.truncations.append(
-                Truncation(Section.MEMORY, PROFILE_REPEAT_REASON, items_removed=repeats)
-            )
+        if len(fresh) < len(hits):
+            self._left_out(Section.MEMORY, PROFILE_REPEAT_REASON, [h for h in hits if h not in fresh])
         return fresh[:limit]
+
+    def _left_out(self, section: Section, reason: str, gone: Sequence[MemoryHit]) -> None:
+        """A trace says which memories a rule left out, not only how many."""
+        ids = [h.memory_id for h in gone]
+        self.stats.truncations.append(Truncation(section, reason, items_removed=len(ids), memory_ids=ids))
 
     def history(self, read: GatheredHistory) -> GapFold | None:
         """Decides which turns go verbatim and which fold into a gap summary; returns the fold needed

@@ -147,6 +147,7 @@ class Truncation:
     reason: str
     tokens_removed: int = 0
     items_removed: int = 0
+    memory_ids: list[str] = field(default_factory=list)  # which memories, where the section holds them
 
 
 @dataclass(slots=True)

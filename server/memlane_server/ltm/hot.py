@@ -165,7 +165,10 @@ class HotIndex:
 
     @staticmethod
     def _key(who: Visibility) -> tuple[str, str, tuple[str, ...]]:
-        # Two callers with these equal see the same rows under ``visible_to`` (empty groups ignored).
+        # Two callers with these equal see the same rows under ``visible_to`` (empty groups ignored);
+        # the whole user's view is keyed apart from any agent's (an agent id never holds a NUL).
+        if who.every_agent:
+            return who.user_id, "\0every-agent", ()
         return who.user_id, who.agent_id, tuple(sorted({g for g in who.groups if g}))
 
     async def view(self, who: Visibility) -> HotEntry | None:

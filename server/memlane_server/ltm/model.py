@@ -102,6 +102,11 @@ class Visibility:
     user_id: str
     agent_id: str = ""
     groups: list[str] = field(default_factory=list)
+    # The user's whole memory, every agent's items: what a caller naming no agent reads through the
+    # memory API (the user's own viewer, an operator's tools), as its plain listing already does. Never
+    # an agent's recall: assembly reads as the session's agent, and agent "" is then the unnamed agent
+    # of a single-agent app, which sees its own private items and the shared ones.
+    every_agent: bool = False
 
 
 @dataclass(slots=True)

@@ -50,6 +50,7 @@ from .recall import SubQuery, focus, fuse_and_rank, query_vector, speaker_hits, 
 from .recall import embed as embed_texts
 from .store import Hit, LanceMemoryStore
 from .upkeep import MemoryUpkeep
+from .words import still_said
 
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
@@ -202,15 +203,19 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
     async def update(self, who: Visibility, memory_id: str, patch: MemoryPatch) -> MemoryItem:
         item = await self.get(who, memory_id)
         now = self._clock()
+        if patch.keywords is not None:
+            item.keywords = clean_keywords(patch.keywords)
         if patch.content is not None and patch.content.strip() != item.content:
             item.content = self._check_content(patch.content)
+            if patch.keywords is None:
+                # Keywords are keys derived from the text: those the new text no longer holds would keep
+                # finding the item by what it no longer says (and steer its vector there too).
+                item.keywords = still_said(item.keywords, item.content)
             item.vector = (await self._embedder.embed([embedding_text(item.content, item.keywords)]))[
                 0
             ].tolist()
         else:
             item.vector = await self._vector_of(item.id)
-        if patch.keywords is not None:
-            item.keywords = clean_keywords(patch.keywords)
         if patch.importance is not None:
             item.importance = clamp(patch.importance)
         if patch.kind is not None:

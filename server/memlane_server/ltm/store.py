@@ -7,6 +7,7 @@ a filter expression that the caller built from ``filters.visible_to`` or ``filte
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -51,6 +52,7 @@ _SCALAR_INDEXES: list[tuple[str, Any]] = [
     ("search_text", FTS(with_position=False, stem=True, remove_stop_words=True, ascii_folding=True)),
 ]
 
+_CLEANUP_ALL_WARNING = r"optimize\(cleanup_older_than=0\)"
 _NEWEST_FIRST = [
     ColumnOrdering(column_name="created_at_ms", ascending=False),
     ColumnOrdering(column_name="id_key", ascending=False),
@@ -405,7 +407,16 @@ class LanceMemoryStore:
             return True
 
     async def _optimize(self, cleanup_older_than: timedelta) -> None:
-        await self._table.optimize(cleanup_older_than=cleanup_older_than)
+        if cleanup_older_than > timedelta(0):
+            await self._table.optimize(cleanup_older_than=cleanup_older_than)
+            return
+        # Only erasure drops every older version, on purpose and under the table lock: LanceDB's warning
+        # that a concurrent reader of an older version will fail is the case ``sharing.retry_read``
+        # handles (it re-reads the latest). Said to an operator's terminal at every ForgetUser, it is
+        # noise; the filter is scoped to this call and to that one message.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _CLEANUP_ALL_WARNING, UserWarning)
+            await self._table.optimize(cleanup_older_than=cleanup_older_than)
 
     async def ensure_vector_index(self, min_rows: int) -> bool:
         """Build the ANN index once the table is big enough to need one; True if it exists now.

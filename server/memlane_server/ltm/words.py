@@ -55,6 +55,13 @@ _SPEAKER_RE2 = r"^(?:\[[^\]]{1,40}\]\s*)?(?P<speaker>[\pL\pN_.'-]+(?: [\pL\pN_.'
 WORD = linear_regex.compile_run(r"\w+")
 
 
+def still_said(keywords: Iterable[str], content: str) -> list[str]:
+    """The keywords every word of which the content still holds (case folded): what an edit of the text
+    leaves true of its old keys."""
+    words = {w.casefold() for w in WORD.findall(content)}
+    return [k for k in keywords if (parts := WORD.findall(k)) and all(p.casefold() in words for p in parts)]
+
+
 def speaker_of(content: str) -> str:
     m = _SPEAKER.match(content)
     return m.group(1).strip() if m else ""
