@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from dataclasses import replace
+from pathlib import Path
 
+import lancedb
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
+from memlane_server.errors import PermissionDenied
+from memlane_server.ltm import Feedback, MemoryPatch, MemoryService, NewMemory, Owner, Visibility
+from memlane_server.ltm.filters import with_id
+from memlane_server.ltm.schema import TABLE_NAME, to_row
+from tests.ltm_fixtures import embedder, memory
+
+__all__ = ["embedder", "memory"]
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +176,61 @@ def test_a_merge_keeps_each_items_audience(api: memlane.Client) -> None:
     assert merged.memory.memory_id == wide.memory_id
     assert set(merged.memory.keywords) == {"coffee", "black"}
     assert list(merged.superseded_ids) == [also_wide.memory_id]
+
+
+# --- The store itself: a write matches (user, id), whoever else holds the id.
+
+V = Owner("victim", "agent-a")
+B = Owner("other", "agent-a")
+
+
+async def _rows(memory: MemoryService, memory_id: str) -> list[tuple[str, str]]:
+    """Every row of the id, whoever holds it: (user, content)."""
+    rows = await memory.store.fetch(with_id(memory_id))
+    return sorted((r.user_id, r.content) for r in rows)
+
+
+async def test_store_writes_never_touch_another_users_row(memory: MemoryService, tmp_path: Path) -> None:
+    """``upsert`` and ``add`` naming an id another user holds are refused with the one answer, nothing
+    written; ``held_by_others`` names such ids for a batch. A duplicate row of one id (a table written
+    before ownership was enforced, e.g. by an import on 3af1f4b) stays each user's own: update,
+    feedback, upsert and delete by one user never reach the other's row. Positive controls: the
+    holder's own upsert and a free id's add are written."""
+    await memory.create(V, NewMemory("fact", "The victim keeps bees.", memory_id="shared-x"))
+    theirs = (await memory.store.fetch(with_id("shared-x"), with_vector=True))[0]
+    forged = replace(theirs, user_id=B.user_id, content="Overwritten by another user.")
+    for write in (memory.store.upsert, memory.store.add):
+        with pytest.raises(PermissionDenied) as err:
+            await write([forged])
+        assert err.value.reason == "MEMORY_ID_UNAVAILABLE"
+        assert await _rows(memory, "shared-x") == [("victim", "The victim keeps bees.")]
+    assert await memory.store.held_by_others(B.user_id, ["shared-x", "free-1"]) == {"shared-x"}
+    assert await memory.store.held_by_others(V.user_id, ["shared-x"]) == set()
+    with pytest.raises(PermissionDenied):  # the service's own create, strict: the same answer
+        await memory.create(B, NewMemory("fact", "The other keeps wasps.", memory_id="shared-x"))
+    # Positive controls.
+    await memory.store.upsert([replace(theirs, content="The victim keeps two hives.")])
+    await memory.store.add([replace(forged, id="free-1")])
+    assert await _rows(memory, "shared-x") == [("victim", "The victim keeps two hives.")]
+    assert await _rows(memory, "free-1") == [("other", "Overwritten by another user.")]
+
+    # A duplicate of one id from before: written straight into the table, as an older version did.
+    db = await lancedb.connect_async(str(tmp_path / "ltm"))
+    table = await db.open_table(TABLE_NAME)
+    await table.add([to_row(replace(forged, content="The other keeps wasps."))])
+    await memory.store.refresh()
+    mine = Visibility(B.user_id, B.agent_id)
+    await memory.update(mine, "shared-x", MemoryPatch(content="The other keeps hornets."))
+    await memory.feedback(mine, "shared-x", Feedback.USEFUL)
+    own = await memory.get(mine, "shared-x")
+    assert own.useful_count == 1 and own.content == "The other keeps hornets."
+    await memory.store.upsert([replace(own, vector=theirs.vector, importance=0.9)])
+    assert await _rows(memory, "shared-x") == [
+        ("other", "The other keeps hornets."),
+        ("victim", "The victim keeps two hives."),
+    ]
+    victim = await memory.get(Visibility(V.user_id, V.agent_id), "shared-x")
+    assert victim.useful_count == 0 and victim.importance == theirs.importance
+    await memory.delete(mine, "shared-x")
+    assert await _rows(memory, "shared-x") == [("victim", "The victim keeps two hives.")]
+    db.close()

@@ -320,16 +320,24 @@ class LanceMemoryStore:
                 raise id_unavailable(min(taken))
 
     async def held_by_others(self, user_id: str, ids: Sequence[str]) -> set[str]:
-        """Which of ``ids`` a row of a user other than ``user_id`` holds: a write naming one of them is
-        refused. For checking a whole batch (an import file, a restore) before anything is written;
-        its answer goes only into ``model.id_unavailable``, never to a caller as such."""
+        """Which of ``ids`` rows of users other than ``user_id`` hold, and no row of ``user_id``: a write
+        of ``user_id`` naming one of them is refused. (An id both hold is a duplicate written before
+        ownership was enforced: the user's own row stays the user's to write, the other is never
+        touched.) For checking a whole batch (an import file, a restore) before anything is written;
+        its answer goes to a caller only as ``model.id_unavailable``."""
         wanted = sorted({i for i in ids if i})
-        taken: set[str] = set()
+        mine = filters.key(user_id)
+        others: set[str] = set()
+        own: set[str] = set()
         for start in range(0, len(wanted), _ID_BATCH):
-            where = filters.with_ids(wanted[start : start + _ID_BATCH]) & ~filters.owned_by(user_id)
-            found = await self.fetch_columns(where, ["id"])
-            taken.update(str(i) for i in found["id"].to_pylist())
-        return taken
+            found = await self.fetch_columns(
+                filters.with_ids(wanted[start : start + _ID_BATCH]), ["id", "user_key"]
+            )
+            for memory_id, user_key in zip(
+                found["id"].to_pylist(), found["user_key"].to_pylist(), strict=True
+            ):
+                (own if user_key == mine else others).add(str(memory_id))
+        return others - own
 
     async def update(self, where: Expr, values_sql: dict[str, str]) -> None:
         """SQL-expression update; ``values_sql`` must be built from trusted numbers/columns only."""
