@@ -19,15 +19,22 @@ from dataclasses import replace
 from pathlib import Path
 
 import lancedb
+import orjson
 import pytest
+import redis.asyncio as aioredis
 from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.errors import PermissionDenied
-from memlane_server.ltm import Feedback, MemoryPatch, MemoryService, NewMemory, Owner, Visibility
+from memlane_server.keyspace import KeySpace
+from memlane_server.ltm import Feedback, MemoryPatch, MemoryScope, MemoryService, NewMemory, Owner, Visibility
 from memlane_server.ltm.filters import with_id
+from memlane_server.ltm.history import MemoryHistory, item_bytes, item_from_bytes
+from memlane_server.ltm.operations import MemorySnapshots
+from memlane_server.ltm.redis_state import RedisMemoryHistory
 from memlane_server.ltm.schema import TABLE_NAME, to_row
+from tests.conftest import delete_prefix
 from tests.ltm_fixtures import embedder, memory
 
 __all__ = ["embedder", "memory"]
@@ -234,3 +241,42 @@ async def test_store_writes_never_touch_another_users_row(memory: MemoryService,
     await memory.delete(mine, "shared-x")
     assert await _rows(memory, "shared-x") == [("victim", "The victim keeps two hives.")]
     db.close()
+
+
+async def test_a_restore_writes_only_the_restorers_rows(memory: MemoryService, redis_url: str) -> None:
+    """A snapshot holding items that are not the restorer's to write (what an import file could put
+    there: an item naming another user's id, another user's item, another agent's private item) is
+    restored without them: they are skipped, absent from the answer, and no row of them is written.
+    Positive control: the restorer's own deleted item comes back from the same snapshot."""
+    prefix = f"own-{uuid.uuid4().hex[:8]}"
+    redis = aioredis.from_url(redis_url)
+    backend = RedisMemoryHistory(redis, KeySpace(prefix), max_versions=100, max_snapshots=5)
+    snaps = MemorySnapshots(memory, backend, MemoryHistory(backend))
+    try:
+        await memory.create(V, NewMemory("fact", "The victim keeps bees.", memory_id="victim-x"))
+        await memory.create(V, NewMemory("fact", "The victim likes figs.", memory_id="victim-y"))
+        await memory.create(B, NewMemory("fact", "The other keeps wasps.", memory_id="own-1"))
+        restorer = Visibility(B.user_id, B.agent_id)
+        await snaps.take(restorer, "honest")
+        own = item_from_bytes((await backend.items(B.user_id, "honest"))["own-1"])
+        poison = {
+            "victim-x": replace(own, id="victim-x", content="Taken over."),  # B's item, V's id
+            "victim-y": replace(own, id="victim-y", user_id=V.user_id, content="Rewritten."),  # V's own
+            "private-z": replace(own, id="private-z", scope=MemoryScope.AGENT, agent_id="agent-z"),
+        }
+        meta = orjson.loads((await backend.meta(B.user_id, "honest")) or b"{}")
+        await backend.reserve(B.user_id, "forged", meta["created_at_ms"])
+        docs = {"own-1": item_bytes(own), **{k: item_bytes(v) for k, v in poison.items()}}
+        await backend.write(B.user_id, "forged", orjson.dumps({**meta, "snapshot_id": "forged"}), docs)
+        await memory.delete(restorer, "own-1")
+
+        undone = await snaps.restore(restorer, "forged")
+
+        assert [d.memory_id for d in undone] == ["own-1"]
+        assert await _rows(memory, "victim-x") == [("victim", "The victim keeps bees.")]
+        assert await _rows(memory, "victim-y") == [("victim", "The victim likes figs.")]
+        assert await _rows(memory, "private-z") == []
+        assert await _rows(memory, "own-1") == [("other", "The other keeps wasps.")]  # positive control
+    finally:
+        await redis.aclose()
+        delete_prefix(redis_url, prefix)
