@@ -49,9 +49,9 @@ def _user() -> str:
     return f"own-{uuid.uuid4().hex[:8]}"
 
 
-def _fact(api: memlane.Client, user: str, content: str, memory_id: str = "", **kw: object) -> mpb.Memory:
+def _fact(api: memlane.Client, user: str, content: str, memory_id: str = "") -> mpb.Memory:
     return api.create_memory(
-        caller=mpb.Caller(user_id=user), content=content, kind=mpb.MEMORY_KIND_FACT, memory_id=memory_id, **kw
+        caller=mpb.Caller(user_id=user), content=content, kind=mpb.MEMORY_KIND_FACT, memory_id=memory_id
     ).memory
 
 
@@ -215,6 +215,10 @@ async def test_store_writes_never_touch_another_users_row(memory: MemoryService,
     assert await memory.store.held_by_others(V.user_id, ["shared-x"]) == set()
     with pytest.raises(PermissionDenied):  # the service's own create, strict: the same answer
         await memory.create(B, NewMemory("fact", "The other keeps wasps.", memory_id="shared-x"))
+    # Promotion's derived ids: a squatted one is replaced by a fresh id, the memory still kept.
+    (promoted,) = await memory.ingest(B, [NewMemory("fact", "The other keeps ants.", memory_id="shared-x")])
+    assert promoted.item.id != "shared-x" and promoted.item.user_id == B.user_id
+    assert await _rows(memory, promoted.item.id) == [("other", "The other keeps ants.")]
     # Positive controls.
     await memory.store.upsert([replace(theirs, content="The victim keeps two hives.")])
     await memory.store.add([replace(forged, id="free-1")])
@@ -240,7 +244,8 @@ async def test_store_writes_never_touch_another_users_row(memory: MemoryService,
     assert victim.useful_count == 0 and victim.importance == theirs.importance
     await memory.delete(mine, "shared-x")
     assert await _rows(memory, "shared-x") == [("victim", "The victim keeps two hives.")]
-    db.close()
+    table.close()  # type: ignore[no-untyped-call]  # lancedb leaves it untyped
+    db.close()  # type: ignore[no-untyped-call]
 
 
 async def test_a_restore_writes_only_the_restorers_rows(memory: MemoryService, redis_url: str) -> None:

@@ -48,10 +48,10 @@ class MemoryWriter(MemoryCore):
                     return IngestResult(found[0], IngestOutcome.CREATED)  # a retry
                 raise AlreadyExists(f"memory {draft.memory_id} already exists")
             # Not the caller's: one answer whether another user holds it or it is merely of the server's
-            # shape (model.id_unavailable), so the refusal is no oracle of other users' ids.
-            if is_server_id(draft.memory_id) or await self._store.held_by_others(
-                owner.user_id, [draft.memory_id]
-            ):
+            # shape (model.id_unavailable), so the refusal is no oracle of other users' ids. Both are
+            # asked every time: a shortcut would answer the free one sooner.
+            taken = await self._store.held_by_others(owner.user_id, [draft.memory_id])
+            if taken or is_server_id(draft.memory_id):
                 raise id_unavailable(draft.memory_id)
         results = await self.ingest(owner, [draft], strict=True, reason=ChangeReason.CREATE)
         return results[0]
