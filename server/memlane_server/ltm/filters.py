@@ -17,7 +17,7 @@ manifests record delete predicates). Every read filter starts from ``visible_to`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -185,6 +185,18 @@ def occurred_on_days(days: list[int], day_ms: int) -> Expr:
 
 def with_ids(ids: list[str]) -> Expr:
     return among("id", list(ids))
+
+
+def owned_ids(rows: Sequence[tuple[str, str]]) -> Expr:
+    """The rows named by (user, id) pairs: each user's own rows of those ids, never another user's row
+    of the same id (ownership is part of a row's identity, see ``store``)."""
+    by_user: dict[str, list[str]] = {}
+    for user_id, memory_id in rows:
+        by_user.setdefault(user_id, []).append(memory_id)
+    expr: Expr = lit(False)
+    for user_id, ids in by_user.items():
+        expr = expr | (owned_by(user_id) & with_ids(ids))
+    return expr
 
 
 def after_cursor(created_at_ms: int, memory_id: str) -> Expr:

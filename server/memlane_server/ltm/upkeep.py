@@ -34,14 +34,14 @@ class MemoryUpkeep(MemoryCore):
         report = PruneReport()
         all_items = await self._store.fetch_columns(None, _PRUNE_COLUMNS)
         items = [_prune_view(r) for r in all_items.to_pylist()]
-        doomed: set[str] = set()
+        doomed: set[tuple[str, str]] = set()  # (user, id): a row is its user's, never another's of one id
         unused_before = now - int(policy.unused_ttl_days * DAY_MS)
         retired_before = now - int(policy.retired_retention_days * DAY_MS)
         groups: dict[tuple[str, str, bool], list[MemoryItem]] = {}
         for item in items:
             if not item.is_active(now):
                 if item.valid_until_ms and item.valid_until_ms < retired_before:
-                    doomed.add(item.id)
+                    doomed.add((item.user_id, item.id))
                     report.retired += 1
                 continue
             if (
@@ -49,7 +49,7 @@ class MemoryUpkeep(MemoryCore):
                 and item.created_at_ms < unused_before
                 and item.importance < policy.unused_keep_importance
             ):
-                doomed.add(item.id)
+                doomed.add((item.user_id, item.id))
                 report.unused += 1
                 continue
             key = (item.user_id, item.agent_id, item.kind is MemoryKind.EPISODIC)
@@ -59,17 +59,17 @@ class MemoryUpkeep(MemoryCore):
             if len(members) > cap:
                 ranked = sorted(members, key=lambda i: (prune_score(i, now, policy), i.updated_at_ms))
                 extra = ranked[: len(members) - cap]
-                doomed.update(i.id for i in extra)
+                doomed.update((i.user_id, i.id) for i in extra)
                 report.over_cap += len(extra)
-        ids = sorted(doomed)
-        for start in range(0, len(ids), DELETE_BATCH):
-            batch = filters.with_ids(ids[start : start + DELETE_BATCH])
+        rows = sorted(doomed)
+        for start in range(0, len(rows), DELETE_BATCH):
+            batch = filters.owned_ids(rows[start : start + DELETE_BATCH])
             gone = await self._store.fetch(batch) if self._history is not None else []
             await self._store.delete(batch)
             for user_id in sorted({i.user_id for i in gone}):
                 pruned = [Change(i, ChangeReason.PRUNE, deleted=True) for i in gone if i.user_id == user_id]
                 await self._journal(user_id, "", pruned)
-        await self._changed(*sorted({i.user_id for i in items if i.id in doomed}), removed=True)
+        await self._changed(*sorted({user_id for user_id, _ in doomed}), removed=True)
         return report
 
     async def optimize(self) -> None:
