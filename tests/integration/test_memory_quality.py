@@ -296,3 +296,45 @@ def test_relative_times_are_resolved_against_the_session_date(client: memlane.Cl
     # The fact extracted names its speaker.
     facts = [m.content for m in _memories(client, user, _DURABLE)]
     assert all(not f.startswith("User ") for f in facts), facts
+
+
+# ------------------------------------------------------------------------ assistant filler
+
+
+SUPPORT_CHAT = [
+    (spb.ROLE_USER, "Hi, I'd like to order a birthday cake for Saturday."),
+    (spb.ROLE_ASSISTANT, "Certainly! What flavour would you like?"),
+    (spb.ROLE_USER, "Chocolate, and no nuts please, my son is allergic."),
+    (spb.ROLE_ASSISTANT, "Understood, no nuts will be included."),
+    (spb.ROLE_USER, "Can you deliver it on Saturday morning?"),
+    (spb.ROLE_ASSISTANT, "Yes, delivery is booked for Saturday at 10am, order number C-5521."),
+    (spb.ROLE_USER, "Also no snacks in the box."),
+    (spb.ROLE_ASSISTANT, "Understood, no snacks will be included."),
+    (spb.ROLE_ASSISTANT, "Absolutely, that has been taken care of."),
+    (spb.ROLE_ASSISTANT, "Perfect, your request has been updated accordingly."),
+]
+
+
+def test_a_support_chat_keeps_the_users_turns_and_the_assistants_that_add(client: memlane.Client) -> None:
+    """An assistant's acknowledgement ("Understood, no snacks will be included.") says what the user's
+    own turn already holds: no episode of its own. The assistant's turn with a booking (its order number,
+    its time) is one, and so is every user turn."""
+    user = _user()
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    client.create_session(session_id=sid, user_id=user, agent_id=AGENT)
+    at = _ms("2024-03-04T10:00:00")
+    client.append_messages(
+        session_id=sid,
+        messages=[
+            spb.Message(message_id=f"{sid}-m{i}", role=role, content=text, created_at_unix_ms=at + i * 1000)
+            for i, (role, text) in enumerate(SUPPORT_CHAT)
+        ],
+    )
+    state = client.promote_session(session_id=sid, close=True, timeout=120).session.promotion_state
+    assert state in (spb.PROMOTION_STATE_PROMOTED, spb.PROMOTION_STATE_ARCHIVED)
+    episodes = [m.content for m in _memories(client, user, [mpb.MEMORY_KIND_EPISODIC])]
+    spoken = [e.split("] ", 1)[1] for e in episodes]
+    assistant = [s for s in spoken if s.startswith("Assistant:")]
+    assert assistant == ["Assistant: " + SUPPORT_CHAT[5][1]], spoken
+    users = [text for role, text in SUPPORT_CHAT if role == spb.ROLE_USER and not text.startswith("Hi,")]
+    assert all(any(t in s for s in spoken) for t in users), spoken  # positive control: the user's turns

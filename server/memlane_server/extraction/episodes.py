@@ -151,6 +151,11 @@ _SERVICE = frozenset({
     "help", "check", "look", "course", "absolutely", "certainly", "moment", "assist", "happy", "glad",
     "question", "anything", "else", "today", "okay", "right", "away", "hold", "please", "wait",
     "understand", "see", "back", "find", "noted", "sounds", "let", "into", "got",
+    # Acknowledging what the user asked for, without adding to it ("Understood, no snacks will be
+    # included.", "That has been taken care of.", "Your request has been updated accordingly."): what
+    # is asked for is the user's turn, which is kept.
+    "understood", "include", "included", "including", "taken", "care", "request", "requested", "update",
+    "updated", "accordingly", "welcome", "you're", "make", "sure", "done", "alright", "perfect", "great",
 })  # fmt: skip
 # An assistant turn with fewer new content words than this (and no name, number or id of its own)
 # adds nothing to what the user said.
