@@ -423,3 +423,32 @@ def test_memory_ids_another_user_holds_are_refused_wherever_the_file_names_them(
     assert receipt.imported["memory_snapshot"] == 1
     client.forget_user(user_id=other)
     client.forget_user(user_id=owner)
+
+
+def test_snapshots_over_the_users_limit_refuse_the_file_before_any_write(start_server: ServerFactory) -> None:
+    """A file with more snapshots than the user may hold was refused by the snapshot write, after its
+    sessions and memories were written. The limit is now checked with the rest, before any write."""
+    small = start_server(ltm_snapshots_max_per_user=1)
+    user = _user("snaps")
+    now = int(time.time() * 1000)
+    snapshots = [
+        {
+            "record": "memory_snapshot",
+            "snapshot_id": f"snap-{i}",
+            "user_id": user,
+            "agent_id": "",
+            "groups": [],
+            "created_at_ms": now + i,
+            "item_count": 0,
+            "note": "",
+            "items": [],
+        }
+        for i in range(2)
+    ]
+    records = [_session(user, f"s-{user}"), _memory(user, f"m-{user}", "Likes tea.")]
+    with memlane.Client(small.target, timeout=60) as c:
+        with pytest.raises(memlane.ResourceExhaustedError, match="at most 1"):
+            c.import_user_data(data=_file(user, *records, *snapshots))
+        assert _nothing_of(c, user)
+        receipt = c.import_user_data(data=_file(user, *records, snapshots[0]))  # control: within the limit
+        assert receipt.imported["memory_snapshot"] == 1 and receipt.imported["session"] == 1

@@ -141,6 +141,10 @@ class RedisMemoryHistory:
 
     # --- snapshots (SnapshotBackend)
 
+    @property
+    def max_snapshots(self) -> int:
+        return self._max_snapshots
+
     async def reserve(self, user_id: str, snapshot_id: str, created_at_ms: int) -> None:
         index = self._keys.memory_snapshots(user_id)
         got = int(await self._reserve(keys=[index], args=[snapshot_id, created_at_ms, self._max_snapshots]))

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import AlreadyExists, InvalidArgument, PermissionDenied
+import orjson
+
+from ..errors import AlreadyExists, InvalidArgument, PermissionDenied, ResourceExhausted
 from ..ltm import MemoryService, filters
 from ..ltm.history import MemoryHistory
 from ..ltm.ingest import embedding_text
@@ -112,6 +114,7 @@ class UserImport:
                     f"user {user!r} already has data on this sidecar; import with merge"
                     " (memlane import-user --merge) to add the file's records to it"
                 )
+        await self._check_room(user, checked.snapshots)
         # Writes, in the order the data hangs together: sessions, their turns, items, their history.
         fresh: set[str] = set()
         for s in checked.sessions:
@@ -236,6 +239,21 @@ class UserImport:
                     raise AlreadyExists(
                         f"line {line}: memory id {item.id!r} is taken by another user's memory here"
                     )
+
+    async def _check_room(self, user: str, snapshots: list[Snapshot]) -> None:
+        """The file's new snapshots fit the user's snapshot limit (else ``reserve`` would refuse one
+        after the writes before it)."""
+        if not snapshots or self._history is None:
+            return
+        backend = self._history.snapshots
+        held = {orjson.loads(m)["snapshot_id"] for m in await backend.metas(user)}
+        new = [s for s in snapshots if s.snapshot_id not in held]
+        if len(held) + len(new) > backend.max_snapshots:
+            raise ResourceExhausted(
+                f"the file holds {len(new)} new snapshots and the user {len(held)}; a user holds at most"
+                f" {backend.max_snapshots}: delete some first",
+                field="data",
+            )
 
     async def _items(self, items: list[MemoryItem], receipt: ImportReceipt) -> None:
         if not items or self._memory is None:
