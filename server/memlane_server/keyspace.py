@@ -138,7 +138,7 @@ class KeySpace:
 
     def import_parts(self, user_id: str, upload_id: str) -> str:
         """HASH with a TTL: part number -> the parts of an import file sent in parts, held until its
-        last part (pipelines/import_parts.py). A per-user key: erasing the user erases them."""
+        last part (sessions/import_parts.py). A per-user key: erasing the user erases them."""
         return f"{self.prefix}:user:{{{user_id}}}:import:{upload_id}"
 
     # --- long-term memory versions and snapshots (ltm/redis_state.py); per-user keys, so

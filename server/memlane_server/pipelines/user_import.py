@@ -15,8 +15,8 @@ The whole file is checked before anything is written: each record on its own and
 (ALREADY_EXISTS), and a procedure version may name as its origin only what the importing caller could
 propose as (``Importer.origin_for``). One failure refuses the file and writes nothing. Ids are kept,
 and a record whose id is held already is left as it is: importing the same file twice writes nothing
-the second time. A file too large for one call arrives in parts (``import_parts``) and is imported the
-same way once its last part is in.
+the second time. A file too large for one call arrives in parts (``sessions.import_parts``) and is
+imported the same way once its last part is in.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from ..ltm.ingest import embedding_text
 from ..ltm.model import MemoryItem
 from ..procedures.service import ProcedureService, Proposal
 from ..procedures.store import Kind, Origin, Owner
+from ..sessions.import_parts import ImportParts
 from ..sessions.limits import Limits
 from ..sessions.store import SessionStore
 from .import_checks import CheckedFile, Snapshot, bad, check_file, check_id
-from .import_parts import ImportParts
 from .user_data import ExportFile
 
 _BATCH = 500  # messages restored per Redis round trip, items embedded per call, ids read per query
