@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from google.protobuf.field_mask_pb2 import FieldMask
 
 import memlane
 from memlane.v1 import memory_pb2 as mpb
@@ -240,7 +241,7 @@ def test_the_same_file_twice_writes_nothing_and_versions_keep_their_times(
         client.update_memory(
             caller=caller,
             memory=mpb.Memory(memory_id=mid, content=f"Sold the bikes ({mid[:4]})."),
-            update_mask={"paths": ["content"]},
+            update_mask=FieldMask(paths=["content"]),
         )
     data = b"".join(r.data for r in client.export_user_data(user_id=user))
     exported = sorted(
@@ -354,12 +355,12 @@ def test_sequence_numbers_are_reconciled_and_duplicates_refused(client: memlane.
         client.import_user_data(
             data=_file(user, _session(user, sid), *turns, mem, {**mem, "content": "Likes coffee."})
         )
-    with pytest.raises(memlane.InvalidArgumentError, match=r"line 6 \(message\): seq 2 appears twice"):
+    with pytest.raises(memlane.InvalidArgumentError, match=r"line 6 \(message\): seq 2 appears twice in the session"):
         client.import_user_data(
             data=_file(user, _session(user, sid), *turns, {**turns[1], "message_id": "other"})
         )
     with pytest.raises(
-        memlane.InvalidArgumentError, match=r"line 6 \(message\): message_id .* appears twice"
+        memlane.InvalidArgumentError, match=r"line 6 \(message\): message_id .* appears twice in the session"
     ):
         client.import_user_data(data=_file(user, _session(user, sid), *turns, {**turns[1], "seq": 9}))
     with pytest.raises(

@@ -267,11 +267,15 @@ def _messages(
         if m.session_id not in out.session_lines:
             # Held here already, or no session of the user: ``user_import`` reads which.
             out.other_sessions.setdefault(m.session_id, number)
-        _first(ids, f"{m.session_id}\x1f{m.message_id}", number, "message", "message_id")
-        if (m.session_id, str(m.seq)) in seqs:
-            first = seqs[(m.session_id, str(m.seq))]
-            raise bad(number, "message", f"seq {m.seq} appears twice in session (first on line {first})")
-        seqs[(m.session_id, str(m.seq))] = number
+        for seen, key, what in (
+            (ids, (m.session_id, m.message_id), f"message_id {m.message_id!r}"),
+            (seqs, (m.session_id, str(m.seq)), f"seq {m.seq}"),
+        ):
+            if key in seen:
+                raise bad(
+                    number, "message", f"{what} appears twice in the session (first on line {seen[key]})"
+                )
+            seen[key] = number
         by_session.setdefault(m.session_id, []).append((number, m))
     # A session holds more turns than one call may send, so its turns are checked in batches of the
     # most one call may send, by count and by bytes.
