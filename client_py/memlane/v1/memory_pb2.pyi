@@ -650,7 +650,10 @@ class CreateMemoryRequest(_message.Message):
     VALID_UNTIL_UNIX_MS_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     memory_id: _builtins.str
-    """Optional client-chosen id ([A-Za-z0-9_.:-], at most 128): makes retries idempotent."""
+    """Optional client-chosen id ([A-Za-z0-9_.:-], at most 128): makes retries idempotent. Unique across
+    users: one another user holds, or one of the server's shape (mem_ and 28 hex digits) the caller
+    does not hold, is PERMISSION_DENIED (MEMORY_ID_UNAVAILABLE).
+    """
     kind: Global___MemoryKind.ValueType
     content: _builtins.str
     slot: _builtins.str

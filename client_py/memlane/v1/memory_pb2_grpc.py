@@ -150,7 +150,10 @@ class MemoryServiceServicer:
         contradiction (same slot, new value) supersedes the old one. Retrying with the same memory_id and
         content returns the stored item.
         Errors: INVALID_ARGUMENT (empty/oversized content, personal data such as emails or card numbers,
-        bad kind/scope), ALREADY_EXISTS (memory_id taken by a different item), UNAVAILABLE.
+        bad kind/scope), ALREADY_EXISTS (memory_id is the caller's own item, with other content),
+        PERMISSION_DENIED (reason MEMORY_ID_UNAVAILABLE: memory_id is not the caller's to choose; the same
+        answer whether another user holds it or it is a free id of the server's shape, mem_ and 28 hex
+        digits; or a scope or group the caller may not write), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -213,7 +216,8 @@ class MemoryServiceServicer:
         it (kept for audit, never served). Each change is kept as a version (the kept item's reason MERGE,
         the others' SUPERSEDE). Repeating a merge that is done returns the kept item.
         Errors: INVALID_ARGUMENT (fewer than two or more than 50 ids, an id twice, content as for
-        UpdateMemory, a source already retired), NOT_FOUND (an id missing or not visible to the caller),
+        UpdateMemory, a source already retired, an item of another audience than the first: merges keep
+        each item's scope, field memory_ids[i]), NOT_FOUND (an id missing or not visible to the caller),
         PERMISSION_DENIED (auditor), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -261,7 +265,9 @@ class MemoryServiceServicer:
 
     def RestoreMemorySnapshot(self, request, context):
         """Puts the caller's memory back as the snapshot holds it: items added since are deleted, items
-        changed or removed since are written back (each change kept as a version, why "restore").
+        changed or removed since are written back (each change kept as a version, why "restore"). Only
+        the caller's own rows are written: an item of the snapshot outside its view, or whose id another
+        user holds now, is skipped (absent from the answer's diffs).
         Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS (backup_snapshot_id taken),
         RESOURCE_EXHAUSTED (too many snapshots, for the backup), UNAVAILABLE.
         """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -17,7 +17,16 @@ from . import filters
 from .conflicts import Action, Decision, Thresholds, decide, may_merge, may_supersede, restates
 from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore, canonical_slot, stated_slot
 from .history import Change, ChangeReason
-from .model import IngestOutcome, IngestResult, MemoryItem, NewMemory, Owner, new_memory_id
+from .model import (
+    IngestOutcome,
+    IngestResult,
+    MemoryItem,
+    NewMemory,
+    Owner,
+    id_unavailable,
+    is_server_id,
+    new_memory_id,
+)
 from .recall import STALE_KEY, prune_score, text_key
 from .tuning import DAY_MS
 
@@ -32,12 +41,18 @@ class MemoryWriter(MemoryCore):
         """CreateMemory: one item, through the same merge/supersede rules as promotion."""
         self._check_content(draft.content)
         if draft.memory_id:
-            found = await self._store.fetch(filters.with_id(draft.memory_id), limit=1)
+            mine = filters.owned_by(owner.user_id) & filters.with_id(draft.memory_id)
+            found = await self._store.fetch(mine, limit=1)
             if found:
-                same = found[0]
-                if same.user_id == owner.user_id and same.content == draft.content.strip():
-                    return IngestResult(same, IngestOutcome.CREATED)
+                if found[0].content == draft.content.strip():
+                    return IngestResult(found[0], IngestOutcome.CREATED)  # a retry
                 raise AlreadyExists(f"memory {draft.memory_id} already exists")
+            # Not the caller's: one answer whether another user holds it or it is merely of the server's
+            # shape (model.id_unavailable), so the refusal is no oracle of other users' ids.
+            if is_server_id(draft.memory_id) or await self._store.held_by_others(
+                owner.user_id, [draft.memory_id]
+            ):
+                raise id_unavailable(draft.memory_id)
         results = await self.ingest(owner, [draft], strict=True, reason=ChangeReason.CREATE)
         return results[0]
 
@@ -70,6 +85,7 @@ class MemoryWriter(MemoryCore):
             accepted.append((draft, kind, content))
         if not accepted:
             return []
+        accepted = await self._own_ids(owner, accepted, strict=strict)
         vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
         if any(k is not MemoryKind.EPISODIC for _, k, _ in accepted):
             await self._slots.ready()
@@ -78,6 +94,24 @@ class MemoryWriter(MemoryCore):
             results, pruned = await self._ingest_locked(owner, accepted, vectors, now, reason)
         await self._changed(user_id, removed=pruned)
         return results
+
+    async def _own_ids(
+        self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], *, strict: bool
+    ) -> list[tuple[MemoryDraft, MemoryKind, str]]:
+        """Drafts whose chosen id another user holds: refused when ``strict`` (CreateMemory), else
+        given a fresh id (promotion's ids are derived from the session: a squatted one must not stop
+        the session's memories from being stored)."""
+        chosen = [d.memory_id for d, _, _ in accepted if isinstance(d, NewMemory) and d.memory_id]
+        taken = await self._store.held_by_others(owner.user_id, chosen) if chosen else set()
+        if not taken:
+            return accepted
+        if strict:
+            raise id_unavailable(min(taken))
+        log.info("ingest: %d drafted id(s) held by another user, given fresh ids", len(taken))
+        return [
+            (replace(d, memory_id="") if isinstance(d, NewMemory) and d.memory_id in taken else d, k, c)
+            for d, k, c in accepted
+        ]
 
     async def _ingest_locked(
         self,
@@ -144,7 +178,7 @@ class MemoryWriter(MemoryCore):
                 twins.setdefault(text_key(content), item)
             else:
                 _note_stated(stated, draft, item)
-        await self._mark_stale_episodes(batch, now)
+        await self._mark_stale_episodes(owner, batch, now)
 
         stored = [i for i in batch.new_items.values() if i.is_active(now) or i.superseded_by]
         await self._store.add(stored)
@@ -199,7 +233,7 @@ class MemoryWriter(MemoryCore):
                     twins.setdefault(text_key(ep.content), ep)
         return seen_turns, twins
 
-    async def _mark_stale_episodes(self, batch: _Batch, now: int) -> None:
+    async def _mark_stale_episodes(self, owner: Owner, batch: _Batch, now: int) -> None:
         """Episodes that carry a fact retired by this batch say what is no longer true: each is marked
         with the fact it carried (``STALE_KEY``), which recall down-ranks (``stale_episode_factor``).
         They stay episodes: what was said then is still what was said then."""
@@ -211,7 +245,7 @@ class MemoryWriter(MemoryCore):
         missing = [eid for eid in links if eid not in known]
         for start in range(0, len(missing), DELETE_BATCH):
             # With vectors: the rows are written back whole.
-            chunk = filters.with_ids(missing[start : start + DELETE_BATCH])
+            chunk = filters.owned_by(owner.user_id) & filters.with_ids(missing[start : start + DELETE_BATCH])
             for fetched in await self._store.fetch(chunk, with_vector=True):
                 known[fetched.id] = fetched
         for eid, fact_id in links.items():
@@ -333,7 +367,8 @@ class MemoryWriter(MemoryCore):
             doomed.extend(ranked[: len(episodes) - self._policy.max_episodes_per_agent])
         ids = [i.id for i in doomed]
         for start in range(0, len(ids), DELETE_BATCH):
-            await self._store.delete(filters.with_ids(ids[start : start + DELETE_BATCH]))
+            mine = filters.written_by(owner.user_id, owner.agent_id)
+            await self._store.delete(mine & filters.with_ids(ids[start : start + DELETE_BATCH]))
         return doomed
 
 

@@ -9,6 +9,7 @@ import enum
 import secrets
 from dataclasses import dataclass, field
 
+from ..errors import PermissionDenied
 from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope
 
 
@@ -30,6 +31,32 @@ class IngestOutcome(enum.StrEnum):
 def new_memory_id(now_ms: int) -> str:
     """Time-sortable id: 12 hex digits of milliseconds, then 16 random hex digits."""
     return f"mem_{now_ms:012x}{secrets.token_hex(8)}"
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_server_id(memory_id: str) -> bool:
+    """Whether ``memory_id`` has the shape the server gives ids (``new_memory_id``, and promotion's
+    ``mem_<ms><digest>``): a client may not choose one it does not hold (see ``id_unavailable``)."""
+    return len(memory_id) == 32 and memory_id.startswith("mem_") and _HEX.issuperset(memory_id[4:])
+
+
+def id_unavailable(memory_id: str) -> PermissionDenied:
+    """The one answer to a write naming a memory id the caller may not claim.
+
+    Ids are unique in the table whoever holds them, and a row is matched by (user, id): so a write
+    naming an id that another user holds is refused, and so is a free id of the server's shape
+    (``is_server_id``) that a client chose. All of them get these same words, code and reason: the
+    answer never tells whether the id is held, nor by whom. (An id outside the server's shape that a
+    client guessed exactly is still seen to be unusable: that much is inherent to ids unique across
+    users; docs/security.md.)"""
+    return PermissionDenied(
+        f"memory_id {memory_id!r} is not available to this caller: leave it empty for a server-chosen"
+        " id, or choose another",
+        field="memory_id",
+        reason="MEMORY_ID_UNAVAILABLE",
+    )
 
 
 @dataclass(slots=True)

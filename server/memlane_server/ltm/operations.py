@@ -32,14 +32,15 @@ import orjson
 
 from ..errors import InvalidArgument, NotFound, PermissionDenied
 from ..infra.periodic import Periodic
-from ..memory_kinds import MemoryKind
+from ..memory_kinds import MemoryKind, MemoryScope
 from . import filters
 from .core import canonical_slot
 from .history import Change, ChangeReason, HistoryLog, SnapshotBackend, item_bytes, item_from_bytes
 from .ingest import SESSIONS_KEY, clamp, clean_keywords, embedding_text, fold_provenance
 from .model import MemoryItem, Visibility
-from .service import MemoryService, readable
+from .service import MemoryService, readable, reads
 
+log = logging.getLogger(__name__)
 MAX_MERGE = 50  # items one call may fold together: an operator's fix, not a bulk rewrite
 
 
@@ -74,6 +75,14 @@ class MemoryMerge:
         if missing:
             raise NotFound(f"memory {missing[0]} not found")
         kept, others = found[memory_ids[0]], [found[m] for m in memory_ids[1:]]
+        for n, other in enumerate(others, start=1):
+            if _audience(other) != _audience(kept):
+                raise InvalidArgument(
+                    f"memory_ids[{n}]: memory {other.id} is {_audience_words(other)}, memory {kept.id}"
+                    f" is {_audience_words(kept)}: a merge keeps each item's audience (change the"
+                    " scope with UpdateMemory first to publish it)",
+                    field=f"memory_ids[{n}]",
+                )
         now = m.now_ms()
         if all(o.superseded_by == kept.id for o in others) and not (text or kind or slot):
             return replace(kept, vector=[]), [o.id for o in others]  # a retry of a merge that is done
@@ -99,6 +108,25 @@ class MemoryMerge:
             await m.history.record(who.user_id, who.agent_id, changes)
         await m.changed(who.user_id)
         return replace(kept, vector=[]), [o.id for o in others]
+
+
+def _audience(item: MemoryItem) -> tuple[MemoryScope, str]:
+    """Who reads an item: every agent of the user (user and shared scope alike), one agent, one group.
+    A merge folds the sources' words and provenance into the kept item, so all must share it: a
+    private or group item folded into a user-wide one would show its keywords to every agent."""
+    if item.scope is MemoryScope.AGENT:
+        return MemoryScope.AGENT, item.agent_id
+    if item.scope is MemoryScope.GROUP:
+        return MemoryScope.GROUP, item.group
+    return MemoryScope.USER, ""
+
+
+def _audience_words(item: MemoryItem) -> str:
+    scope, whose = _audience(item)
+    return {
+        MemoryScope.AGENT: f"private to agent {whose!r}",
+        MemoryScope.GROUP: f"for group {whose!r}",
+    }.get(scope, "for every agent of the user")
 
 
 def _fold(kept: MemoryItem, others: list[MemoryItem], max_ids: int) -> None:
@@ -224,9 +252,23 @@ class MemorySnapshots:
         return info, diff(snapshot, await self._current(view))
 
     async def restore(self, who: Visibility, snapshot_id: str) -> list[Diff]:
-        """Puts back what the snapshot holds; returns the diff it undid."""
-        _, changes = await self.diff(who, snapshot_id)
+        """Puts back what the snapshot holds; returns the diff it undid.
+
+        Only rows of the restorer are written: an item of the snapshot outside its view (another
+        user's, another agent's private one, a group it does not cover: only a forged or imported
+        snapshot holds one) and an item whose id another user holds now (its own item, deleted since,
+        whose client-chosen id was then taken) are skipped, and absent from the answer. Skipped, not
+        refused: a snapshot is the user's undo, and one id taken by someone else must not make the
+        rest of it impossible; refusing would tell no more about the id than skipping does."""
+        info, changes = await self.diff(who, snapshot_id)
+        view = Visibility(who.user_id, info.agent_id, info.groups)
         store = self._memory.store
+        back_ids = [d.memory_id for d in changes if d.before is not None]
+        skipped = {d.memory_id for d in changes if d.before is not None and not reads(view, d.before)}
+        skipped |= await store.held_by_others(who.user_id, back_ids)
+        if skipped:
+            log.info("restore of a snapshot: %d item(s) skipped (not the restorer's to write)", len(skipped))
+            changes = [d for d in changes if d.memory_id not in skipped]
         doomed = [d.memory_id for d in changes if d.kind is DiffKind.ADDED]
         for start in range(0, len(doomed), _DELETE_BATCH):
             batch = filters.with_ids(doomed[start : start + _DELETE_BATCH])
@@ -268,7 +310,7 @@ class MemorySnapshots:
         """Vectors for the items to write back: the stored one where the text is unchanged, else new."""
         same = [i for i in items if i.id in now and _text(now[i.id]) == _text(i)]
         if same:
-            where = filters.owned_by(self._user(items)) & filters.with_ids([i.id for i in same])
+            where = filters.owned_by(items[0].user_id) & filters.with_ids([i.id for i in same])
             rows = await self._memory.store.fetch(where, with_vector=True)
             vectors = {r.id: r.vector for r in rows}
             for item in same:
@@ -279,18 +321,12 @@ class MemorySnapshots:
             for item, vector in zip(fresh, embedded, strict=True):
                 item.vector = vector.tolist()
 
-    @staticmethod
-    def _user(items: list[MemoryItem]) -> str:
-        return items[0].user_id
-
 
 def _text(item: MemoryItem) -> str:
     return embedding_text(item.content, item.keywords)
 
 
 # --- Background upkeep of the memory table: optimize (compaction, index refresh, version cleanup),
-
-log = logging.getLogger(__name__)
 
 
 class MemoryMaintenance:

@@ -208,7 +208,7 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
                 0
             ].tolist()
         else:
-            item.vector = await self._vector_of(item.id)
+            item.vector = await self._vector_of(who.user_id, item.id)
         if patch.keywords is not None:
             item.keywords = clean_keywords(patch.keywords)
         if patch.importance is not None:
@@ -231,8 +231,9 @@ class MemoryService(MemoryWriter, MemoryUpkeep):
         await self._changed(who.user_id)
         return replace(item, vector=[])
 
-    async def _vector_of(self, memory_id: str) -> list[float]:
-        rows = await self._store.fetch(filters.with_id(memory_id), with_vector=True, limit=1)
+    async def _vector_of(self, user_id: str, memory_id: str) -> list[float]:
+        where = filters.owned_by(user_id) & filters.with_id(memory_id)
+        rows = await self._store.fetch(where, with_vector=True, limit=1)
         return rows[0].vector if rows else []
 
     async def delete(self, who: Visibility, memory_id: str) -> None:
@@ -303,6 +304,17 @@ def readable(who: Visibility) -> Expr:
     """CRUD visibility: an agent sees what recall would show it; no agent id means the user's own
     memory viewer, which sees every item of that user."""
     return filters.visible_to(who) if who.agent_id else filters.owned_by(who.user_id)
+
+
+def reads(who: Visibility, item: MemoryItem) -> bool:
+    """``readable`` over one item held in memory (a snapshot's): the same rule, kept beside it."""
+    if item.user_id != who.user_id:
+        return False
+    if not who.agent_id or item.scope in (MemoryScope.USER, MemoryScope.SHARED):
+        return True
+    if item.scope is MemoryScope.AGENT:
+        return item.agent_id == who.agent_id
+    return item.scope is MemoryScope.GROUP and bool(item.group) and item.group in who.groups
 
 
 # --- ListMemories' pages: newest first by (created_at_ms, id digest), keyset-paginated inside LanceDB.

@@ -7,7 +7,7 @@ a filter expression that the caller built from ``filters.visible_to`` or ``filte
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -24,8 +24,9 @@ from .. import linear_regex
 from ..errors import DataLoss, Unavailable
 from ..infra.endpoints import lance_storage_options
 from ..memory_kinds import MemoryKind, MemoryScope
+from . import filters
 from .filters import KEY_COLUMNS
-from .model import MemoryItem
+from .model import MemoryItem, id_unavailable
 from .schema import META_COLUMNS, TABLE_NAME, from_row, table_schema, to_row
 from .sharing import (
     LANCE_ERRORS,
@@ -55,6 +56,12 @@ _NEWEST_FIRST = [
     ColumnOrdering(column_name="created_at_ms", ascending=False),
     ColumnOrdering(column_name="id_key", ascending=False),
 ]
+
+# Ids per predicate when looking up who holds a batch's ids.
+_ID_BATCH = 1000
+# The row a merge may update is the one its user holds: the join is on the id (unique in the table),
+# this condition keeps it to (user, id). Column names only, no caller text.
+_SAME_USER = "target.user_key = source.user_key"
 
 # What a string literal in a predicate may be (see ``filters``): a digest, an enum word, or empty.
 _LITERAL = linear_regex.compile(r"'((?:[^']|'')*)'")
@@ -251,29 +258,86 @@ class LanceMemoryStore:
     # Writes: each is retried whole on the latest version when its commit loses to another sidecar's
     # (``sharing.retry_write``); a refused commit wrote nothing, so running it again is safe.
 
+    # Ownership is part of a row's identity: a write matches rows by (user, id), never by id alone, and
+    # an id stays unique in the table whoever holds it. So ``add`` and ``upsert`` join on the id (one
+    # row per id, never a second) and change only a row the item's own user holds; a batch naming an
+    # id another user holds is refused (``model.id_unavailable``) before anything is written. The
+    # conditional merge also holds against a claim made between that check and the commit (another
+    # user, another sidecar): the other's row is never touched, and the write is refused after all.
+
     async def add(self, items: list[MemoryItem]) -> None:
+        """Inserts the rows whose id no row holds yet (one table version for the batch); an id the
+        item's own user holds already is left as it is (a re-run adds nothing)."""
         if not items:
             return
-        rows = [to_row(i) for i in items]
-        await self._write("add", lambda: self._table.add(rows))
+        await self._refuse_taken(items)
+        data = self._arrow(items)
+
+        async def insert() -> Any:
+            return await self._table.merge_insert("id_key").when_not_matched_insert_all().execute(data)
+
+        result = await self._write("add", insert)
         self._writes_since_optimize += 1
+        if int(result.num_inserted_rows) < len(items):  # held already: by the user (a re-run), or not
+            await self._refuse_taken(items)
 
     async def upsert(self, items: list[MemoryItem]) -> None:
-        """Replace whole rows by id (one table version for the batch)."""
+        """Replaces whole rows by (user, id), inserting those whose id no row holds (one table version
+        for the batch)."""
         if not items:
             return
-        data = pa.Table.from_pylist([to_row(i) for i in items], schema=table_schema(self._ndims))
+        await self._refuse_taken(items)
+        data = self._arrow(items)
 
-        async def merge() -> None:
-            await (
-                self._table.merge_insert("id")
-                .when_matched_update_all()
+        async def merge() -> Any:
+            return await (
+                self._table.merge_insert("id_key")
+                .when_matched_update_all(where=_SAME_USER)
                 .when_not_matched_insert_all()
                 .execute(data)
             )
 
-        await self._write("upsert", merge)
+        result = await self._write("upsert", merge)
         self._writes_since_optimize += 1
+        if int(result.num_updated_rows) + int(result.num_inserted_rows) < len(items):
+            await self._refuse_taken(items)
+
+    def _arrow(self, items: list[MemoryItem]) -> pa.Table:
+        seen: set[str] = set()
+        for item in items:
+            if item.id in seen:  # two rows of one id: the table would no longer say which is the item
+                raise ValueError(f"memory id {item.id!r} appears twice in one write")
+            seen.add(item.id)
+        return pa.Table.from_pylist([to_row(i) for i in items], schema=table_schema(self._ndims))
+
+    async def _refuse_taken(self, items: list[MemoryItem]) -> None:
+        users: dict[str, list[str]] = {}
+        for item in items:
+            users.setdefault(item.user_id, []).append(item.id)
+        for user_id, ids in users.items():
+            taken = await self.held_by_others(user_id, ids)
+            if taken:
+                raise id_unavailable(min(taken))
+
+    async def held_by_others(self, user_id: str, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` rows of users other than ``user_id`` hold, and no row of ``user_id``: a write
+        of ``user_id`` naming one of them is refused. (An id both hold is a duplicate written before
+        ownership was enforced: the user's own row stays the user's to write, the other is never
+        touched.) For checking a whole batch (an import file, a restore) before anything is written;
+        its answer goes to a caller only as ``model.id_unavailable``."""
+        wanted = sorted({i for i in ids if i})
+        mine = filters.key(user_id)
+        others: set[str] = set()
+        own: set[str] = set()
+        for start in range(0, len(wanted), _ID_BATCH):
+            found = await self.fetch_columns(
+                filters.with_ids(wanted[start : start + _ID_BATCH]), ["id", "user_key"]
+            )
+            for memory_id, user_key in zip(
+                found["id"].to_pylist(), found["user_key"].to_pylist(), strict=True
+            ):
+                (own if user_key == mine else others).add(str(memory_id))
+        return others - own
 
     async def update(self, where: Expr, values_sql: dict[str, str]) -> None:
         """SQL-expression update; ``values_sql`` must be built from trusted numbers/columns only."""

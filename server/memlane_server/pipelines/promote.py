@@ -24,7 +24,7 @@ from typing import Protocol
 from ..errors import MemlaneError
 from ..extraction import ExtractedMemory, Extractor, build_episodes
 from ..ltm import MemoryScope, MemoryService, NewMemory, Owner
-from ..ltm.filters import with_ids
+from ..ltm.filters import owned_by, with_ids
 from ..procedures import ProcedureService, proposal_from
 from ..sessions.model import Message, Session, VisibilityKind
 
@@ -97,7 +97,8 @@ class LtmPromoter:
         if not drafts:
             return []
         ids = [memory_id_for(session.session_id, d) for d in drafts]
-        existing = {i.id for i in await self._memory.store.fetch(with_ids(ids))}
+        mine = owned_by(session.user_id) & with_ids(ids)  # an id another user holds is not this one's
+        existing = {i.id for i in await self._memory.store.fetch(mine)}
         fresh = [
             NewMemory(
                 kind=d.kind,

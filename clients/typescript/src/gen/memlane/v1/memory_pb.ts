@@ -479,7 +479,9 @@ export type CreateMemoryRequest = Message<"memlane.v1.CreateMemoryRequest"> & {
   caller?: Caller | undefined;
 
   /**
-   * Optional client-chosen id ([A-Za-z0-9_.:-], at most 128): makes retries idempotent.
+   * Optional client-chosen id ([A-Za-z0-9_.:-], at most 128): makes retries idempotent. Unique across
+   * users: one another user holds, or one of the server's shape (mem_ and 28 hex digits) the caller
+   * does not hold, is PERMISSION_DENIED (MEMORY_ID_UNAVAILABLE).
    *
    * @generated from field: string memory_id = 2;
    */
@@ -1857,7 +1859,10 @@ export const MemoryService: GenService<{
    * contradiction (same slot, new value) supersedes the old one. Retrying with the same memory_id and
    * content returns the stored item.
    * Errors: INVALID_ARGUMENT (empty/oversized content, personal data such as emails or card numbers,
-   * bad kind/scope), ALREADY_EXISTS (memory_id taken by a different item), UNAVAILABLE.
+   * bad kind/scope), ALREADY_EXISTS (memory_id is the caller's own item, with other content),
+   * PERMISSION_DENIED (reason MEMORY_ID_UNAVAILABLE: memory_id is not the caller's to choose; the same
+   * answer whether another user holds it or it is a free id of the server's shape, mem_ and 28 hex
+   * digits; or a scope or group the caller may not write), UNAVAILABLE.
    *
    * @generated from rpc memlane.v1.MemoryService.CreateMemory
    */
@@ -1941,7 +1946,8 @@ export const MemoryService: GenService<{
    * it (kept for audit, never served). Each change is kept as a version (the kept item's reason MERGE,
    * the others' SUPERSEDE). Repeating a merge that is done returns the kept item.
    * Errors: INVALID_ARGUMENT (fewer than two or more than 50 ids, an id twice, content as for
-   * UpdateMemory, a source already retired), NOT_FOUND (an id missing or not visible to the caller),
+   * UpdateMemory, a source already retired, an item of another audience than the first: merges keep
+   * each item's scope, field memory_ids[i]), NOT_FOUND (an id missing or not visible to the caller),
    * PERMISSION_DENIED (auditor), UNAVAILABLE.
    *
    * @generated from rpc memlane.v1.MemoryService.MergeMemories
@@ -2000,7 +2006,9 @@ export const MemoryService: GenService<{
   },
   /**
    * Puts the caller's memory back as the snapshot holds it: items added since are deleted, items
-   * changed or removed since are written back (each change kept as a version, why "restore").
+   * changed or removed since are written back (each change kept as a version, why "restore"). Only
+   * the caller's own rows are written: an item of the snapshot outside its view, or whose id another
+   * user holds now, is skipped (absent from the answer's diffs).
    * Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, ALREADY_EXISTS (backup_snapshot_id taken),
    * RESOURCE_EXHAUSTED (too many snapshots, for the backup), UNAVAILABLE.
    *
