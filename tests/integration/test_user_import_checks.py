@@ -355,7 +355,9 @@ def test_sequence_numbers_are_reconciled_and_duplicates_refused(client: memlane.
         client.import_user_data(
             data=_file(user, _session(user, sid), *turns, mem, {**mem, "content": "Likes coffee."})
         )
-    with pytest.raises(memlane.InvalidArgumentError, match=r"line 6 \(message\): seq 2 appears twice in the session"):
+    with pytest.raises(
+        memlane.InvalidArgumentError, match=r"line 6 \(message\): seq 2 appears twice in the session"
+    ):
         client.import_user_data(
             data=_file(user, _session(user, sid), *turns, {**turns[1], "message_id": "other"})
         )
@@ -453,3 +455,30 @@ def test_snapshots_over_the_users_limit_refuse_the_file_before_any_write(start_s
         assert _nothing_of(c, user)
         receipt = c.import_user_data(data=_file(user, *records, snapshots[0]))  # control: within the limit
         assert receipt.imported["memory_snapshot"] == 1 and receipt.imported["session"] == 1
+
+
+def test_parts_of_a_file_wait_under_the_users_keys(client: memlane.Client) -> None:
+    """The parts of a file sent in parts write nothing until the last; a last part whose earlier ones
+    are missing is refused, and erasing the user erases the parts held for it."""
+    user = _user("parts")
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    head = _file(user).rstrip(b"\n")
+    first = head + b"\n" + orjson.dumps(_session(user, sid)) + b"\n"
+    rest = head + b"\n" + orjson.dumps(_turn(sid, 1, "One.")) + b"\n"
+    upload = uuid.uuid4().hex
+    held = client.import_user_data(data=first, upload_id=upload, part=0, more=True)
+    assert held.user_id == user and dict(held.imported) == {}
+    assert _nothing_of(client, user)  # held, not imported
+    with pytest.raises(memlane.FailedPreconditionError, match="lacks part 0"):
+        client.import_user_data(data=rest, upload_id=uuid.uuid4().hex, part=1)
+    client.import_user_data(data=first, upload_id=upload, part=0, more=True)  # a retried part replaces itself
+    done = client.import_user_data(data=rest, upload_id=upload, part=1)
+    assert done.imported["session"] == 1 and done.imported["message"] == 1
+    assert [m.content for m in client.list_messages(session_id=sid).messages] == ["One."]
+    # Erasure reaches parts still held.
+    client.forget_user(user_id=user)
+    client.import_user_data(data=first, upload_id=upload, part=0, more=True)
+    client.forget_user(user_id=user)
+    with pytest.raises(memlane.FailedPreconditionError, match="lacks part 0"):
+        client.import_user_data(data=rest, upload_id=upload, part=1)
+    assert _nothing_of(client, user)
