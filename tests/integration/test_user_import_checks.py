@@ -221,6 +221,15 @@ def test_a_file_names_only_its_importer_as_a_procedures_proposer(auto: SidecarTh
             extracted["procedure_id"]: ppb.PROCEDURE_STATE_PROPOSED,
             own["procedure_id"]: ppb.PROCEDURE_STATE_ACTIVE,
         }
+        # More versions of one procedure than it may hold: refused before the file's session is written.
+        other, pid = _user("procs-many"), f"many-{uuid.uuid4().hex[:6]}"
+        many = [
+            _procedure("operator", "ops", procedure_id=pid, content=f"Step {i}: confirm the order number.")
+            for i in range(101)
+        ]
+        with pytest.raises(memlane.ResourceExhaustedError, match="more than 100 versions"):
+            ops.import_user_data(data=_file(other, _session(other, f"s-{other}"), *many))
+        assert ops.list_users(query=other).users == []
 
 
 def test_the_same_file_twice_writes_nothing_and_versions_keep_their_times(

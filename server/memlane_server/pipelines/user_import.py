@@ -22,7 +22,7 @@ imported the same way once its last part is in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -32,7 +32,7 @@ from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
 from ..ltm.ingest import embedding_text
 from ..ltm.model import MemoryItem
-from ..procedures.service import ProcedureService, Proposal
+from ..procedures.service import MAX_PER_OWNER, MAX_VERSIONS, ProcedureService, Proposal
 from ..procedures.store import Kind, Origin, Owner
 from ..sessions.import_parts import ImportParts
 from ..sessions.limits import Limits
@@ -115,6 +115,7 @@ class UserImport:
                     " (memlane import-user --merge) to add the file's records to it"
                 )
         await self._check_room(user, checked.snapshots)
+        await self._check_procedure_room(proposals)
         # Writes, in the order the data hangs together: sessions, their turns, items, their history.
         fresh: set[str] = set()
         for s in checked.sessions:
@@ -201,10 +202,9 @@ class UserImport:
                 " or the extractor as a procedure's proposer",
             )
         try:
-            self._procedures.check(p)
+            return replace(p, content=self._procedures.check(p))  # the content propose will compare
         except InvalidArgument as exc:
             raise bad(number, kind_name, str(exc)) from None
-        return p
 
     async def _propose(self, proposals: list[Proposal], receipt: ImportReceipt) -> None:
         """Each as a proposal; one with the same content as a version held already is that version."""
@@ -251,6 +251,31 @@ class UserImport:
                 f" {backend.max_snapshots}: delete some first",
                 field="data",
             )
+
+    async def _check_procedure_room(self, proposals: list[Proposal]) -> None:
+        """The file's new procedures and versions fit each owner's limits (else ``propose`` would refuse
+        one after the writes before it)."""
+        if not proposals or self._procedures is None:
+            return
+        store = self._procedures.store
+        by_procedure: dict[tuple[Owner, str], set[tuple[str, Kind]]] = {}
+        for p in proposals:
+            by_procedure.setdefault((p.owner, p.procedure_id), set()).add((p.content, p.kind))
+        new_procedures: dict[Owner, int] = {}
+        for (owner, procedure_id), versions in by_procedure.items():
+            proc, _ = await store.read(owner, procedure_id)
+            if proc is None:
+                new_procedures[owner] = new_procedures.get(owner, 0) + 1
+            held = {(v.content, v.kind) for v in proc.versions} if proc is not None else set()
+            if len(held) + len(versions - held) > MAX_VERSIONS:
+                raise ResourceExhausted(
+                    f"procedure {procedure_id!r} would have more than {MAX_VERSIONS} versions", field="data"
+                )
+        for owner, n in new_procedures.items():
+            if await store.count(owner) + n > MAX_PER_OWNER:
+                raise ResourceExhausted(
+                    f"owner {owner.tag!r} would have more than {MAX_PER_OWNER} procedures", field="data"
+                )
 
     async def _items(self, items: list[MemoryItem], receipt: ImportReceipt) -> None:
         if not items or self._memory is None:
