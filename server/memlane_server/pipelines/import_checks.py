@@ -14,7 +14,6 @@ read back with. A failure names the line and field: ``line 7 (message): seq ...`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,8 +283,10 @@ def _messages(
             try:
                 check_batch([m for _, m in batch], limits, now_ms())
             except InvalidArgument as exc:
-                at = re.match(r"messages\[(\d+)\]", exc.field or "")
-                raise bad(batch[int(at.group(1)) if at else 0][0], "message", str(exc)) from None
+                # The field names the message in the batch (``messages[3].content``): its line.
+                index, _, _ = (exc.field or "").removeprefix("messages[").partition("]")
+                at = int(index) if index.isdigit() and int(index) < len(batch) else 0
+                raise bad(batch[at][0], "message", str(exc)) from None
     for s in out.sessions:
         turns = by_session.get(s.session_id, [])
         if turns:
