@@ -596,8 +596,8 @@ export const AdminService: GenService<{
    * user, an id or field as the RPC that writes it would refuse it; the message names the line and
    * field), FAILED_PRECONDITION (a newer format than this sidecar reads; a last part whose earlier parts
    * are missing), ALREADY_EXISTS (the user has data here and `merge` is not set; an id another user
-   * holds), RESOURCE_EXHAUSTED (message too large, a file over the import limit), PERMISSION_DENIED,
-   * UNAVAILABLE.
+   * holds), RESOURCE_EXHAUSTED (a message over the batch limits, a file over 1 GiB, more snapshots or
+   * procedure versions than the user or owner may hold), PERMISSION_DENIED, UNAVAILABLE.
    *
    * @generated from rpc memlane.v1.AdminService.ImportUserData
    */
