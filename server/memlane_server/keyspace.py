@@ -136,6 +136,11 @@ class KeySpace:
         """STRING token: replaced on every write that removed rows of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmrm"
 
+    def import_parts(self, user_id: str, upload_id: str) -> str:
+        """HASH with a TTL: part number -> the parts of an import file sent in parts, held until its
+        last part (sessions/import_parts.py). A per-user key: erasing the user erases them."""
+        return f"{self.prefix}:user:{{{user_id}}}:import:{upload_id}"
+
     # --- long-term memory versions and snapshots (ltm/redis_state.py); per-user keys, so
     # erasure's scan of ``user_pattern`` removes them with the rest of the user
 

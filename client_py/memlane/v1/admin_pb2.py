@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16memlane/v1/admin.proto\x12\nmemlane.v1\"R\n\x15\x45xportUserDataRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12(\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x18.memlane.v1.ExportFormat\"U\n\x16\x45xportUserDataResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04part\x18\x03 \x01(\x05\x12\x11\n\tlast_part\x18\x04 \x01(\x08\"H\n\x10ListUsersRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"l\n\x0bUserSummary\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x15\n\rsession_count\x18\x02 \x01(\x03\x12\x14\n\x0cmemory_count\x18\x03 \x01(\x03\x12\x1f\n\x17last_session_at_unix_ms\x18\x04 \x01(\x03\"h\n\x11ListUsersResponse\x12&\n\x05users\x18\x01 \x03(\x0b\x32\x17.memlane.v1.UserSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x12\n\ntotal_size\x18\x03 \x01(\x03\"4\n\x15ImportUserDataRequest\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05merge\x18\x02 \x01(\x08\"\x8f\x03\n\x16ImportUserDataResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x42\n\x08imported\x18\x02 \x03(\x0b\x32\x30.memlane.v1.ImportUserDataResponse.ImportedEntry\x12@\n\x07skipped\x18\x03 \x03(\x0b\x32/.memlane.v1.ImportUserDataResponse.SkippedEntry\x12I\n\x0cnot_restored\x18\x04 \x03(\x0b\x32\x33.memlane.v1.ImportUserDataResponse.NotRestoredEntry\x1a/\n\rImportedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a.\n\x0cSkippedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10NotRestoredEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"$\n\x11\x46orgetUserRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"\xdb\x01\n\x12\x46orgetUserResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12:\n\x06\x65rased\x18\x02 \x03(\x0b\x32*.memlane.v1.ForgetUserResponse.ErasedEntry\x12\x1c\n\x14\x63ompleted_at_unix_ms\x18\x03 \x01(\x03\x12\x18\n\x10operator_actions\x18\x04 \x03(\t\x12\x11\n\trewritten\x18\x05 \x03(\t\x1a-\n\x0b\x45rasedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9b\x01\n\tParkedJob\x12\x11\n\tparked_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1b\n\x13\x65nqueued_at_unix_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x05 \x01(\x05\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x19\n\x11parked_at_unix_ms\x18\x07 \x01(\x03\">\n\x15ListParkedJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x16ListParkedJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.memlane.v1.ParkedJob\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x16RetryParkedJobsRequest\x12\x12\n\nparked_ids\x18\x01 \x03(\t\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"U\n\x17RetryParkedJobsResponse\x12&\n\x07retried\x18\x01 \x03(\x0b\x32\x15.memlane.v1.ParkedJob\x12\x12\n\nnot_parked\x18\x02 \x03(\t*a\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45XPORT_FORMAT_JSONL\x10\x01\x12\x19\n\x15\x45XPORT_FORMAT_PARQUET\x10\x02\x32\x8e\x04\n\x0c\x41\x64minService\x12Y\n\x0e\x45xportUserData\x12!.memlane.v1.ExportUserDataRequest\x1a\".memlane.v1.ExportUserDataResponse0\x01\x12K\n\nForgetUser\x12\x1d.memlane.v1.ForgetUserRequest\x1a\x1e.memlane.v1.ForgetUserResponse\x12W\n\x0eListParkedJobs\x12!.memlane.v1.ListParkedJobsRequest\x1a\".memlane.v1.ListParkedJobsResponse\x12Z\n\x0fRetryParkedJobs\x12\".memlane.v1.RetryParkedJobsRequest\x1a#.memlane.v1.RetryParkedJobsResponse\x12H\n\tListUsers\x12\x1c.memlane.v1.ListUsersRequest\x1a\x1d.memlane.v1.ListUsersResponse\x12W\n\x0eImportUserData\x12!.memlane.v1.ImportUserDataRequest\x1a\".memlane.v1.ImportUserDataResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16memlane/v1/admin.proto\x12\nmemlane.v1\"R\n\x15\x45xportUserDataRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12(\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x18.memlane.v1.ExportFormat\"U\n\x16\x45xportUserDataResponse\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04part\x18\x03 \x01(\x05\x12\x11\n\tlast_part\x18\x04 \x01(\x08\"H\n\x10ListUsersRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"l\n\x0bUserSummary\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x15\n\rsession_count\x18\x02 \x01(\x03\x12\x14\n\x0cmemory_count\x18\x03 \x01(\x03\x12\x1f\n\x17last_session_at_unix_ms\x18\x04 \x01(\x03\"h\n\x11ListUsersResponse\x12&\n\x05users\x18\x01 \x03(\x0b\x32\x17.memlane.v1.UserSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x12\n\ntotal_size\x18\x03 \x01(\x03\"c\n\x15ImportUserDataRequest\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05merge\x18\x02 \x01(\x08\x12\x11\n\tupload_id\x18\x03 \x01(\t\x12\x0c\n\x04part\x18\x04 \x01(\x05\x12\x0c\n\x04more\x18\x05 \x01(\x08\"\x8f\x03\n\x16ImportUserDataResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x42\n\x08imported\x18\x02 \x03(\x0b\x32\x30.memlane.v1.ImportUserDataResponse.ImportedEntry\x12@\n\x07skipped\x18\x03 \x03(\x0b\x32/.memlane.v1.ImportUserDataResponse.SkippedEntry\x12I\n\x0cnot_restored\x18\x04 \x03(\x0b\x32\x33.memlane.v1.ImportUserDataResponse.NotRestoredEntry\x1a/\n\rImportedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a.\n\x0cSkippedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10NotRestoredEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"$\n\x11\x46orgetUserRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"\xdb\x01\n\x12\x46orgetUserResponse\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12:\n\x06\x65rased\x18\x02 \x03(\x0b\x32*.memlane.v1.ForgetUserResponse.ErasedEntry\x12\x1c\n\x14\x63ompleted_at_unix_ms\x18\x03 \x01(\x03\x12\x18\n\x10operator_actions\x18\x04 \x03(\t\x12\x11\n\trewritten\x18\x05 \x03(\t\x1a-\n\x0b\x45rasedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9b\x01\n\tParkedJob\x12\x11\n\tparked_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1b\n\x13\x65nqueued_at_unix_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x05 \x01(\x05\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x19\n\x11parked_at_unix_ms\x18\x07 \x01(\x03\">\n\x15ListParkedJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x16ListParkedJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.memlane.v1.ParkedJob\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x16RetryParkedJobsRequest\x12\x12\n\nparked_ids\x18\x01 \x03(\t\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"U\n\x17RetryParkedJobsResponse\x12&\n\x07retried\x18\x01 \x03(\x0b\x32\x15.memlane.v1.ParkedJob\x12\x12\n\nnot_parked\x18\x02 \x03(\t*a\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45XPORT_FORMAT_JSONL\x10\x01\x12\x19\n\x15\x45XPORT_FORMAT_PARQUET\x10\x02\x32\x8e\x04\n\x0c\x41\x64minService\x12Y\n\x0e\x45xportUserData\x12!.memlane.v1.ExportUserDataRequest\x1a\".memlane.v1.ExportUserDataResponse0\x01\x12K\n\nForgetUser\x12\x1d.memlane.v1.ForgetUserRequest\x1a\x1e.memlane.v1.ForgetUserResponse\x12W\n\x0eListParkedJobs\x12!.memlane.v1.ListParkedJobsRequest\x1a\".memlane.v1.ListParkedJobsResponse\x12Z\n\x0fRetryParkedJobs\x12\".memlane.v1.RetryParkedJobsRequest\x1a#.memlane.v1.RetryParkedJobsResponse\x12H\n\tListUsers\x12\x1c.memlane.v1.ListUsersRequest\x1a\x1d.memlane.v1.ListUsersResponse\x12W\n\x0eImportUserData\x12!.memlane.v1.ImportUserDataRequest\x1a\".memlane.v1.ImportUserDataResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,8 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMPORTUSERDATARESPONSE_NOTRESTOREDENTRY']._serialized_options = b'8\001'
   _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._loaded_options = None
   _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_options = b'8\001'
-  _globals['_EXPORTFORMAT']._serialized_start=1671
-  _globals['_EXPORTFORMAT']._serialized_end=1768
+  _globals['_EXPORTFORMAT']._serialized_start=1718
+  _globals['_EXPORTFORMAT']._serialized_end=1815
   _globals['_EXPORTUSERDATAREQUEST']._serialized_start=38
   _globals['_EXPORTUSERDATAREQUEST']._serialized_end=120
   _globals['_EXPORTUSERDATARESPONSE']._serialized_start=122
@@ -52,31 +52,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTUSERSRESPONSE']._serialized_start=393
   _globals['_LISTUSERSRESPONSE']._serialized_end=497
   _globals['_IMPORTUSERDATAREQUEST']._serialized_start=499
-  _globals['_IMPORTUSERDATAREQUEST']._serialized_end=551
-  _globals['_IMPORTUSERDATARESPONSE']._serialized_start=554
-  _globals['_IMPORTUSERDATARESPONSE']._serialized_end=953
-  _globals['_IMPORTUSERDATARESPONSE_IMPORTEDENTRY']._serialized_start=806
-  _globals['_IMPORTUSERDATARESPONSE_IMPORTEDENTRY']._serialized_end=853
-  _globals['_IMPORTUSERDATARESPONSE_SKIPPEDENTRY']._serialized_start=855
-  _globals['_IMPORTUSERDATARESPONSE_SKIPPEDENTRY']._serialized_end=901
-  _globals['_IMPORTUSERDATARESPONSE_NOTRESTOREDENTRY']._serialized_start=903
-  _globals['_IMPORTUSERDATARESPONSE_NOTRESTOREDENTRY']._serialized_end=953
-  _globals['_FORGETUSERREQUEST']._serialized_start=955
-  _globals['_FORGETUSERREQUEST']._serialized_end=991
-  _globals['_FORGETUSERRESPONSE']._serialized_start=994
-  _globals['_FORGETUSERRESPONSE']._serialized_end=1213
-  _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_start=1168
-  _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_end=1213
-  _globals['_PARKEDJOB']._serialized_start=1216
-  _globals['_PARKEDJOB']._serialized_end=1371
-  _globals['_LISTPARKEDJOBSREQUEST']._serialized_start=1373
-  _globals['_LISTPARKEDJOBSREQUEST']._serialized_end=1435
-  _globals['_LISTPARKEDJOBSRESPONSE']._serialized_start=1437
-  _globals['_LISTPARKEDJOBSRESPONSE']._serialized_end=1523
-  _globals['_RETRYPARKEDJOBSREQUEST']._serialized_start=1525
-  _globals['_RETRYPARKEDJOBSREQUEST']._serialized_end=1582
-  _globals['_RETRYPARKEDJOBSRESPONSE']._serialized_start=1584
-  _globals['_RETRYPARKEDJOBSRESPONSE']._serialized_end=1669
-  _globals['_ADMINSERVICE']._serialized_start=1771
-  _globals['_ADMINSERVICE']._serialized_end=2297
+  _globals['_IMPORTUSERDATAREQUEST']._serialized_end=598
+  _globals['_IMPORTUSERDATARESPONSE']._serialized_start=601
+  _globals['_IMPORTUSERDATARESPONSE']._serialized_end=1000
+  _globals['_IMPORTUSERDATARESPONSE_IMPORTEDENTRY']._serialized_start=853
+  _globals['_IMPORTUSERDATARESPONSE_IMPORTEDENTRY']._serialized_end=900
+  _globals['_IMPORTUSERDATARESPONSE_SKIPPEDENTRY']._serialized_start=902
+  _globals['_IMPORTUSERDATARESPONSE_SKIPPEDENTRY']._serialized_end=948
+  _globals['_IMPORTUSERDATARESPONSE_NOTRESTOREDENTRY']._serialized_start=950
+  _globals['_IMPORTUSERDATARESPONSE_NOTRESTOREDENTRY']._serialized_end=1000
+  _globals['_FORGETUSERREQUEST']._serialized_start=1002
+  _globals['_FORGETUSERREQUEST']._serialized_end=1038
+  _globals['_FORGETUSERRESPONSE']._serialized_start=1041
+  _globals['_FORGETUSERRESPONSE']._serialized_end=1260
+  _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_start=1215
+  _globals['_FORGETUSERRESPONSE_ERASEDENTRY']._serialized_end=1260
+  _globals['_PARKEDJOB']._serialized_start=1263
+  _globals['_PARKEDJOB']._serialized_end=1418
+  _globals['_LISTPARKEDJOBSREQUEST']._serialized_start=1420
+  _globals['_LISTPARKEDJOBSREQUEST']._serialized_end=1482
+  _globals['_LISTPARKEDJOBSRESPONSE']._serialized_start=1484
+  _globals['_LISTPARKEDJOBSRESPONSE']._serialized_end=1570
+  _globals['_RETRYPARKEDJOBSREQUEST']._serialized_start=1572
+  _globals['_RETRYPARKEDJOBSREQUEST']._serialized_end=1629
+  _globals['_RETRYPARKEDJOBSRESPONSE']._serialized_start=1631
+  _globals['_RETRYPARKEDJOBSRESPONSE']._serialized_end=1716
+  _globals['_ADMINSERVICE']._serialized_start=1818
+  _globals['_ADMINSERVICE']._serialized_end=2344
 # @@protoc_insertion_point(module_scope)

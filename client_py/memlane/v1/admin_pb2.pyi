@@ -190,19 +190,37 @@ class ImportUserDataRequest(_message.Message):
 
     DATA_FIELD_NUMBER: _builtins.int
     MERGE_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    PART_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
     """JSON lines as ExportUserData writes them: the header line first, then records."""
     merge: _builtins.bool
-    """Import into a user that already has data here (records with ids already held are left as they are)."""
+    """Import into a user that already has data here (records with ids already held are left as they are).
+    Read from the last part of a file sent in parts.
+    """
+    upload_id: _builtins.str
+    """A file sent in parts: every part names the same upload_id (an id the client chooses, e.g. a UUID),
+    its number from 0, and `more` on every part but the last. Each part holds whole lines and starts
+    with the file's header line. The sidecar holds the parts (in Redis, under the user's keys, for an
+    hour; erasing the user erases them) and imports nothing until the last arrives; then it checks and
+    imports the file whole, as one call would. Sending a part again replaces it. Empty upload_id: `data`
+    is the whole file.
+    """
+    part: _builtins.int
+    more: _builtins.bool
     def __init__(
         self,
         *,
         data: _builtins.bytes = ...,
         merge: _builtins.bool = ...,
+        upload_id: _builtins.str = ...,
+        part: _builtins.int = ...,
+        more: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "merge", b"merge"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "merge", b"merge", "more", b"more", "part", b"part", "upload_id", b"upload_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -70,12 +70,15 @@ class AdminServiceStub:
     """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
     sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
     versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
-    holds whole lines and starts with the header line; a file too large for one call is sent in several,
-    each starting with the header, the later ones with `merge`. Callers need the admin role.
+    holds whole lines and starts with the header line; a file too large for one call is sent in parts
+    (`upload_id`, `part`, `more`). The whole file is checked before anything is written (the checks:
+    docs/security.md#what-an-import-checks): one bad record refuses it all. Callers need the admin role.
     Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
-    user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
-    than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
-    RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+    user, an id or field as the RPC that writes it would refuse it; the message names the line and
+    field), FAILED_PRECONDITION (a newer format than this sidecar reads; a last part whose earlier parts
+    are missing), ALREADY_EXISTS (the user has data here and `merge` is not set; an id another user
+    holds), RESOURCE_EXHAUSTED (a message over the batch limits, a file over 1 GiB, more snapshots or
+    procedure versions than the user or owner may hold), PERMISSION_DENIED, UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -120,12 +123,15 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
     sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
     versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
-    holds whole lines and starts with the header line; a file too large for one call is sent in several,
-    each starting with the header, the later ones with `merge`. Callers need the admin role.
+    holds whole lines and starts with the header line; a file too large for one call is sent in parts
+    (`upload_id`, `part`, `more`). The whole file is checked before anything is written (the checks:
+    docs/security.md#what-an-import-checks): one bad record refuses it all. Callers need the admin role.
     Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
-    user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
-    than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
-    RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+    user, an id or field as the RPC that writes it would refuse it; the message names the line and
+    field), FAILED_PRECONDITION (a newer format than this sidecar reads; a last part whose earlier parts
+    are missing), ALREADY_EXISTS (the user has data here and `merge` is not set; an id another user
+    holds), RESOURCE_EXHAUSTED (a message over the batch limits, a file over 1 GiB, more snapshots or
+    procedure versions than the user or owner may hold), PERMISSION_DENIED, UNAVAILABLE.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -203,12 +209,15 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
         sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
         versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
-        holds whole lines and starts with the header line; a file too large for one call is sent in several,
-        each starting with the header, the later ones with `merge`. Callers need the admin role.
+        holds whole lines and starts with the header line; a file too large for one call is sent in parts
+        (`upload_id`, `part`, `more`). The whole file is checked before anything is written (the checks:
+        docs/security.md#what-an-import-checks): one bad record refuses it all. Callers need the admin role.
         Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
-        user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
-        than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
-        RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+        user, an id or field as the RPC that writes it would refuse it; the message names the line and
+        field), FAILED_PRECONDITION (a newer format than this sidecar reads; a last part whose earlier parts
+        are missing), ALREADY_EXISTS (the user has data here and `merge` is not set; an id another user
+        holds), RESOURCE_EXHAUSTED (a message over the batch limits, a file over 1 GiB, more snapshots or
+        procedure versions than the user or owner may hold), PERMISSION_DENIED, UNAVAILABLE.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

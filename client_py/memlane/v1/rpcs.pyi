@@ -468,6 +468,9 @@ class SyncRpcs:
         timeout: float | None = None,
         data: bytes = ...,
         merge: bool = ...,
+        upload_id: str = ...,
+        part: int = ...,
+        more: bool = ...,
     ) -> memlane.v1.admin_pb2.ImportUserDataResponse: ...
 
     def put_checkpoint(
@@ -1092,6 +1095,9 @@ class AsyncRpcs:
         timeout: float | None = None,
         data: bytes = ...,
         merge: bool = ...,
+        upload_id: str = ...,
+        part: int = ...,
+        more: bool = ...,
     ) -> Awaitable[memlane.v1.admin_pb2.ImportUserDataResponse]: ...
 
     def put_checkpoint(

@@ -22,10 +22,11 @@ from ..ids import check_id
 from ..paging import decode_token, encode_token, int_cursor, page_size
 from ..pipelines import user_data as export_format
 from ..pipelines.user_data import Record, UserData, UserDirectory
-from ..pipelines.user_import import UserImport
+from ..pipelines.user_import import Importer, UserImport
 from ..sessions.ending import ParkedJob, SessionEndQueue
 from ..sessions.events import check_event_id
 from ..sessions.store import now_ms
+from .procedures import check_propose
 
 # grpcio is untyped; the alias documents what the handlers receive.
 _Ctx: TypeAlias = grpc.aio.ServicerContext
@@ -153,9 +154,23 @@ class AdminServicer(apb_grpc.AdminServiceServicer):
     ) -> apb.ImportUserDataResponse:
         me = current_caller()
         me.check_admin("import user data")
-        file = export_format.parse(request.data)
+        data = request.data
+        if request.upload_id:
+            # A file in parts: each held until the last, then the file is imported whole.
+            check_id(request.upload_id, "upload_id")
+            head, body = export_format.read_header(data)
+            me.check_user(head["user_id"], "the file's user_id")
+            parts = self._importer.parts
+            await parts.hold(
+                head["user_id"], request.upload_id, request.part, data if not request.part else body
+            )
+            if request.more:
+                return apb.ImportUserDataResponse(user_id=head["user_id"])
+            data = await parts.take(head["user_id"], request.upload_id, request.part)
+        file = export_format.parse(data)
         me.check_user(file.user_id, "the file's user_id")
-        receipt = await self._importer.run(file, merge=request.merge)
+        importer = Importer(me.agent_id, lambda owner: check_propose(me, owner))
+        receipt = await self._importer.run(file, merge=request.merge, importer=importer)
         return apb.ImportUserDataResponse(
             user_id=receipt.user_id,
             imported=receipt.imported,

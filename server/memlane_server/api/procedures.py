@@ -52,7 +52,9 @@ def may_read(me: Caller, owner: Owner) -> bool:
     return me.reads_for(owner.agent_id)
 
 
-def _check_propose(me: Caller, owner: Owner) -> Origin:
+def check_propose(me: Caller, owner: Owner) -> Origin:
+    """The origin ``me`` proposes a procedure of ``owner`` as (ImportUserData holds a file's versions
+    to it too); PermissionDenied when it may not propose for that owner."""
     if me.unrestricted or CallerRole.ADMIN in me.roles:
         return Origin.OPERATOR
     if me.is_auditor:
@@ -131,7 +133,7 @@ class ProcedureServicer(ppb_grpc.ProcedureServiceServicer):
         me = current_caller()
         owner = _owner(request.owner, me, default_to_caller=True)
         check_id(request.procedure_id, "procedure_id")
-        origin = _check_propose(me, owner)
+        origin = check_propose(me, owner)
         kind = PROCEDURE_KIND.from_pb(request.kind)
         if kind is None or kind is Kind.UNSPECIFIED:
             raise InvalidArgument(f"kind must be a known ProcedureKind, got {request.kind}")

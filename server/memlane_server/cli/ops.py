@@ -8,6 +8,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -335,27 +336,33 @@ _IMPORT_BYTES = 8 << 20
 
 
 def _import(c: memlane.Client, args: argparse.Namespace) -> int:
-    """The file in calls of whole lines, each starting with the header; every call after the first
-    merges into what the first wrote (an import is idempotent, so a rerun after a failure is safe)."""
+    """The file in one call, or in parts of whole lines (each starting with the header) under one
+    upload id: the sidecar holds the parts and checks and imports the file whole when the last is in,
+    so a large file is all-or-nothing like a small one."""
     data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     header, _, body = data.lstrip().partition(b"\n")
-    totals: dict[str, dict[str, int]] = {"imported": {}, "skipped": {}, "not_restored": {}}
-    user = ""
-    merge = args.merge
-    for chunk in _chunks(body, _IMPORT_BYTES):
-        out = c.import_user_data(data=header + b"\n" + chunk, merge=merge)
-        merge, user = True, out.user_id
-        for name, counts in (
-            ("imported", out.imported),
-            ("skipped", out.skipped),
-            ("not_restored", out.not_restored),
-        ):
-            for kind, n in counts.items():
-                totals[name][kind] = totals[name].get(kind, 0) + n
-    print(json.dumps({"user_id": user, **{k: dict(sorted(v.items())) for k, v in totals.items()}}))
+    parts = list(_chunks(body, _IMPORT_BYTES))
+    if len(parts) == 1:
+        out = c.import_user_data(data=header + b"\n" + parts[0], merge=args.merge)
+    else:
+        upload = uuid.uuid4().hex
+        for i, part in enumerate(parts):
+            out = c.import_user_data(
+                data=header + b"\n" + part,
+                merge=args.merge,
+                upload_id=upload,
+                part=i,
+                more=i < len(parts) - 1,
+            )
+    totals = {
+        "imported": dict(sorted(out.imported.items())),
+        "skipped": dict(sorted(out.skipped.items())),
+        "not_restored": dict(sorted(out.not_restored.items())),
+    }
+    print(json.dumps({"user_id": out.user_id, **totals}))
     if not totals["imported"]:
         say(
-            f"nothing new imported for user {user!r}"
+            f"nothing new imported for user {out.user_id!r}"
             + (" (every record was held already)" if totals["skipped"] else "")
         )
     return 0

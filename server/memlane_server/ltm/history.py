@@ -113,6 +113,11 @@ class JournalBackend(Protocol):
 class SnapshotBackend(Protocol):
     """Named snapshots of a user's items (raw item documents; ``meta`` is the snapshot's description)."""
 
+    @property
+    def max_snapshots(self) -> int:
+        """How many snapshots one user may hold (``reserve`` refuses one more)."""
+        ...
+
     async def reserve(self, user_id: str, snapshot_id: str, created_at_ms: int) -> None:
         """Claims the name (AlreadyExists if taken, ResourceExhausted over the per-user limit)."""
         ...

@@ -89,7 +89,7 @@ class RedisMemoryHistory:
         first; a version the journal holds already (same item, time, reason, author) is left out, so an
         import run twice journals nothing the second time. Returns how many were written. A version older
         than the journal's newest entry (an import merged into a user with history here) is journaled
-        now, its own time kept in the item it carries."""
+        now, its own time kept beside it (``t``), which is the time it is read back with."""
         if self._max_versions <= 0 or not rows:
             return 0
         stream = self._keys.memory_versions(user_id)
@@ -105,9 +105,12 @@ class RedisMemoryHistory:
             if (memory_id, at_ms, reason, actor) in held:
                 continue
             fields = _entry_fields(memory_id, reason, actor, deleted, item)
+            if at_ms < 1:
+                fields["t"] = at_ms  # stream ids start at 1 ms
             try:
                 await self._redis.xadd(stream, fields, id=f"{max(at_ms, 1)}-*", maxlen=self._max_versions)
             except ResponseError:  # older than the newest entry: streams only grow
+                fields["t"] = at_ms
                 await self._redis.xadd(stream, fields, maxlen=self._max_versions, approximate=True)
             written += 1
         return written
@@ -137,6 +140,10 @@ class RedisMemoryHistory:
         return page, (page[-1].cursor if len(out) > limit else "")
 
     # --- snapshots (SnapshotBackend)
+
+    @property
+    def max_snapshots(self) -> int:
+        return self._max_snapshots
 
     async def reserve(self, user_id: str, snapshot_id: str, created_at_ms: int) -> None:
         index = self._keys.memory_snapshots(user_id)
@@ -203,7 +210,8 @@ def _entry(entry_id: str, f: dict[str, Any]) -> JournalEntry:
         memory_id=_s(f["m"]),
         reason=int(f["r"]),
         actor=_s(f["a"]),
-        at_ms=int(entry_id.split("-", 1)[0]),
+        # An imported version journaled after newer ones carries its own time (import_entries).
+        at_ms=int(f["t"]) if "t" in f else int(entry_id.split("-", 1)[0]),
         deleted=bool(f.get("d")),
         item=bytes(f["i"]),
     )

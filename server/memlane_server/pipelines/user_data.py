@@ -21,7 +21,7 @@ import memlane
 
 from ..checkpoints.store import CheckpointStore, export_checkpoints
 from ..errors import FailedPrecondition, InvalidArgument, Unavailable
-from ..ids import check_id
+from ..ids import check_id, normalized
 from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
 from ..paging import cursor_of, decode_token, encode_token, page_size, query_fingerprint
@@ -346,5 +346,19 @@ def _header(obj: dict[str, Any], number: int) -> dict[str, Any]:
     user_id = obj.get("user_id")
     if not isinstance(user_id, str):
         raise InvalidArgument("the header names no user_id", field="data")
+    # In NFC, as every request's ids are (ids.py): the data lands under the form erasure finds.
+    user_id = normalized(user_id)
     check_id(user_id, "header.user_id")
-    return obj
+    return {**obj, "user_id": user_id}
+
+
+def read_header(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """(the header, the lines after it) of a file or of one part of a file sent in parts."""
+    first, _, rest = data.lstrip().partition(b"\n")
+    try:
+        obj = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        raise InvalidArgument("line 1 is not JSON", field="data") from None
+    if not isinstance(obj, dict):
+        raise InvalidArgument("line 1 is not the header of a memlane user export", field="data")
+    return _header(obj, 1), rest

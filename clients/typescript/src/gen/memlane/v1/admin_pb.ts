@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memlane/v1/admin.proto.
  */
 export const file_memlane_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChZtZW1sYW5lL3YxL2FkbWluLnByb3RvEgptZW1sYW5lLnYxIlIKFUV4cG9ydFVzZXJEYXRhUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEigKBmZvcm1hdBgCIAEoDjIYLm1lbWxhbmUudjEuRXhwb3J0Rm9ybWF0IlUKFkV4cG9ydFVzZXJEYXRhUmVzcG9uc2USDAoEa2luZBgBIAEoCRIMCgRkYXRhGAIgASgMEgwKBHBhcnQYAyABKAUSEQoJbGFzdF9wYXJ0GAQgASgIIkgKEExpc3RVc2Vyc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkibAoLVXNlclN1bW1hcnkSDwoHdXNlcl9pZBgBIAEoCRIVCg1zZXNzaW9uX2NvdW50GAIgASgDEhQKDG1lbW9yeV9jb3VudBgDIAEoAxIfChdsYXN0X3Nlc3Npb25fYXRfdW5peF9tcxgEIAEoAyJoChFMaXN0VXNlcnNSZXNwb25zZRImCgV1c2VycxgBIAMoCzIXLm1lbWxhbmUudjEuVXNlclN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhIKCnRvdGFsX3NpemUYAyABKAMiNAoVSW1wb3J0VXNlckRhdGFSZXF1ZXN0EgwKBGRhdGEYASABKAwSDQoFbWVyZ2UYAiABKAgijwMKFkltcG9ydFVzZXJEYXRhUmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRJCCghpbXBvcnRlZBgCIAMoCzIwLm1lbWxhbmUudjEuSW1wb3J0VXNlckRhdGFSZXNwb25zZS5JbXBvcnRlZEVudHJ5EkAKB3NraXBwZWQYAyADKAsyLy5tZW1sYW5lLnYxLkltcG9ydFVzZXJEYXRhUmVzcG9uc2UuU2tpcHBlZEVudHJ5EkkKDG5vdF9yZXN0b3JlZBgEIAMoCzIzLm1lbWxhbmUudjEuSW1wb3J0VXNlckRhdGFSZXNwb25zZS5Ob3RSZXN0b3JlZEVudHJ5Gi8KDUltcG9ydGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ARouCgxTa2lwcGVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ARoyChBOb3RSZXN0b3JlZEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAzoCOAEiJAoRRm9yZ2V0VXNlclJlcXVlc3QSDwoHdXNlcl9pZBgBIAEoCSLbAQoSRm9yZ2V0VXNlclJlc3BvbnNlEg8KB3VzZXJfaWQYASABKAkSOgoGZXJhc2VkGAIgAygLMioubWVtbGFuZS52MS5Gb3JnZXRVc2VyUmVzcG9uc2UuRXJhc2VkRW50cnkSHAoUY29tcGxldGVkX2F0X3VuaXhfbXMYAyABKAMSGAoQb3BlcmF0b3JfYWN0aW9ucxgEIAMoCRIRCglyZXdyaXR0ZW4YBSADKAkaLQoLRXJhc2VkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASKbAQoJUGFya2VkSm9iEhEKCXBhcmtlZF9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIbChNlbnF1ZXVlZF9hdF91bml4X21zGAQgASgDEhAKCGZhaWx1cmVzGAUgASgFEg0KBWVycm9yGAYgASgJEhkKEXBhcmtlZF9hdF91bml4X21zGAcgASgDIj4KFUxpc3RQYXJrZWRKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJWChZMaXN0UGFya2VkSm9ic1Jlc3BvbnNlEiMKBGpvYnMYASADKAsyFS5tZW1sYW5lLnYxLlBhcmtlZEpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiOQoWUmV0cnlQYXJrZWRKb2JzUmVxdWVzdBISCgpwYXJrZWRfaWRzGAEgAygJEgsKA2FsbBgCIAEoCCJVChdSZXRyeVBhcmtlZEpvYnNSZXNwb25zZRImCgdyZXRyaWVkGAEgAygLMhUubWVtbGFuZS52MS5QYXJrZWRKb2ISEgoKbm90X3BhcmtlZBgCIAMoCSphCgxFeHBvcnRGb3JtYXQSHQoZRVhQT1JUX0ZPUk1BVF9VTlNQRUNJRklFRBAAEhcKE0VYUE9SVF9GT1JNQVRfSlNPTkwQARIZChVFWFBPUlRfRk9STUFUX1BBUlFVRVQQAjKOBAoMQWRtaW5TZXJ2aWNlElkKDkV4cG9ydFVzZXJEYXRhEiEubWVtbGFuZS52MS5FeHBvcnRVc2VyRGF0YVJlcXVlc3QaIi5tZW1sYW5lLnYxLkV4cG9ydFVzZXJEYXRhUmVzcG9uc2UwARJLCgpGb3JnZXRVc2VyEh0ubWVtbGFuZS52MS5Gb3JnZXRVc2VyUmVxdWVzdBoeLm1lbWxhbmUudjEuRm9yZ2V0VXNlclJlc3BvbnNlElcKDkxpc3RQYXJrZWRKb2JzEiEubWVtbGFuZS52MS5MaXN0UGFya2VkSm9ic1JlcXVlc3QaIi5tZW1sYW5lLnYxLkxpc3RQYXJrZWRKb2JzUmVzcG9uc2USWgoPUmV0cnlQYXJrZWRKb2JzEiIubWVtbGFuZS52MS5SZXRyeVBhcmtlZEpvYnNSZXF1ZXN0GiMubWVtbGFuZS52MS5SZXRyeVBhcmtlZEpvYnNSZXNwb25zZRJICglMaXN0VXNlcnMSHC5tZW1sYW5lLnYxLkxpc3RVc2Vyc1JlcXVlc3QaHS5tZW1sYW5lLnYxLkxpc3RVc2Vyc1Jlc3BvbnNlElcKDkltcG9ydFVzZXJEYXRhEiEubWVtbGFuZS52MS5JbXBvcnRVc2VyRGF0YVJlcXVlc3QaIi5tZW1sYW5lLnYxLkltcG9ydFVzZXJEYXRhUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("ChZtZW1sYW5lL3YxL2FkbWluLnByb3RvEgptZW1sYW5lLnYxIlIKFUV4cG9ydFVzZXJEYXRhUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJEigKBmZvcm1hdBgCIAEoDjIYLm1lbWxhbmUudjEuRXhwb3J0Rm9ybWF0IlUKFkV4cG9ydFVzZXJEYXRhUmVzcG9uc2USDAoEa2luZBgBIAEoCRIMCgRkYXRhGAIgASgMEgwKBHBhcnQYAyABKAUSEQoJbGFzdF9wYXJ0GAQgASgIIkgKEExpc3RVc2Vyc1JlcXVlc3QSDQoFcXVlcnkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkibAoLVXNlclN1bW1hcnkSDwoHdXNlcl9pZBgBIAEoCRIVCg1zZXNzaW9uX2NvdW50GAIgASgDEhQKDG1lbW9yeV9jb3VudBgDIAEoAxIfChdsYXN0X3Nlc3Npb25fYXRfdW5peF9tcxgEIAEoAyJoChFMaXN0VXNlcnNSZXNwb25zZRImCgV1c2VycxgBIAMoCzIXLm1lbWxhbmUudjEuVXNlclN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhIKCnRvdGFsX3NpemUYAyABKAMiYwoVSW1wb3J0VXNlckRhdGFSZXF1ZXN0EgwKBGRhdGEYASABKAwSDQoFbWVyZ2UYAiABKAgSEQoJdXBsb2FkX2lkGAMgASgJEgwKBHBhcnQYBCABKAUSDAoEbW9yZRgFIAEoCCKPAwoWSW1wb3J0VXNlckRhdGFSZXNwb25zZRIPCgd1c2VyX2lkGAEgASgJEkIKCGltcG9ydGVkGAIgAygLMjAubWVtbGFuZS52MS5JbXBvcnRVc2VyRGF0YVJlc3BvbnNlLkltcG9ydGVkRW50cnkSQAoHc2tpcHBlZBgDIAMoCzIvLm1lbWxhbmUudjEuSW1wb3J0VXNlckRhdGFSZXNwb25zZS5Ta2lwcGVkRW50cnkSSQoMbm90X3Jlc3RvcmVkGAQgAygLMjMubWVtbGFuZS52MS5JbXBvcnRVc2VyRGF0YVJlc3BvbnNlLk5vdFJlc3RvcmVkRW50cnkaLwoNSW1wb3J0ZWRFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGi4KDFNraXBwZWRFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBGjIKEE5vdFJlc3RvcmVkRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgDOgI4ASIkChFGb3JnZXRVc2VyUmVxdWVzdBIPCgd1c2VyX2lkGAEgASgJItsBChJGb3JnZXRVc2VyUmVzcG9uc2USDwoHdXNlcl9pZBgBIAEoCRI6CgZlcmFzZWQYAiADKAsyKi5tZW1sYW5lLnYxLkZvcmdldFVzZXJSZXNwb25zZS5FcmFzZWRFbnRyeRIcChRjb21wbGV0ZWRfYXRfdW5peF9tcxgDIAEoAxIYChBvcGVyYXRvcl9hY3Rpb25zGAQgAygJEhEKCXJld3JpdHRlbhgFIAMoCRotCgtFcmFzZWRFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAM6AjgBIpsBCglQYXJrZWRKb2ISEQoJcGFya2VkX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDgoGcmVhc29uGAMgASgJEhsKE2VucXVldWVkX2F0X3VuaXhfbXMYBCABKAMSEAoIZmFpbHVyZXMYBSABKAUSDQoFZXJyb3IYBiABKAkSGQoRcGFya2VkX2F0X3VuaXhfbXMYByABKAMiPgoVTGlzdFBhcmtlZEpvYnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlYKFkxpc3RQYXJrZWRKb2JzUmVzcG9uc2USIwoEam9icxgBIAMoCzIVLm1lbWxhbmUudjEuUGFya2VkSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI5ChZSZXRyeVBhcmtlZEpvYnNSZXF1ZXN0EhIKCnBhcmtlZF9pZHMYASADKAkSCwoDYWxsGAIgASgIIlUKF1JldHJ5UGFya2VkSm9ic1Jlc3BvbnNlEiYKB3JldHJpZWQYASADKAsyFS5tZW1sYW5lLnYxLlBhcmtlZEpvYhISCgpub3RfcGFya2VkGAIgAygJKmEKDEV4cG9ydEZvcm1hdBIdChlFWFBPUlRfRk9STUFUX1VOU1BFQ0lGSUVEEAASFwoTRVhQT1JUX0ZPUk1BVF9KU09OTBABEhkKFUVYUE9SVF9GT1JNQVRfUEFSUVVFVBACMo4ECgxBZG1pblNlcnZpY2USWQoORXhwb3J0VXNlckRhdGESIS5tZW1sYW5lLnYxLkV4cG9ydFVzZXJEYXRhUmVxdWVzdBoiLm1lbWxhbmUudjEuRXhwb3J0VXNlckRhdGFSZXNwb25zZTABEksKCkZvcmdldFVzZXISHS5tZW1sYW5lLnYxLkZvcmdldFVzZXJSZXF1ZXN0Gh4ubWVtbGFuZS52MS5Gb3JnZXRVc2VyUmVzcG9uc2USVwoOTGlzdFBhcmtlZEpvYnMSIS5tZW1sYW5lLnYxLkxpc3RQYXJrZWRKb2JzUmVxdWVzdBoiLm1lbWxhbmUudjEuTGlzdFBhcmtlZEpvYnNSZXNwb25zZRJaCg9SZXRyeVBhcmtlZEpvYnMSIi5tZW1sYW5lLnYxLlJldHJ5UGFya2VkSm9ic1JlcXVlc3QaIy5tZW1sYW5lLnYxLlJldHJ5UGFya2VkSm9ic1Jlc3BvbnNlEkgKCUxpc3RVc2VycxIcLm1lbWxhbmUudjEuTGlzdFVzZXJzUmVxdWVzdBodLm1lbWxhbmUudjEuTGlzdFVzZXJzUmVzcG9uc2USVwoOSW1wb3J0VXNlckRhdGESIS5tZW1sYW5lLnYxLkltcG9ydFVzZXJEYXRhUmVxdWVzdBoiLm1lbWxhbmUudjEuSW1wb3J0VXNlckRhdGFSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * @generated from message memlane.v1.ExportUserDataRequest
@@ -187,10 +187,33 @@ export type ImportUserDataRequest = Message<"memlane.v1.ImportUserDataRequest"> 
 
   /**
    * Import into a user that already has data here (records with ids already held are left as they are).
+   * Read from the last part of a file sent in parts.
    *
    * @generated from field: bool merge = 2;
    */
   merge: boolean;
+
+  /**
+   * A file sent in parts: every part names the same upload_id (an id the client chooses, e.g. a UUID),
+   * its number from 0, and `more` on every part but the last. Each part holds whole lines and starts
+   * with the file's header line. The sidecar holds the parts (in Redis, under the user's keys, for an
+   * hour; erasing the user erases them) and imports nothing until the last arrives; then it checks and
+   * imports the file whole, as one call would. Sending a part again replaces it. Empty upload_id: `data`
+   * is the whole file.
+   *
+   * @generated from field: string upload_id = 3;
+   */
+  uploadId: string;
+
+  /**
+   * @generated from field: int32 part = 4;
+   */
+  part: number;
+
+  /**
+   * @generated from field: bool more = 5;
+   */
+  more: boolean;
 };
 
 /**
@@ -566,12 +589,15 @@ export const AdminService: GenService<{
    * Restores a user from ExportUserData's JSON lines (the format of docs/operations.md#export-format):
    * sessions, messages, turn traces, memories (re-embedded), memory versions and snapshots, procedure
    * versions. Ids are kept, so importing the same file twice changes nothing the second time. `data`
-   * holds whole lines and starts with the header line; a file too large for one call is sent in several,
-   * each starting with the header, the later ones with `merge`. Callers need the admin role.
+   * holds whole lines and starts with the header line; a file too large for one call is sent in parts
+   * (`upload_id`, `part`, `more`). The whole file is checked before anything is written (the checks:
+   * docs/security.md#what-an-import-checks): one bad record refuses it all. Callers need the admin role.
    * Errors: INVALID_ARGUMENT (not the export format, a line that does not parse, a record of another
-   * user, an id or field as the RPC that writes it would refuse it), FAILED_PRECONDITION (a newer format
-   * than this sidecar reads), ALREADY_EXISTS (the user has data here and `merge` is not set),
-   * RESOURCE_EXHAUSTED (message too large), PERMISSION_DENIED, UNAVAILABLE.
+   * user, an id or field as the RPC that writes it would refuse it; the message names the line and
+   * field), FAILED_PRECONDITION (a newer format than this sidecar reads; a last part whose earlier parts
+   * are missing), ALREADY_EXISTS (the user has data here and `merge` is not set; an id another user
+   * holds), RESOURCE_EXHAUSTED (a message over the batch limits, a file over 1 GiB, more snapshots or
+   * procedure versions than the user or owner may hold), PERMISSION_DENIED, UNAVAILABLE.
    *
    * @generated from rpc memlane.v1.AdminService.ImportUserData
    */
