@@ -1,11 +1,13 @@
 """A user's first run on a new machine, as a terminal shows it: the README's `memlane serve` with nothing
 configured (its embedded Redis, its worker, its model process) and no model prepared yet (an empty
-model cache), the README's quick start in a process of its own, then Ctrl-C. A terminal's Ctrl-C sends SIGINT to its whole foreground process group, children included, so
-the test sends it the same way (``killpg``) to a serve started as a group leader.
+model cache), the README's quick start in a process of its own, then Ctrl-C. A terminal's Ctrl-C sends
+SIGINT to its whole foreground process group, children included, so the test sends it the same way
+(``killpg``) to a serve started as a group leader.
 
-What a user must not meet: a start that says nothing while it prepares the model (15-30 s), a library warning on either terminal, an ERROR line, a Redis restarted while
-the sidecar shuts down (the embedded Redis took the Ctrl-C itself, exited, and its supervisor took that
-for a crash), or a stop that does not end.
+What a user must not meet: a start that says nothing while it prepares the model (15-30 s), a library
+warning on either terminal, an ERROR line, a worker or Redis restarted while the sidecar shuts down (a
+child took the Ctrl-C itself, exited, and its supervisor took that for a crash), or a stop that does not
+end.
 """
 
 from __future__ import annotations
