@@ -81,8 +81,11 @@ async def spawn(
     In a process group of its own: a terminal's Ctrl-C goes to its whole foreground group, and a child
     that took it too would exit on its own while this process shuts down, its supervisor taking that for
     a crash (an ERROR line and a restart mid-shutdown). This process stops its children in order."""
-    popen = functools.partial(subprocess.Popen, stdin=subprocess.PIPE, env=env, process_group=0)
-    proc = await asyncio.to_thread(popen, args)
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(args, stdin=subprocess.PIPE, env=env, process_group=0)
+
+    proc = await asyncio.to_thread(start)
     if niceness:
         with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
             nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness)

@@ -38,7 +38,7 @@ def _quick_start(target: str) -> str:
     section = readme.split("## Quick start (Python client)", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     assert '"127.0.0.1:50051"' in code
-    return code.replace('"127.0.0.1:50051"', repr(target))
+    return str(code).replace('"127.0.0.1:50051"', repr(target))
 
 
 def _serve(data: Path, port: int, log: Path, models: Path) -> subprocess.Popen[bytes]:
