@@ -7,8 +7,9 @@ The common path (sessions created on first use, context as OpenAI chat messages)
         m.add("u1", "chat-1", [{"role": "user", "content": "hi"}])
         messages = m.context("chat-1", "hi")
 
-Every RPC: ``Client`` / ``AsyncClient`` (``Memlane(...).client``), with the message and enum types
-exported here.
+with the memory's lifecycle beside it (``remember``, ``search``, ``get``, ``get_all``, ``update``,
+``delete``, ``history``; ``close_session`` ends a conversation). Every RPC: ``Client`` /
+``AsyncClient`` (``Memlane(...).client``), with the message and enum types exported here.
 """
 
 from importlib import metadata as _metadata
@@ -58,9 +59,11 @@ from .v1.memory_pb2 import (
     FeedbackVerdict,
     IngestOutcome,
     Memory,
+    MemoryChangeReason,
     MemoryFilter,
     MemoryKind,
     MemoryScope,
+    MemoryVersion,
     ScoredMemory,
     ScoreParts,
     SearchMode,
@@ -114,10 +117,12 @@ __all__ = [
     "Memlane",
     "MemlaneError",
     "Memory",
+    "MemoryChangeReason",
     "MemoryFilter",
     "MemoryKind",
     "MemoryRef",
     "MemoryScope",
+    "MemoryVersion",
     "Message",
     "MessageOrder",
     "NativeMessage",

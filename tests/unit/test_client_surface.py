@@ -32,6 +32,8 @@ EXPECTED = {
     "ContextMessage", "ContextSection", "ContextStrategy", "ExportFormat", "FeedbackVerdict",
     "HistoryFallback", "IngestOutcome", "Memlane", "Memory", "MemoryFilter", "MemoryKind", "MemoryRef",
     "MemoryScope", "Provenance", "ScoreParts", "ScoredMemory", "SearchMode", "TurnTrace",
+    # what the high-level history() returns (issue 47: the whole lifecycle on Memlane)
+    "MemoryChangeReason", "MemoryVersion",
 }  # fmt: skip
 
 
@@ -89,7 +91,12 @@ def test_every_error_class_is_a_memlane_error() -> None:
             assert issubclass(obj, memlane.MemlaneError)
 
 
-HIGH_LEVEL = {"add", "context", "search", "remember", "forget_user", "close"}
+# mem0's Memory lifecycle (get_all, not list: mem0's name) and a conversation's: the same in TypeScript
+# (clients/typescript/test/memlane.test.ts pins that surface in camelCase).
+HIGH_LEVEL = {
+    "add", "context", "search", "remember", "get", "get_all", "update", "delete", "history",
+    "close_session", "forget_user", "close",
+}  # fmt: skip
 
 
 def test_high_level_clients_share_one_surface() -> None:

@@ -1,7 +1,8 @@
 // What `npm publish` would upload, checked without publishing (CI): `npm pack --dry-run --json` (which
 // builds first, through `prepack`) must hold the LICENSE, the README and, for every entry point that
 // package.json declares (`main`, `types`, each `exports` condition), the file it names; and nothing of
-// the tests, the sources' generator config or local leftovers. Exits 1 with one line per problem.
+// the tests, the sources' generator config or local leftovers. The version is the release's, the one
+// pyproject.toml sets (docs/releasing.md), in package.json and its lock. Exits 1 with one line per problem.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -18,6 +19,17 @@ const out = execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-script
 const [report] = JSON.parse(out.slice(out.lastIndexOf("\n[") + 1));
 const files = new Set(report.files.map((f) => f.path));
 const problems = [];
+
+const pyproject = readFileSync(join(root, "..", "..", "pyproject.toml"), "utf8");
+const release = pyproject.match(/^\[project\][^[]*?^version = "([^"]+)"/ms)?.[1];
+const lock = JSON.parse(readFileSync(join(root, "package-lock.json"), "utf8"));
+for (const [where, version] of [
+  ["package.json", pkg.version],
+  ["package-lock.json", lock.version],
+  ['package-lock.json packages[""]', lock.packages?.[""]?.version],
+]) {
+  if (version !== release) problems.push(`${where} has version ${version}, pyproject.toml ${release}`);
+}
 
 for (const required of ["package.json", "README.md", "LICENSE"]) {
   if (!files.has(required)) problems.push(`missing ${required}`);

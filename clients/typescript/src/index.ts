@@ -6,6 +6,9 @@
  *     await m.add("u1", "chat-1", [{ role: "user", content: "hi" }]);
  *     const messages = await m.context("chat-1", "hi");
  *
+ * with the memory's lifecycle beside it (`remember`, `search`, `get`, `getAll`, `update`, `delete`,
+ * `history`; `closeSession` ends a conversation), as Python's `Memlane` has it.
+ *
  * Every RPC: `Client` (`m.client`), with the generated message types and schemas exported here.
  * Adapters: `memlane/langgraph` (a LangGraph.js checkpointer), `memlane/openai-agents` (a Session).
  */
@@ -22,7 +25,13 @@ export {
 } from "./client.js";
 export * from "./errors.js";
 export { newId } from "./ids.js";
-export { type ContextCallOptions, type ContextOptions, Memlane, type MemlaneOptions } from "./memlane.js";
+export {
+  type ContextCallOptions,
+  type ContextOptions,
+  Memlane,
+  type MemlaneOptions,
+  type UpdateOptions,
+} from "./memlane.js";
 export { DEFAULT_RETRY, NO_RETRY, type RetryPolicy } from "./retry.js";
 export * from "./gen/memlane/v1/admin_pb.js";
 export * from "./gen/memlane/v1/checkpoint_pb.js";
