@@ -30,8 +30,6 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
-import yaml
-
 ENV_PREFIX = "MEMLANE_"
 log = logging.getLogger("memlane.config")
 T = TypeVar("T")
@@ -548,6 +546,10 @@ def load_file(path: str | Path) -> dict[str, Any]:
         text = sys.stdin.read() if str(path) == "-" else p.read_text()
     except OSError as exc:
         raise ConfigError(f"config file {p}: {exc.strerror}") from exc
+    # PyYAML is a server dependency: imported here, the settings (and `memlane --help` with them) load
+    # in a client-only install, which has no settings file to read.
+    import yaml  # noqa: PLC0415
+
     try:
         data = tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:

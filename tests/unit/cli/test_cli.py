@@ -85,7 +85,7 @@ def test_help_works_without_the_server_extras() -> None:
     # A client-only install: importing any server dependency fails.
     code = (
         "import sys\n"
-        "for m in ('redis', 'lancedb', 'prometheus_client', 'onnxruntime', 'pyarrow', 'tqdm'):\n"
+        "for m in ('redis', 'lancedb', 'prometheus_client', 'onnxruntime', 'pyarrow', 'tqdm', 'yaml'):\n"
         "    sys.modules[m] = None\n"
         "from memlane_server.cli import main\n"
         "main(['--help'])\n"
