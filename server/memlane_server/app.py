@@ -34,7 +34,7 @@ from .embedding.remote import RemoteEmbedder
 from .extraction import Extractor
 from .infra.periodic import Periodic
 from .infra.redis_pool import RedisClient, connect, time_commands, unanswered
-from .infra.redis_server import EmbeddedRedis
+from .infra.redis_server import EmbeddedRedis, confirm_persisted
 from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
 from .ltm.redis_state import LtmVersions
@@ -126,6 +126,9 @@ class Sidecar:
         self._maintenance: MemoryMaintenance | None = None
         self._admin: HttpEndpoint | None = None
         self._redis_url = ""  # the Redis every process of this sidecar uses (an embedded one's too)
+        # Its own Redis's persistence is this sidecar's to vouch for: a write is answered once it is in
+        # the AOF (infra/redis_server.confirm_persisted). An external Redis's files are its operator's.
+        self._confirm_stored: Callable[[], Awaitable[None]] | None = None
         self._stop_deadline = 0.0  # monotonic time by which the drain must be over (set by stop)
         self._policy: PolicyFile | None = None
         self.addresses: list[str] = []
@@ -215,6 +218,7 @@ class Sidecar:
             embedded.supervise(on_exit=lambda _: self._pod.redis_restarts.inc(), on_start=self._noted)
             self._noted(embedded.pid)
             self._health.add_check("embedded redis", embedded.health)
+            self._confirm_stored = lambda: confirm_persisted(self.redis)
         self._redis_url = redis_url
         self._health.add_check("redis", self._redis_answers)
         self.redis = connect(redis_url)
@@ -302,7 +306,12 @@ class Sidecar:
         listens = [a.strip() for a in s.server.listen.split(",") if a.strip()]
         gate = grpc_server.ConnectionGate(len(listens), self._pod)
         server, self.admission = grpc_server.new_server(
-            s.server, self.registry, grpc_server.authenticator(s.access, self._policy), self.stores, gate
+            s.server,
+            self.registry,
+            grpc_server.authenticator(s.access, self._policy),
+            self.stores,
+            gate,
+            self._confirm_stored,
         )
         self._user_data = grpc_server.user_data(self.redis, self.stores, context, self.ltm, self.end)
         served = grpc_server.Served(

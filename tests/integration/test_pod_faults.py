@@ -367,6 +367,55 @@ def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
         assert contents(c, sid) == acknowledged
 
 
+@pytest.mark.parametrize("fsync", ["everysec", "always"])
+def test_no_append_acknowledged_while_redis_cannot_write_its_aof_is_lost_on_a_restart_while_full(
+    pods: list[Pod],
+    tmp_path: Path,
+    small_disk: Path,  # noqa: F811 - the fixture imported from test_disk_full
+    fsync: str,
+) -> None:
+    """The disk stays full across the restart. Under ``everysec`` Redis answered the write whose AOF write
+    failed (it keeps the command in its buffer and refuses only the next writes with MISCONF), so the
+    last acknowledged append was gone after a restart that found the disk still full. Now an append is
+    acknowledged only once Redis has taken its AOF write, else refused with STORAGE_FULL; under
+    ``always`` Redis exits rather than answer such a write. Appends of 3 KB cross the tmpfs's pages, so
+    one soon meets the full disk."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "redis").symlink_to(small_disk)
+    pod = Pod(tmp_path, "a", data, embedded_redis_fsync=fsync)
+    pods.append(pod)
+    acknowledged: list[str] = []
+    with memlane.Client(pod.target, timeout=30, retry=memlane.NO_RETRY) as c:
+        sid = c.create_session(user_id="u-full").session.session_id
+        for i in range(3):  # positive control: appends are taken while there is room
+            append(c, sid, [f"before {i} " + "x" * 3000])
+            acknowledged.append(f"before {i} " + "x" * 3000)
+        _fill(small_disk)
+        refusals: list[memlane.MemlaneError] = []
+        for i in range(40):
+            text = f"full {i} " + "y" * 3000
+            try:
+                append(c, sid, [text])
+            except (memlane.ResourceExhaustedError, memlane.UnavailableError) as exc:
+                refusals.append(exc)
+                if len(refusals) >= 3:
+                    break
+                continue
+            acknowledged.append(text)
+        assert refusals, "the full disk refused nothing"
+        if fsync == "everysec":
+            assert all(
+                isinstance(e, memlane.ResourceExhaustedError) and e.reason == "STORAGE_FULL" for e in refusals
+            ), refusals
+    pod.stop()  # still full: the restarted Redis has only what reached its AOF
+    again = Pod(tmp_path, "b", data, embedded_redis_fsync=fsync)
+    pods.append(again)
+    with memlane.Client(again.target, timeout=30) as c:
+        got = contents(c, sid)
+    assert [t[:12] for t in got[: len(acknowledged)]] == [t[:12] for t in acknowledged]
+
+
 def test_idle_connections_cannot_take_every_descriptor(pods: list[Pod], tmp_path: Path) -> None:
     """Connections that never speak, more than the descriptor limit allows: gRPC sheds those past the
     cap (sized from RLIMIT_NOFILE with room for Redis, LanceDB and archives) and closes the rest after the

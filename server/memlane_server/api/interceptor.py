@@ -81,6 +81,15 @@ def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any],
     return serialize
 
 
+# RPCs that only read (by the verb their name starts with): answered without asking whether the store
+# persisted anything. Every other unary RPC may write.
+_READ_VERBS = ("Get", "List", "Search", "Export", "Watch", "Embed")
+
+
+def _writes(method: str) -> bool:
+    return not method.rsplit("/", 1)[-1].startswith(_READ_VERBS)
+
+
 def _sent_code(context: grpc.aio.ServicerContext) -> str:
     code = context.code()
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
@@ -144,8 +153,12 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         authenticator: Authenticator,
         binding: UserBinding,
         backend_fault: Callable[[BaseException], errors.MemlaneError | None] | None = None,
+        confirm_stored: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._metrics = metrics
+        # Asked after every RPC that writes, before it is answered OK (``_writes``): raises when the
+        # store could not persist what it took (infra/redis_server.persisted, STORAGE_FULL).
+        self._confirm_stored = confirm_stored
         self._auth = authenticator
         self._binding = binding
         # What a backing store's own error means (infra/redis_pool.backend_fault): UNAVAILABLE for a
@@ -175,14 +188,21 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         ser = _passing_bytes(handler.response_serializer)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
+            confirm = self._confirm_stored if _writes(method) else None
+
+            async def answered(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                response = await inner(request, context)
+                if confirm is not None:
+                    await confirm()
+                return response
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 async with _Boundary(self, request, context, method):
                     remaining = context.time_remaining()
                     if remaining is None:
-                        return await inner(request, context)
+                        return await answered(request, context)
                     async with asyncio.timeout(remaining):
-                        return await inner(request, context)
+                        return await answered(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=deser, response_serializer=ser

@@ -9,6 +9,7 @@ import json
 import logging
 import resource
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,8 +139,10 @@ def new_server(
     authenticator: Authenticator,
     stores: Stores,
     gate: ConnectionGate,
+    confirm_stored: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[grpc.aio.Server, AdmissionInterceptor]:
-    """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains."""
+    """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains.
+    ``confirm_stored``: asked before a write is answered OK (``BoundaryInterceptor``)."""
     metrics = RpcMetrics(registry)
     admission = AdmissionInterceptor(
         parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
@@ -147,7 +150,9 @@ def new_server(
     server = grpc.aio.server(
         interceptors=[
             admission,  # outermost: a shed call costs nothing more
-            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), backend_fault),
+            BoundaryInterceptor(
+                metrics, authenticator, UserBinding(stores.sessions), backend_fault, confirm_stored
+            ),
         ],
         options=[
             ("grpc.max_receive_message_length", s.max_receive_message_bytes),
