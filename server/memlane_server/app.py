@@ -311,7 +311,7 @@ class Sidecar:
             grpc_server.authenticator(s.access, self._policy),
             self.stores,
             gate,
-            self._confirm_stored,
+            confirm_stored=self._confirm_stored,
         )
         self._user_data = grpc_server.user_data(self.redis, self.stores, context, self.ltm, self.end)
         served = grpc_server.Served(

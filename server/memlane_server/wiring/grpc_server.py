@@ -139,6 +139,7 @@ def new_server(
     authenticator: Authenticator,
     stores: Stores,
     gate: ConnectionGate,
+    *,
     confirm_stored: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[grpc.aio.Server, AdmissionInterceptor]:
     """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains.
