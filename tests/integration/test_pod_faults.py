@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import memlane
-from memlane import Message, Role
+from memlane import Message, Role, new_id
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.bench.runner import children_of
 from memlane_server.observability.health import LIVENESS_SERVICE
@@ -328,8 +328,13 @@ def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
     with memlane.Client(pod.target, timeout=30, retry=memlane.NO_RETRY) as c:
         sid = c.create_session(user_id="u-disk").session.session_id
 
+        pending: dict[str, Message] = {}  # a refused append, retried as the client retries: same id
+
         def stored(text: str) -> bool:
-            append(c, sid, [text])
+            message = pending.setdefault(
+                text, Message(role=Role.ROLE_USER, content=text, message_id=new_id())
+            )
+            c.append_messages(session_id=sid, messages=[message])
             acknowledged.append(text)
             return True
 
@@ -338,7 +343,9 @@ def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
 
         def refused() -> memlane.ResourceExhaustedError | None:
             try:
-                stored(f"m{len(acknowledged)}")  # the first may still be taken (Redis buffers it)
+                # The first may still be taken (Redis buffers it); the one that meets the full disk may
+                # be kept in Redis's memory though refused: its retry with the same id is no duplicate.
+                stored(f"m{len(acknowledged)}")
             except memlane.ResourceExhaustedError as exc:
                 return exc
             return None

@@ -72,8 +72,10 @@ def backend_fault(exc: BaseException) -> MemlaneError | None:
         text = str(exc)
         if "MISCONF" in text:  # also inside a script's error ("... script: ...")
             return ResourceExhausted(
-                "Redis cannot store writes: it could not write to its disk (full?); nothing was stored,"
-                " retry once space is freed",
+                # The call that met the full disk may have been taken in memory (redis_server.
+                # confirm_persisted): kept if space returns before a restart, so a retry must reuse ids.
+                "Redis cannot store writes: it could not write to its disk (full?); nothing of this call"
+                " is on disk: retry it with the same ids once space is freed",
                 reason="STORAGE_FULL",
                 retry_after_ms=STORAGE_FULL_RETRY_MS,
             )
