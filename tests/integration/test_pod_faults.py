@@ -41,10 +41,19 @@ def free_port() -> int:
 
 class Pod:
     """``memlane serve`` on a Unix socket with its embedded Redis under ``data_dir``, the admin HTTP on a
-    loopback port; ``nofile`` lowers its descriptor limit; ``tcp`` adds a loopback gRPC listener."""
+    loopback port; ``nofile`` lowers its descriptor limit; ``tcp`` adds a loopback gRPC listener;
+    ``umask`` starts it under that umask (as the image's entrypoint does)."""
 
     def __init__(
-        self, tmp: Path, name: str, data_dir: Path, *, nofile: int = 0, tcp: bool = False, **settings: Any
+        self,
+        tmp: Path,
+        name: str,
+        data_dir: Path,
+        *,
+        nofile: int = 0,
+        tcp: bool = False,
+        umask: str = "",
+        **settings: Any,
     ) -> None:
         self.sock, self.log = tmp / f"{name}.sock", tmp / f"{name}.log"
         self.admin = free_port()
@@ -60,6 +69,8 @@ class Pod:
 
         if nofile:  # the shell's ulimit, then exec: the limit holds from the sidecar's first instruction
             args = ["sh", "-c", f'ulimit -n {int(nofile)} && exec "$@"', "sh", *args]
+        if umask:
+            args = ["sh", "-c", f'umask {int(umask, 8):04o} && exec "$@"', "sh", *args]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.target = f"unix:{self.sock}"

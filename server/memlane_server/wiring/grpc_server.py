@@ -48,6 +48,7 @@ from ..config import AccessSettings, ServerSettings
 from ..context import ContextAssembler
 from ..embedding.admission import EmbeddingAdmission
 from ..extraction import Extractor
+from ..file_modes import share_socket
 from ..infra.redis_pool import RedisClient, backend_fault
 from ..ltm import MemoryService
 from ..ltm.operations import MemorySnapshots
@@ -276,6 +277,7 @@ def bind(server: grpc.aio.Server, address: str, tls: grpc.ServerCredentials | No
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a stale socket from a crashed run
         server.add_insecure_port(f"unix:{path}")
+        share_socket(path)  # the one file of a memlane process others may use (file_modes.py)
         return f"unix:{path}"
     port = server.add_secure_port(address, tls) if tls else server.add_insecure_port(address)
     if port == 0:
