@@ -13,27 +13,29 @@ something else). So every printed string goes through here.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-# Bidi embedding, override and isolate controls and the directional marks (Unicode 15, UAX #9).
-_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029]")
-_RAW_IN_JSON = re.compile(f"[\x7f-\x9f{_BIDI}\u2028\u2029]")  # json.dumps escapes the C0 range itself
-_SPACES = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
+# Bidi embedding, override and isolate controls and the directional marks (Unicode 15, UAX #9), and the
+# line and paragraph separators.
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
+def _escape(code: int) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+# str.translate tables (one pass, no pattern engine). JSON escapes the C0 range itself.
+_RAW_IN_JSON = {c: f"\\u{c:04x}" for c in [*range(0x7F, 0xA0), *_BIDI]}
+_SHOWN = {c: _escape(c) for c in [*range(0x20), *range(0x7F, 0xA0), *_BIDI]}
+_SHOWN.update({ord("\t"): " ", ord("\n"): " ", ord("\r"): " "})
 
 
 def shown(value: object) -> str:
     """``value`` as text safe to print on a terminal, on one line."""
-    return _UNSAFE.sub(_escape, str(value).translate(_SPACES))
+    return str(value).translate(_SHOWN)
 
 
 def json_line(obj: Any, *, pretty: bool = False) -> str:
     text = json.dumps(obj, indent=2 if pretty else None, ensure_ascii=False, sort_keys=pretty)
     # Outside strings JSON holds only ASCII structure and whitespace, so these can only be in strings.
-    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text.translate(_RAW_IN_JSON)
