@@ -76,7 +76,9 @@ def test_forget_user_erases_rows_stored_under_the_decomposed_form(
             content=f"The user's bicycle is called {mark_row}.",
             vector=[0.01] * 384,
         )
-        _in_sidecar(sidecar, sidecar.sidecar.ltm.store.add([row]))
+        ltm = sidecar.sidecar.ltm
+        assert ltm is not None
+        _in_sidecar(sidecar, ltm.store.add([row]))
         # And the user's current data, through the API (stored in NFC).
         c.create_memory(
             caller=memory_pb2.Caller(user_id=nfc),
@@ -101,8 +103,8 @@ def test_forget_user_erases_rows_stored_under_the_decomposed_form(
         for needle in (nfd, nfc, mark_old, mark_row, mark_new):
             assert needle.encode() not in redis_bytes, needle
         for form in (nfd, nfc):
-            for needle in (form.encode(), filters.key(form).encode()):
-                assert _files_holding(data / "ltm", needle) == [], needle
+            for raw in (form.encode(), filters.key(form).encode()):
+                assert _files_holding(data / "ltm", raw) == [], raw
         for needle in (mark_old, mark_row, mark_new):
             assert _files_holding(data / "ltm", needle.encode()) == [], needle
             assert needle not in _archive_text(data / "archive")

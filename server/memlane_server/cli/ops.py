@@ -308,11 +308,11 @@ def _forget(c: memlane.Client, args: argparse.Namespace) -> int:
 
 def _jobs(c: memlane.Client, args: argparse.Namespace) -> int:
     if args.jobs_command == "list-parked":
-        shown = 0
+        listed = 0
         for job in memlane.iter_pages(lambda t: c.list_parked_jobs(page_size=500, page_token=t), "jobs"):
             print(json_line(MessageToDict(job, preserving_proto_field_name=True)))
-            shown += 1
-        if not shown:
+            listed += 1
+        if not listed:
             say("no parked jobs")
         return 0
     out = c.retry_parked_jobs(parked_ids=args.parked_ids, all=args.all)
