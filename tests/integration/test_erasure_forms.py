@@ -2,7 +2,8 @@
 in NFC, but rows written before that (an import that kept a file's NFD id, an older sidecar that stored
 ids as sent) hold the decomposed form. Such rows are planted here through the lower layer, the way an
 older version wrote them (a session document in the sidecar's own store, a LanceDB row), then erased
-through the real server; the byte scan of Redis, LanceDB and the archive proves nothing is left.
+through the real server; the byte scan of Redis, LanceDB and the archive proves nothing is left. An
+export before finds them all (ExportUserData reads the forms erasure erases).
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def test_forget_user_erases_rows_stored_under_the_decomposed_form(
         as_json = json.dumps(nfd)[1:-1]  # how _archive_text writes the id
         assert mark_old in _archive_text(data / "archive") and as_json in _archive_text(data / "archive")
         assert {nfd, nfc, ligature, plain} <= _listed(c, tag)
+
+        exported = b"".join(r.data for r in c.export_user_data(user_id=nfc))  # every form, as erasure
+        assert all(m.encode() in exported for m in (mark_old, mark_row, mark_new)), exported[:2000]
 
         receipt = c.forget_user(user_id=nfc)
         assert receipt.erased["redis.sessions"] == 1 and receipt.erased["lancedb.items"] >= 3

@@ -77,9 +77,10 @@ class MemoryUpkeep(MemoryCore):
 
     # ------------------------------------------------------------------- per-user export and erasure
 
-    async def export_user(self, user_id: str) -> list[MemoryItem]:
-        """Every item of the user, retired ones included (an export hides nothing)."""
-        return await self._store.fetch(filters.owned_by(user_id))
+    async def export_user(self, *user_ids: str) -> list[MemoryItem]:
+        """Every item of the user, stored under any of ``user_ids`` (as ``erase_user``), retired ones
+        included (an export hides nothing)."""
+        return await self._store.fetch(filters.owned_by_any(list(user_ids)))
 
     async def erase_user(self, *user_ids: str) -> int:
         """Deletes the items of the user, stored under any of ``user_ids`` (the forms of one id, see

@@ -107,8 +107,10 @@ class UserData:
         return out
 
     async def export(self, user_id: str) -> AsyncIterator[Record]:
-        """Everything held about the user, one record at a time, kind by kind."""
-        sids = await self._sessions.session_ids_of_user(user_id)
+        """Everything held about the user (under every form of the id, as erasure finds it), one record
+        at a time, kind by kind."""
+        forms = await self._forms(user_id)
+        sids = await self._sessions_of(forms)
         docs = await self._sessions.get_many(sids)
         for doc in docs:
             if doc is not None:
@@ -123,18 +125,19 @@ class UserData:
         async for checkpoint in export_checkpoints(self._checkpoints, sids):
             yield "checkpoint", checkpoint
         if self._memory is not None:
-            for item in await self._memory.export_user(user_id):
+            for item in await self._memory.export_user(*forms):
                 record = asdict(item)
                 record.pop("vector", None)  # a derived embedding, not the user's data
                 yield "memory", record
-        if self._history is not None:
-            for kind, record in await self._history.export(user_id):
-                yield kind, record
-        if self._procedures is not None:
-            for proc in await self._procedures.export_user(user_id):
-                yield "procedure", dict(proc)
+        for form in forms:
+            if self._history is not None:
+                for kind, record in await self._history.export(form):
+                    yield kind, record
+            if self._procedures is not None:
+                for proc in await self._procedures.export_user(form):
+                    yield "procedure", dict(proc)
         if self._archive is not None:
-            files = await self._archive.user_files(user_id, set(sids), self._owners)
+            files = await self._archive_files(self._archive, forms, sids)
             for dataset, rows in await self._archive.export_rows(files):
                 for row in rows:
                     yield f"archive.{dataset}", row
@@ -181,19 +184,29 @@ class UserData:
         stored = (await self._sessions.users_with_sessions()).union(await _memory_users(self._memory))
         return equivalent_forms(user_id, stored)
 
+    async def _sessions_of(self, forms: list[str]) -> list[str]:
+        return sorted({sid for form in forms for sid in await self._sessions.session_ids_of_user(form)})
+
+    async def _archive_files(
+        self, archive: ParquetArchive, forms: list[str], sids: list[str]
+    ) -> list[tuple[str, str]]:
+        files: set[tuple[str, str]] = set()
+        for form in forms:
+            files.update(await archive.user_files(form, set(sids), self._owners))
+        return sorted(files)
+
     async def _erase_held(self, user_id: str) -> dict[str, int]:
         forms = await self._forms(user_id)
-        sids = sorted({sid for form in forms for sid in await self._sessions.session_ids_of_user(form)})
+        sids = await self._sessions_of(forms)
         async with sessions_held(self._sessions.redis, self._sessions.keys, sids):
             return await self._erase(forms, sids)
 
     async def _erase(self, forms: list[str], sids: list[str]) -> dict[str, int]:
         counts: Counter[str] = Counter()
         if self._archive is not None:
-            files: set[tuple[str, str]] = set()
-            for form in forms:
-                files.update(await self._archive.user_files(form, set(sids), self._owners))
-            counts.update(await self._archive.delete_files(sorted(files)))
+            counts.update(
+                await self._archive.delete_files(await self._archive_files(self._archive, forms, sids))
+            )
         if self._memory is not None:
             counts["lancedb.items"] = await self._memory.erase_user(*forms)
         for form in forms:
