@@ -157,7 +157,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         self._metrics = metrics
         # Asked after every RPC that writes, before it is answered OK (``_writes``): raises when the
-        # store could not persist what it took (infra/redis_server.persisted, STORAGE_FULL).
+        # store could not persist what it took (infra/redis_server.confirm_persisted: STORAGE_FULL).
         self._confirm_stored = confirm_stored
         self._auth = authenticator
         self._binding = binding
