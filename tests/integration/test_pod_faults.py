@@ -395,9 +395,12 @@ def test_no_append_acknowledged_while_redis_cannot_write_its_aof_is_lost_on_a_re
     """The disk stays full across the restart. Under ``everysec`` Redis answered the write whose AOF write
     failed (it keeps the command in its buffer and refuses only the next writes with MISCONF), so the
     last acknowledged append was gone after a restart that found the disk still full. Now an append is
-    acknowledged only once Redis has taken its AOF write, else refused with STORAGE_FULL; under
-    ``always`` Redis exits rather than answer such a write. Appends of 3 KB cross the tmpfs's pages, so
-    one soon meets the full disk."""
+    acknowledged only once Redis has taken its AOF write, else refused with STORAGE_FULL. Under
+    ``always`` Redis exits rather than answer such a write (nothing acknowledged was lost on the base
+    commit either), but every append was UNAVAILABLE while it was started again and again: now
+    STORAGE_FULL too, and refused before it is tried. Positive controls: appends are taken before the
+    disk fills and once space returns. Appends of 3 KB cross the tmpfs's pages, so one soon meets the
+    full disk."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "redis").symlink_to(small_disk)
@@ -409,7 +412,7 @@ def test_no_append_acknowledged_while_redis_cannot_write_its_aof_is_lost_on_a_re
         for i in range(3):  # positive control: appends are taken while there is room
             append(c, sid, [f"before {i} " + "x" * 3000])
             acknowledged.append(f"before {i} " + "x" * 3000)
-        _fill(small_disk)
+        filler = _fill(small_disk)
         refusals: list[memlane.MemlaneError] = []
         for i in range(40):
             text = f"full {i} " + "y" * 3000
@@ -422,16 +425,27 @@ def test_no_append_acknowledged_while_redis_cannot_write_its_aof_is_lost_on_a_re
                 continue
             acknowledged.append(text)
         assert refusals, "the full disk refused nothing"
-        if fsync == "everysec":
-            assert all(
-                isinstance(e, memlane.ResourceExhaustedError) and e.reason == "STORAGE_FULL" for e in refusals
-            ), refusals
+        assert all(
+            isinstance(e, memlane.ResourceExhaustedError) and e.reason == "STORAGE_FULL" for e in refusals
+        ), refusals
     pod.stop()  # still full: the restarted Redis has only what reached its AOF
     again = Pod(tmp_path, "b", data, embedded_redis_fsync=fsync)
     pods.append(again)
-    with memlane.Client(again.target, timeout=30) as c:
+    with memlane.Client(again.target, timeout=30, retry=memlane.NO_RETRY) as c:
         got = contents(c, sid)
-    assert [t[:12] for t in got[: len(acknowledged)]] == [t[:12] for t in acknowledged]
+        assert [t[:12] for t in got[: len(acknowledged)]] == [t[:12] for t in acknowledged]
+        filler.unlink()
+        after = Message(role=Role.ROLE_USER, content="after", message_id=new_id())
+
+        def taken() -> bool:
+            try:
+                c.append_messages(session_id=sid, messages=[after])
+            except memlane.ResourceExhaustedError:
+                return False
+            return True
+
+        wait_for(taken, timeout=60)
+        assert contents(c, sid)[-1] == "after"
 
 
 def test_idle_connections_cannot_take_every_descriptor(pods: list[Pod], tmp_path: Path) -> None:

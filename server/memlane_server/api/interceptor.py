@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
@@ -79,6 +79,18 @@ def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any],
         return response if type(response) is bytes else serializer(response)
 
     return serialize
+
+
+class DurableStore(Protocol):
+    """A store whose persistence the sidecar vouches for (its embedded Redis: infra/redis_server.
+    DurableWrites), asked around every unary RPC that may write (``_writes``), so that a call answered
+    OK is on disk and a full disk answers STORAGE_FULL."""
+
+    def check_room(self) -> None:
+        """Raises before the handler runs while the store is known to have no room."""
+
+    async def confirm_written(self) -> None:
+        """Raises after the handler when a write it made did not reach the disk."""
 
 
 # RPCs that only read (by the verb their name starts with): answered without asking whether the store
@@ -153,12 +165,10 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         authenticator: Authenticator,
         binding: UserBinding,
         backend_fault: Callable[[BaseException], errors.MemlaneError | None] | None = None,
-        confirm_stored: Callable[[], Awaitable[object]] | None = None,
+        durable: DurableStore | None = None,
     ) -> None:
         self._metrics = metrics
-        # Asked after every RPC that writes, before it is answered OK (``_writes``): raises when the
-        # store could not persist what it took (infra/redis_server.confirm_persisted: STORAGE_FULL).
-        self._confirm_stored = confirm_stored
+        self._durable = durable
         self._auth = authenticator
         self._binding = binding
         # What a backing store's own error means (infra/redis_pool.backend_fault): UNAVAILABLE for a
@@ -188,12 +198,14 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         ser = _passing_bytes(handler.response_serializer)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
-            confirm = self._confirm_stored if _writes(method) else None
+            durable = self._durable if _writes(method) else None
 
             async def answered(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if durable is None:
+                    return await inner(request, context)
+                durable.check_room()
                 response = await inner(request, context)
-                if confirm is not None:
-                    await confirm()
+                await durable.confirm_written()
                 return response
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:

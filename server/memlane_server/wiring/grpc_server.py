@@ -9,7 +9,7 @@ import json
 import logging
 import resource
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,16 +40,18 @@ from ..api.admin import AdminServicer
 from ..api.admission import AdmissionInterceptor, parse_limits
 from ..api.checkpoints import CheckpointServicer
 from ..api.context import ContextServicer
-from ..api.interceptor import BoundaryInterceptor, UserBinding
+from ..api.interceptor import BoundaryInterceptor, DurableStore, UserBinding
 from ..api.memory_history import MemoryServicerWithHistory
 from ..api.procedures import ProcedureServicer
 from ..api.sessions import SessionServicer
 from ..config import AccessSettings, ServerSettings
 from ..context import ContextAssembler
 from ..embedding.admission import EmbeddingAdmission
+from ..errors import MemlaneError
 from ..extraction import Extractor
 from ..file_modes import share_socket
-from ..infra.redis_pool import RedisClient, backend_fault
+from ..infra.redis_pool import RedisClient
+from ..infra.redis_pool import backend_fault as redis_fault
 from ..ltm import MemoryService
 from ..ltm.operations import MemorySnapshots
 from ..ltm.redis_state import OnceMarks
@@ -141,10 +143,12 @@ def new_server(
     stores: Stores,
     gate: ConnectionGate,
     *,
-    confirm_stored: Callable[[], Awaitable[object]] | None = None,
+    durable: DurableStore | None = None,
+    backend_fault: Callable[[BaseException], MemlaneError | None] = redis_fault,
 ) -> tuple[grpc.aio.Server, AdmissionInterceptor]:
     """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains.
-    ``confirm_stored``: asked before a write is answered OK (``BoundaryInterceptor``)."""
+    ``durable``: asked around every write; ``backend_fault``: what a store's error means to the caller
+    (both ``BoundaryInterceptor``)."""
     metrics = RpcMetrics(registry)
     admission = AdmissionInterceptor(
         parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
@@ -152,9 +156,7 @@ def new_server(
     server = grpc.aio.server(
         interceptors=[
             admission,  # outermost: a shed call costs nothing more
-            BoundaryInterceptor(
-                metrics, authenticator, UserBinding(stores.sessions), backend_fault, confirm_stored
-            ),
+            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), backend_fault, durable),
         ],
         options=[
             ("grpc.max_receive_message_length", s.max_receive_message_bytes),
