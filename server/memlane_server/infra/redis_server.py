@@ -121,7 +121,7 @@ class EmbeddedRedis:
     def _spawn(self) -> subprocess.Popen[bytes]:
         """Starts redis-server. Only here, while this process owns the directory (the caller holds the
         data dir's lock), is a socket file removed: a stale one from a Redis that was killed."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # its AOF holds every user's turns
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
         args = [
