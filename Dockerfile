@@ -91,7 +91,8 @@ RUN python -m pip uninstall --yes --quiet pip setuptools wheel \
  && groupadd --system --gid 10001 memlane \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/memlane \
       --shell /usr/sbin/nologin memlane \
- && install -d -o 10001 -g 10001 -m 0770 /var/lib/memlane /run/memlane
+ && install -d -o 10001 -g 10001 -m 0700 /var/lib/memlane \
+ && install -d -o 10001 -g 10001 -m 0770 /run/memlane
 COPY --from=build /opt/memlane /opt/memlane
 ENV PATH=/opt/memlane/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -112,6 +113,8 @@ USER 10001:10001
 HEALTHCHECK --interval=30s --timeout=10s --start-period=120s --retries=3 \
   CMD ["memlane", "health", "--target", "127.0.0.1:50051", "--timeout", "5"]
 # umask 0007: the Unix socket is group-connectable, so an agent container sharing the pod's fsGroup can
-# use it; the rest of the world cannot.
+# use it; the rest of the world cannot. memlane gives the socket that mode and runs under umask 077
+# otherwise: the data volume (0700 here; a new named volume copies it) and every file in it are the
+# memlane user's alone (docs/security.md, "Files").
 ENTRYPOINT ["/bin/sh", "-c", "umask 0007 && exec memlane \"$@\"", "memlane"]
 CMD ["serve"]

@@ -31,10 +31,11 @@ from .context.sources import LtmMemorySource
 from .embedding import Embedder
 from .embedding.admission import EmbeddingAdmission
 from .embedding.remote import RemoteEmbedder
+from .errors import MemlaneError
 from .extraction import Extractor
 from .infra.periodic import Periodic
-from .infra.redis_pool import RedisClient, connect, time_commands, unanswered
-from .infra.redis_server import EmbeddedRedis
+from .infra.redis_pool import RedisClient, backend_fault, connect, time_commands, unanswered
+from .infra.redis_server import DurableWrites, EmbeddedRedis
 from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
 from .ltm.redis_state import LtmVersions
@@ -126,6 +127,12 @@ class Sidecar:
         self._maintenance: MemoryMaintenance | None = None
         self._admin: HttpEndpoint | None = None
         self._redis_url = ""  # the Redis every process of this sidecar uses (an embedded one's too)
+        # Its own Redis's persistence is this sidecar's to vouch for: a write is answered once it is in
+        # the AOF, and a full disk answers STORAGE_FULL whatever the fsync setting
+        # (infra/redis_server.DurableWrites, EmbeddedRedis.fault). An external Redis's files are its
+        # operator's.
+        self._durable: DurableWrites | None = None
+        self._backend_fault: Callable[[BaseException], MemlaneError | None] = backend_fault
         self._stop_deadline = 0.0  # monotonic time by which the drain must be over (set by stop)
         self._policy: PolicyFile | None = None
         self.addresses: list[str] = []
@@ -201,6 +208,7 @@ class Sidecar:
         """The Redis pool: to ``redis_url``, or to an embedded Redis started under the data dir (it holds
         the data dir's lock with this process, dies with it and is started again if it dies alone)."""
         redis_url = self.settings.redis.redis_url
+        embedded: EmbeddedRedis | None = None
         if not redis_url:
             lock = self._dir_lock
             embedded = EmbeddedRedis(
@@ -215,11 +223,15 @@ class Sidecar:
             embedded.supervise(on_exit=lambda _: self._pod.redis_restarts.inc(), on_start=self._noted)
             self._noted(embedded.pid)
             self._health.add_check("embedded redis", embedded.health)
+            full_disk = embedded.fault  # STORAGE_FULL also for a Redis that exited on a full disk
+            self._backend_fault = lambda exc: full_disk(exc) or backend_fault(exc)
         self._redis_url = redis_url
         self._health.add_check("redis", self._redis_answers)
         self.redis = connect(redis_url)
         self._closes["redis pool"] = self.redis.aclose
         time_commands(self.redis, self.metrics.redis_command)
+        if embedded is not None:
+            self._durable = DurableWrites(embedded, self.redis)
         await self.redis.ping()
 
     async def _open_ltm(self) -> None:
@@ -302,7 +314,13 @@ class Sidecar:
         listens = [a.strip() for a in s.server.listen.split(",") if a.strip()]
         gate = grpc_server.ConnectionGate(len(listens), self._pod)
         server, self.admission = grpc_server.new_server(
-            s.server, self.registry, grpc_server.authenticator(s.access, self._policy), self.stores, gate
+            s.server,
+            self.registry,
+            grpc_server.authenticator(s.access, self._policy),
+            self.stores,
+            gate,
+            durable=self._durable,
+            backend_fault=self._backend_fault,
         )
         self._user_data = grpc_server.user_data(self.redis, self.stores, context, self.ltm, self.end)
         served = grpc_server.Served(

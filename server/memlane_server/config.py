@@ -138,7 +138,7 @@ class RedisSettings:
         "everysec",
         "When the embedded Redis syncs its append-only file: everysec (up to 2 s of acknowledged writes lost "
         "to a kill of Redis alone; a full disk answers STORAGE_FULL) or always (nothing lost to such a kill; "
-        "each write waits for its fsync, and Redis exits on a full disk).",
+        "each write waits for its fsync, and Redis exits on a full disk, which also answers STORAGE_FULL).",
     )
     key_prefix: str = op("ml", "Prefix of every Redis key, so several deployments can share one Redis.")
 

@@ -30,6 +30,7 @@ backslashes are harmless and allowed.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 
 from .errors import InvalidArgument
 
@@ -50,6 +51,20 @@ def normalized(value: str) -> str:
         if value.isascii() or unicodedata.is_normalized("NFC", value)
         else unicodedata.normalize("NFC", value)
     )
+
+
+def equivalent_forms(value: str, stored: Iterable[str] = ()) -> list[str]:
+    """Every form under which an id canonically equal to ``value`` may be stored: its NFC and NFD, and
+    those of ``stored`` (the ids a store holds) that normalize to the same NFC. Rows written before ids
+    were normalized (or by an import that did not normalize) hold the id as the client sent it: NFD, or
+    any mix of composed and decomposed marks, which only a look at what is stored can find. Compatibility
+    forms (NFKC, NFKD) are not among them: "ﬁle" and "file" are two users here, and erasing one must not
+    erase the other."""
+    canonical = unicodedata.normalize("NFC", value)
+    forms = {canonical, unicodedata.normalize("NFD", value)}
+    forms.update(s for s in stored if unicodedata.normalize("NFC", s) == canonical)
+    # A form outside the grammar (an NFD longer than 128 characters) was never accepted, so never stored.
+    return sorted(f for f in forms if is_valid_id(f))
 
 
 def id_problem(value: str, *, session: bool = False) -> str:

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .access.policy import PolicyError as AccessPolicyError
 from .access.policy import PolicyFile
 from .config import Settings
+from .file_modes import tighten_data_dir
 from .infra.redis_pool import unanswered
 from .sessions.model import PolicyBook
 from .sessions.model import PolicyError as ChannelPolicyError
@@ -72,7 +73,7 @@ class DataDirLock:
         return self._fd
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -178,13 +179,15 @@ _ORPHAN_STOP_S = 10.0
 
 
 def data_dir(settings: Settings) -> Path:
-    """The data dir, created if missing and proven writable."""
+    """The data dir, created if missing (its owner's alone), proven writable and tightened where others
+    could read it (``file_modes``)."""
     path = Path(settings.server.data_dir)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
         probe = path / f".write-probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
+        tighten_data_dir(path)
     except OSError as exc:
         raise StartError(f"data_dir {path} is not writable: {exc.strerror or exc}") from None
     return path

@@ -254,6 +254,47 @@ def test_admin_token_when_auth_is_on(start_server: ServerFactory, tmp_path: Path
     assert page.status == 200 and sid in page.body
 
 
+def test_the_login_cookie_is_a_session_value_not_the_token(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The login form's cookie was the raw admin token (a leaked cookie was the gRPC credential, for
+    ever) and never ``Secure``. Now it is a random session value mapped to the token in the sidecar,
+    ending after a working day; the raw token is no cookie; ``Secure`` when a TLS proxy served the
+    page. Positive control: the session cookie opens the viewer, the Authorization header still works."""
+    admin = f"tok-admin-{uuid.uuid4().hex[:6]}"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "tokens": [{"sha256": hashlib.sha256(admin.encode()).hexdigest(), "agent": "ops"}],
+                "agents": {"ops": {"roles": ["admin"]}},
+            }
+        )
+    )
+    sidecar = start_server(
+        admin_listen="127.0.0.1:0", viewer_enabled=True, auth_required=True, access_policy_file=str(policy)
+    )
+    port = sidecar.sidecar.admin_port or 0
+    plain = request(port, "/viewer/login", form={"token": admin}).headers["set-cookie"]
+    again = request(port, "/viewer/login", form={"token": admin}).headers["set-cookie"]
+    attributes = [a.strip() for a in plain.split(";")]
+    name, _, value = attributes[0].partition("=")
+    assert admin not in plain and len(value) >= 40 and value != again.split(";")[0].partition("=")[2]
+    assert {"HttpOnly", "SameSite=Strict", "Path=/viewer", "Max-Age=28800"} <= set(attributes)
+    assert "Secure" not in attributes  # served over plain HTTP: a Secure cookie would not be kept
+    assert request(port, "/viewer/", headers={"Cookie": f"{name}={value}"}).status == 200
+    assert request(port, "/viewer/", headers={"Authorization": f"Bearer {admin}"}).status == 200
+    for forged in (admin, value[:-2] + "xx"):  # the token itself, or a guessed value: back to the login
+        refused = request(port, "/viewer/", headers={"Cookie": f"{name}={forged}"})
+        assert refused.status == 303 and refused.headers["location"] == "/viewer/login"
+    refused = request(port, "/viewer/", headers={"Cookie": f"memlane_viewer_token={admin}"})  # the old cookie
+    assert refused.status == 303
+    behind_tls = request(
+        port, "/viewer/login", form={"token": admin}, headers={"X-Forwarded-Proto": "https"}
+    ).headers["set-cookie"]
+    assert "Secure" in [a.strip() for a in behind_tls.split(";")]
+
+
 # ------------------------------------------------------------------------------------------ browser
 
 

@@ -218,6 +218,40 @@ def test_empty_results_and_errors_in_the_commands_words(
     assert main(["health", *address]) == 0  # health takes --address like every other subcommand
 
 
+# Control characters a memory's text may carry to an operator's terminal: OSC (set the window title,
+# ended by BEL), CSI (clear the screen), an 8-bit CSI (C1), DEL, and a right-to-left override.
+HOSTILE = "Likes tea\x1b]0;pwned\x07\x1b[2J\x9b31m\x7f \u202eevil\u202c done"
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\x7f", "\u202e", "\u202c")
+
+
+def test_stored_text_reaches_the_terminal_escaped(server: SidecarThread, client: memlane.Client) -> None:
+    """``memories list`` (table, --json and --query) prints a memory's control characters as visible
+    escapes: on the base commit the ESC sequences, BEL, C1 and bidi controls
+    went to the terminal raw. JSON stays JSON and reads back as the stored text (positive control), and
+    ordinary text, accents included, prints as it is."""
+    user = f"ops-{os.urandom(4).hex()}"
+    who = memory_pb2.Caller(user_id=user)
+    client.create_memory(caller=who, content=HOSTILE, kind=memory_pb2.MEMORY_KIND_FACT)
+    client.create_memory(caller=who, content="José keeps bees.", kind=memory_pb2.MEMORY_KIND_FACT)
+    address = ["--address", server.target]
+
+    def run(*argv: str) -> tuple[str, str]:
+        proc = _cli([*argv, *address], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        return out.decode(), err.decode()
+
+    table, _ = run("memories", "list", "--user", user)
+    assert not any(c in table for c in RAW_CONTROLS), repr(table)
+    assert "Likes tea\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\x7f \\u202eevil\\u202c done" in table
+    assert "José keeps bees." in table
+    lines, _ = run("memories", "list", "--user", user, "--json")
+    assert not any(c in lines for c in RAW_CONTROLS), repr(lines)
+    assert {json.loads(line)["content"] for line in lines.splitlines()} == {HOSTILE, "José keeps bees."}
+    found, _ = run("memories", "list", "--user", user, "--query", "tea")
+    assert not any(c in found for c in RAW_CONTROLS) and "Likes tea" in found
+
+
 def test_serve_listens_on_address() -> None:
     """``serve --address`` is the one name for the sidecar's address (``--listen``, the setting, too)."""
     from memlane_server.cli import _parser  # noqa: PLC0415 - the parser alone, no server started

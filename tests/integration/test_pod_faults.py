@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import memlane
-from memlane import Message, Role
+from memlane import Message, Role, new_id
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.bench.runner import children_of
 from memlane_server.observability.health import LIVENESS_SERVICE
@@ -41,10 +41,19 @@ def free_port() -> int:
 
 class Pod:
     """``memlane serve`` on a Unix socket with its embedded Redis under ``data_dir``, the admin HTTP on a
-    loopback port; ``nofile`` lowers its descriptor limit; ``tcp`` adds a loopback gRPC listener."""
+    loopback port; ``nofile`` lowers its descriptor limit; ``tcp`` adds a loopback gRPC listener;
+    ``umask`` starts it under that umask (as the image's entrypoint does)."""
 
     def __init__(
-        self, tmp: Path, name: str, data_dir: Path, *, nofile: int = 0, tcp: bool = False, **settings: Any
+        self,
+        tmp: Path,
+        name: str,
+        data_dir: Path,
+        *,
+        nofile: int = 0,
+        tcp: bool = False,
+        umask: str = "",
+        **settings: Any,
     ) -> None:
         self.sock, self.log = tmp / f"{name}.sock", tmp / f"{name}.log"
         self.admin = free_port()
@@ -60,6 +69,8 @@ class Pod:
 
         if nofile:  # the shell's ulimit, then exec: the limit holds from the sidecar's first instruction
             args = ["sh", "-c", f'ulimit -n {int(nofile)} && exec "$@"', "sh", *args]
+        if umask:
+            args = ["sh", "-c", f'umask {int(umask, 8):04o} && exec "$@"', "sh", *args]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.target = f"unix:{self.sock}"
@@ -328,8 +339,13 @@ def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
     with memlane.Client(pod.target, timeout=30, retry=memlane.NO_RETRY) as c:
         sid = c.create_session(user_id="u-disk").session.session_id
 
+        pending: dict[str, Message] = {}  # a refused append, retried as the client retries: same id
+
         def stored(text: str) -> bool:
-            append(c, sid, [text])
+            message = pending.setdefault(
+                text, Message(role=Role.ROLE_USER, content=text, message_id=new_id())
+            )
+            c.append_messages(session_id=sid, messages=[message])
             acknowledged.append(text)
             return True
 
@@ -338,7 +354,9 @@ def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
 
         def refused() -> memlane.ResourceExhaustedError | None:
             try:
-                stored(f"m{len(acknowledged)}")  # the first may still be taken (Redis buffers it)
+                # The first may still be taken (Redis buffers it); the one that meets the full disk may
+                # be kept in Redis's memory though refused: its retry with the same id is no duplicate.
+                stored(f"m{len(acknowledged)}")
             except memlane.ResourceExhaustedError as exc:
                 return exc
             return None
@@ -365,6 +383,69 @@ def test_redis_out_of_disk_answers_resource_exhausted_and_health_says_so(
     pods.append(again)
     with memlane.Client(again.target, timeout=30) as c:
         assert contents(c, sid) == acknowledged
+
+
+@pytest.mark.parametrize("fsync", ["everysec", "always"])
+def test_no_append_acknowledged_while_redis_cannot_write_its_aof_is_lost_on_a_restart_while_full(
+    pods: list[Pod],
+    tmp_path: Path,
+    small_disk: Path,  # noqa: F811 - the fixture imported from test_disk_full
+    fsync: str,
+) -> None:
+    """The disk stays full across the restart. Under ``everysec`` Redis answered the write whose AOF write
+    failed (it keeps the command in its buffer and refuses only the next writes with MISCONF), so the
+    last acknowledged append was gone after a restart that found the disk still full. Now an append is
+    acknowledged only once Redis has taken its AOF write, else refused with STORAGE_FULL. Under
+    ``always`` Redis exits rather than answer such a write (nothing acknowledged was lost on the base
+    commit either), but every append was UNAVAILABLE while it was started again and again: now
+    STORAGE_FULL too, and refused before it is tried. Positive controls: appends are taken before the
+    disk fills and once space returns. Appends of 3 KB cross the tmpfs's pages, so one soon meets the
+    full disk."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "redis").symlink_to(small_disk)
+    pod = Pod(tmp_path, "a", data, embedded_redis_fsync=fsync)
+    pods.append(pod)
+    acknowledged: list[str] = []
+    with memlane.Client(pod.target, timeout=30, retry=memlane.NO_RETRY) as c:
+        sid = c.create_session(user_id="u-full").session.session_id
+        for i in range(3):  # positive control: appends are taken while there is room
+            append(c, sid, [f"before {i} " + "x" * 3000])
+            acknowledged.append(f"before {i} " + "x" * 3000)
+        filler = _fill(small_disk)
+        refusals: list[memlane.MemlaneError] = []
+        for i in range(40):
+            text = f"full {i} " + "y" * 3000
+            try:
+                append(c, sid, [text])
+            except (memlane.ResourceExhaustedError, memlane.UnavailableError) as exc:
+                refusals.append(exc)
+                if len(refusals) >= 3:
+                    break
+                continue
+            acknowledged.append(text)
+        assert refusals, "the full disk refused nothing"
+        assert all(
+            isinstance(e, memlane.ResourceExhaustedError) and e.reason == "STORAGE_FULL" for e in refusals
+        ), refusals
+    pod.stop()  # still full: the restarted Redis has only what reached its AOF
+    again = Pod(tmp_path, "b", data, embedded_redis_fsync=fsync)
+    pods.append(again)
+    with memlane.Client(again.target, timeout=30, retry=memlane.NO_RETRY) as c:
+        got = contents(c, sid)
+        assert [t[:12] for t in got[: len(acknowledged)]] == [t[:12] for t in acknowledged]
+        filler.unlink()
+        after = Message(role=Role.ROLE_USER, content="after", message_id=new_id())
+
+        def taken() -> bool:
+            try:
+                c.append_messages(session_id=sid, messages=[after])
+            except memlane.ResourceExhaustedError:
+                return False
+            return True
+
+        wait_for(taken, timeout=60)
+        assert contents(c, sid)[-1] == "after"
 
 
 def test_idle_connections_cannot_take_every_descriptor(pods: list[Pod], tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
@@ -81,6 +81,27 @@ def _passing_bytes(serializer: Callable[[Any], bytes] | None) -> Callable[[Any],
     return serialize
 
 
+class DurableStore(Protocol):
+    """A store whose persistence the sidecar vouches for (its embedded Redis: infra/redis_server.
+    DurableWrites), asked around every unary RPC that may write (``_writes``), so that a call answered
+    OK is on disk and a full disk answers STORAGE_FULL."""
+
+    def check_room(self) -> None:
+        """Raises before the handler runs while the store is known to have no room."""
+
+    async def confirm_written(self) -> None:
+        """Raises after the handler when a write it made did not reach the disk."""
+
+
+# RPCs that only read (by the verb their name starts with): answered without asking whether the store
+# persisted anything. Every other unary RPC may write.
+_READ_VERBS = ("Get", "List", "Search", "Export", "Watch", "Embed")
+
+
+def _writes(method: str) -> bool:
+    return not method.rsplit("/", 1)[-1].startswith(_READ_VERBS)
+
+
 def _sent_code(context: grpc.aio.ServicerContext) -> str:
     code = context.code()
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
@@ -144,8 +165,10 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         authenticator: Authenticator,
         binding: UserBinding,
         backend_fault: Callable[[BaseException], errors.MemlaneError | None] | None = None,
+        durable: DurableStore | None = None,
     ) -> None:
         self._metrics = metrics
+        self._durable = durable
         self._auth = authenticator
         self._binding = binding
         # What a backing store's own error means (infra/redis_pool.backend_fault): UNAVAILABLE for a
@@ -175,14 +198,23 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         ser = _passing_bytes(handler.response_serializer)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
+            durable = self._durable if _writes(method) else None
+
+            async def answered(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if durable is None:
+                    return await inner(request, context)
+                durable.check_room()
+                response = await inner(request, context)
+                await durable.confirm_written()
+                return response
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 async with _Boundary(self, request, context, method):
                     remaining = context.time_remaining()
                     if remaining is None:
-                        return await inner(request, context)
+                        return await answered(request, context)
                     async with asyncio.timeout(remaining):
-                        return await inner(request, context)
+                        return await answered(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary, request_deserializer=deser, response_serializer=ser

@@ -196,8 +196,12 @@ def _run(argv: Sequence[str] | None) -> int:
         return 2
     if args.command in ("serve", "worker"):
         # Imported here so `memlane --help` works on a client-only install without the server extras.
+        from ..file_modes import keep_private
+        from ..observability.logs import configure as configure_logs
         from ..preflight import START_ERRORS, check, defer_unused_packages
 
+        keep_private()  # first: every file this process and its children make is its user's alone
+        configure_logs(settings.observability.log_level, settings.observability.log_format)
         try:  # before the server's imports (seconds): a start that cannot work says so at once
             asyncio.run(check(settings, listens=args.command == "serve"))
         except START_ERRORS as exc:

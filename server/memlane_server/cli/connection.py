@@ -12,6 +12,8 @@ import sys
 
 import memlane
 
+from .terminal import shown
+
 # Request fields as the commands' flags name them (the server names the field at fault: err.field).
 _FLAGS = {
     "user_id": "--user",
@@ -58,7 +60,7 @@ def client(args: argparse.Namespace, timeout: float) -> memlane.Client:
 
 def say(message: str) -> None:
     """A note for the person at the terminal (an empty result, a confirmation), on stderr."""
-    print(f"memlane: {message}", file=sys.stderr)
+    print(f"memlane: {shown(message)}", file=sys.stderr)  # it may quote stored text or a server's words
 
 
 def flag_for(field: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
@@ -20,6 +19,7 @@ import memlane
 from memlane.v1 import admin_pb2, memory_pb2
 
 from .connection import add_connection, client, failed, say
+from .terminal import json_line, shown
 
 _KINDS = {n.removeprefix("MEMORY_KIND_").lower(): v for n, v in memory_pb2.MemoryKind.items() if v}
 _SCOPES = {n.removeprefix("MEMORY_SCOPE_").lower(): v for n, v in memory_pb2.MemoryScope.items() if v}
@@ -182,16 +182,11 @@ def _emit(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bool) -
     """JSON lines, or a table with a header row (tabs between columns, one line per row)."""
     if as_json:
         for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
+            print(json_line(row))
         return
     print("\t".join(c.upper() for c in columns))
     for row in rows:
-        print("\t".join(_cell(row.get(c, "")) for c in columns))
-
-
-def _cell(value: object) -> str:
-    text = str(value)
-    return text.replace("\t", " ").replace("\n", " ")  # one row per line, whatever the memory says
+        print("\t".join(shown(row.get(c, "")) for c in columns))
 
 
 def _memories(c: memlane.Client, args: argparse.Namespace) -> int:
@@ -202,7 +197,7 @@ def _memories(c: memlane.Client, args: argparse.Namespace) -> int:
         return 0
     if cmd == "merge":
         out = c.merge_memories(caller=caller, memory_ids=args.memory_ids, content=args.content)
-        print(json.dumps({**_memory_row(out.memory), "superseded_ids": list(out.superseded_ids)}))
+        print(json_line({**_memory_row(out.memory), "superseded_ids": list(out.superseded_ids)}))
         return 0
     if cmd == "edit":
         return _edit(c, caller, args)
@@ -264,7 +259,7 @@ def _edit(c: memlane.Client, caller: memory_pb2.Caller, args: argparse.Namespace
         memory.valid_until_unix_ms = 0 if args.valid_until == "never" else _when(args.valid_until) or 0
         paths.append("valid_until_unix_ms")
     out = c.update_memory(caller=caller, memory=memory, update_mask=field_mask_pb2.FieldMask(paths=paths))
-    print(json.dumps(_memory_row(out.memory), ensure_ascii=False))
+    print(json_line(_memory_row(out.memory)))
     return 0
 
 
@@ -306,7 +301,7 @@ def _forget(c: memlane.Client, args: argparse.Namespace) -> int:
         "operator_actions": list(receipt.operator_actions),
         "completed_at_unix_ms": receipt.completed_at_unix_ms,
     }
-    print(json.dumps(out))
+    print(json_line(out))
     for action in receipt.operator_actions:  # the erasure is not complete until these are done
         say(f"operator action needed: {action}")
     return 0
@@ -314,18 +309,18 @@ def _forget(c: memlane.Client, args: argparse.Namespace) -> int:
 
 def _jobs(c: memlane.Client, args: argparse.Namespace) -> int:
     if args.jobs_command == "list-parked":
-        shown = 0
+        listed = 0
         for job in memlane.iter_pages(lambda t: c.list_parked_jobs(page_size=500, page_token=t), "jobs"):
-            print(json.dumps(MessageToDict(job, preserving_proto_field_name=True)))
-            shown += 1
-        if not shown:
+            print(json_line(MessageToDict(job, preserving_proto_field_name=True)))
+            listed += 1
+        if not listed:
             say("no parked jobs")
         return 0
     out = c.retry_parked_jobs(parked_ids=args.parked_ids, all=args.all)
     for job in out.retried:
-        print(f"retried\t{job.parked_id}\t{job.session_id}")
+        print(f"retried\t{shown(job.parked_id)}\t{shown(job.session_id)}")
     for pid in out.not_parked:
-        print(f"not parked\t{pid}")
+        print(f"not parked\t{shown(pid)}")
     if not out.retried and not out.not_parked:
         say("no parked jobs to retry")
     return 0
@@ -359,7 +354,7 @@ def _import(c: memlane.Client, args: argparse.Namespace) -> int:
         "skipped": dict(sorted(out.skipped.items())),
         "not_restored": dict(sorted(out.not_restored.items())),
     }
-    print(json.dumps({"user_id": out.user_id, **totals}))
+    print(json_line({"user_id": out.user_id, **totals}))
     if not totals["imported"]:
         say(
             f"nothing new imported for user {out.user_id!r}"
@@ -415,5 +410,5 @@ def _export(c: memlane.Client, args: argparse.Namespace) -> int:
     for part in _progress(c.export_user_data(user_id=args.user, format=admin_pb2.EXPORT_FORMAT_PARQUET)):
         with open(folder / f"{part.kind}.parquet", "ab" if part.part else "wb") as f:
             f.write(part.data)
-    print(folder)
+    print(shown(folder))
     return 0

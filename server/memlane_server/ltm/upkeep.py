@@ -77,17 +77,19 @@ class MemoryUpkeep(MemoryCore):
 
     # ------------------------------------------------------------------- per-user export and erasure
 
-    async def export_user(self, user_id: str) -> list[MemoryItem]:
-        """Every item of the user, retired ones included (an export hides nothing)."""
-        return await self._store.fetch(filters.owned_by(user_id))
+    async def export_user(self, *user_ids: str) -> list[MemoryItem]:
+        """Every item of the user, stored under any of ``user_ids`` (as ``erase_user``), retired ones
+        included (an export hides nothing)."""
+        return await self._store.fetch(filters.owned_by_any(list(user_ids)))
 
-    async def erase_user(self, user_id: str) -> int:
-        """Deletes the user's items so that no byte of them stays on disk (see ``LanceMemoryStore.erase``).
-        Returns how many items there were."""
+    async def erase_user(self, *user_ids: str) -> int:
+        """Deletes the items of the user, stored under any of ``user_ids`` (the forms of one id, see
+        ``ids.equivalent_forms``), so that no byte of them stays on disk (see ``LanceMemoryStore.erase``):
+        one rewrite for them all. Returns how many items there were."""
         await self._usage.flush()  # a pending usage bump must not resurrect a row after the delete
-        n = await self._store.erase(filters.owned_by(user_id))
+        n = await self._store.erase(filters.owned_by_any(list(user_ids)))
         self._embedder.forget_cached()
-        await self._changed(user_id, removed=True)
+        await self._changed(*user_ids, removed=True)
         return n
 
 

@@ -4,6 +4,10 @@ directory of users memlane holds data about, and the export file's format (which
 Erasure order matters: the Redis session index is what names a user's sessions, so the archive and
 LanceDB are cleared first and the Redis keys (index included) last; a crash midway leaves the index in
 place and a retry finds everything again. Every step is idempotent.
+
+Erasure reaches every form of the id: requests carry ids in NFC, but rows written before that (or by an
+import that kept a file's NFD id) hold the id as it was sent, so each store is erased under every stored
+form that normalizes to the same id (``ids.equivalent_forms``), LanceDB in one predicate over their digests.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import memlane
 
 from ..checkpoints.store import CheckpointStore, export_checkpoints
 from ..errors import FailedPrecondition, InvalidArgument, Unavailable
-from ..ids import check_id, normalized
+from ..ids import check_id, equivalent_forms, normalized
 from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
 from ..paging import cursor_of, decode_token, encode_token, page_size, query_fingerprint
@@ -103,8 +107,10 @@ class UserData:
         return out
 
     async def export(self, user_id: str) -> AsyncIterator[Record]:
-        """Everything held about the user, one record at a time, kind by kind."""
-        sids = await self._sessions.session_ids_of_user(user_id)
+        """Everything held about the user (under every form of the id, as erasure finds it), one record
+        at a time, kind by kind."""
+        forms = await self._forms(user_id)
+        sids = await self._sessions_of(forms)
         docs = await self._sessions.get_many(sids)
         for doc in docs:
             if doc is not None:
@@ -119,18 +125,19 @@ class UserData:
         async for checkpoint in export_checkpoints(self._checkpoints, sids):
             yield "checkpoint", checkpoint
         if self._memory is not None:
-            for item in await self._memory.export_user(user_id):
+            for item in await self._memory.export_user(*forms):
                 record = asdict(item)
                 record.pop("vector", None)  # a derived embedding, not the user's data
                 yield "memory", record
-        if self._history is not None:
-            for kind, record in await self._history.export(user_id):
-                yield kind, record
-        if self._procedures is not None:
-            for proc in await self._procedures.export_user(user_id):
-                yield "procedure", dict(proc)
+        for form in forms:
+            if self._history is not None:
+                for kind, record in await self._history.export(form):
+                    yield kind, record
+            if self._procedures is not None:
+                for proc in await self._procedures.export_user(form):
+                    yield "procedure", dict(proc)
         if self._archive is not None:
-            files = await self._archive.user_files(user_id, set(sids), self._owners)
+            files = await self._archive_files(self._archive, forms, sids)
             for dataset, rows in await self._archive.export_rows(files):
                 for row in rows:
                     yield f"archive.{dataset}", row
@@ -170,30 +177,60 @@ class UserData:
             done += 1
         return done
 
-    async def _erase_held(self, user_id: str) -> dict[str, int]:
-        sids = await self._sessions.session_ids_of_user(user_id)
-        async with sessions_held(self._sessions.redis, self._sessions.keys, sids):
-            return await self._erase(user_id, sids)
+    async def _forms(self, user_id: str) -> list[str]:
+        """The forms of ``user_id`` the stores hold data under (``ids.equivalent_forms``): users are read
+        from where their data is, as the directory reads them."""
+        check_id(user_id, "user_id")
+        stored = (await self._sessions.users_with_sessions()).union(await _memory_users(self._memory))
+        return equivalent_forms(user_id, stored)
 
-    async def _erase(self, user_id: str, sids: list[str]) -> dict[str, int]:
-        counts: dict[str, int] = {}
+    async def _sessions_of(self, forms: list[str]) -> list[str]:
+        return sorted({sid for form in forms for sid in await self._sessions.session_ids_of_user(form)})
+
+    async def _archive_files(
+        self, archive: ParquetArchive, forms: list[str], sids: list[str]
+    ) -> list[tuple[str, str]]:
+        files: set[tuple[str, str]] = set()
+        for form in forms:
+            files.update(await archive.user_files(form, set(sids), self._owners))
+        return sorted(files)
+
+    async def _erase_held(self, user_id: str) -> dict[str, int]:
+        forms = await self._forms(user_id)
+        sids = await self._sessions_of(forms)
+        async with sessions_held(self._sessions.redis, self._sessions.keys, sids):
+            return await self._erase(forms, sids)
+
+    async def _erase(self, forms: list[str], sids: list[str]) -> dict[str, int]:
+        counts: Counter[str] = Counter()
         if self._archive is not None:
-            files = await self._archive.user_files(user_id, set(sids), self._owners)
-            counts.update(await self._archive.delete_files(files))
+            counts.update(
+                await self._archive.delete_files(await self._archive_files(self._archive, forms, sids))
+            )
         if self._memory is not None:
-            counts["lancedb.items"] = await self._memory.erase_user(user_id)
-        if self._procedures is not None:
-            # Before the per-user keys go: the user's index of procedure versions is one of them.
-            counts["redis.procedure_versions"] = await self._procedures.erase_user(user_id)
-        if self._history is not None:
-            # Memory versions and snapshots are per-user keys: erase_user below deletes them.
-            counts.update(await self._history.sizes(user_id))
+            counts["lancedb.items"] = await self._memory.erase_user(*forms)
+        for form in forms:
+            if self._procedures is not None:
+                # Before the per-user keys go: the user's index of procedure versions is one of them.
+                counts["redis.procedure_versions"] += await self._procedures.erase_user(form)
+            if self._history is not None:
+                # Memory versions and snapshots are per-user keys: erase_user below deletes them.
+                counts.update(await self._history.sizes(form))
         # Before the session keys go: drops the sessions from the cross-session run index.
         await self._checkpoints.forget_runs_of(sids)
-        counts.update(await self._sessions.erase_user(user_id))
-        for forget in self._caches:
-            forget(user_id, set(sids))
-        return counts
+        for form in forms:
+            counts.update(await self._sessions.erase_user(form))
+            for forget in self._caches:
+                forget(form, set(sids))
+        return dict(counts)
+
+
+async def _memory_users(memory: MemoryService | None) -> list[str]:
+    """The user of every long-term memory row (one column read)."""
+    if memory is None:
+        return []
+    table = await memory.store.fetch_columns(None, ["user_id"])
+    return [str(u) for u in table.column("user_id").to_pylist()]
 
 
 # --- The user directory (ListUsers) ---------------------------------------------------------------------
@@ -230,10 +267,7 @@ class UserDirectory:
         self._memory = memory
 
     async def _memory_counts(self) -> Counter[str]:
-        if self._memory is None:
-            return Counter()
-        table = await self._memory.store.fetch_columns(None, ["user_id"])
-        return Counter(str(u) for u in table.column("user_id").to_pylist())
+        return Counter(await _memory_users(self._memory))
 
     async def list(self, query: str, size: int, token: str, *, only: str = "") -> UserPage:
         """Users whose id contains ``query`` (case-insensitive), ordered by id; ``only``: a call bound to

@@ -22,7 +22,7 @@ from ..errors import MemlaneError as DomainError
 from ..errors import PermissionDenied, Unauthenticated
 from ..observability.http_endpoint import HttpEndpoint, HttpRequest, HttpResponse
 from . import pages
-from .access import COOKIE, Grant, ViewerAccess
+from .access import Grant, ViewerAccess
 
 PREFIX = "/viewer"
 _STATUS = {
@@ -167,10 +167,9 @@ class Viewer:
         if request.method == "POST":
             token = (request.form.get("token") or [""])[0].strip()
             try:
-                self._access.admit(request, token)
+                cookie = self._access.sign_in(request, token, path=PREFIX)
             except (Unauthenticated, PermissionDenied) as exc:
                 return self._page("login.html", "401 Unauthorized", message=str(exc))
-            cookie = f"{COOKIE}={token}; Path={PREFIX}; HttpOnly; SameSite=Strict"
             return _redirect(url(), {"Set-Cookie": cookie})
         return self._page("login.html", message="")
 

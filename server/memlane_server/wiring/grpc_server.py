@@ -9,6 +9,7 @@ import json
 import logging
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,15 +40,18 @@ from ..api.admin import AdminServicer
 from ..api.admission import AdmissionInterceptor, parse_limits
 from ..api.checkpoints import CheckpointServicer
 from ..api.context import ContextServicer
-from ..api.interceptor import BoundaryInterceptor, UserBinding
+from ..api.interceptor import BoundaryInterceptor, DurableStore, UserBinding
 from ..api.memory_history import MemoryServicerWithHistory
 from ..api.procedures import ProcedureServicer
 from ..api.sessions import SessionServicer
 from ..config import AccessSettings, ServerSettings
 from ..context import ContextAssembler
 from ..embedding.admission import EmbeddingAdmission
+from ..errors import MemlaneError
 from ..extraction import Extractor
-from ..infra.redis_pool import RedisClient, backend_fault
+from ..file_modes import share_socket
+from ..infra.redis_pool import RedisClient
+from ..infra.redis_pool import backend_fault as redis_fault
 from ..ltm import MemoryService
 from ..ltm.operations import MemorySnapshots
 from ..ltm.redis_state import OnceMarks
@@ -138,8 +142,13 @@ def new_server(
     authenticator: Authenticator,
     stores: Stores,
     gate: ConnectionGate,
+    *,
+    durable: DurableStore | None = None,
+    backend_fault: Callable[[BaseException], MemlaneError | None] = redis_fault,
 ) -> tuple[grpc.aio.Server, AdmissionInterceptor]:
-    """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains."""
+    """The server with its interceptors (no servicer yet), and the admission gate ``stop`` drains.
+    ``durable``: asked around every write; ``backend_fault``: what a store's error means to the caller
+    (both ``BoundaryInterceptor``)."""
     metrics = RpcMetrics(registry)
     admission = AdmissionInterceptor(
         parse_limits(s.admission_limits), s.admission_max_queue, s.admission_max_wait_ms, metrics
@@ -147,7 +156,7 @@ def new_server(
     server = grpc.aio.server(
         interceptors=[
             admission,  # outermost: a shed call costs nothing more
-            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), backend_fault),
+            BoundaryInterceptor(metrics, authenticator, UserBinding(stores.sessions), backend_fault, durable),
         ],
         options=[
             ("grpc.max_receive_message_length", s.max_receive_message_bytes),
@@ -270,6 +279,7 @@ def bind(server: grpc.aio.Server, address: str, tls: grpc.ServerCredentials | No
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a stale socket from a crashed run
         server.add_insecure_port(f"unix:{path}")
+        share_socket(path)  # the one file of a memlane process others may use (file_modes.py)
         return f"unix:{path}"
     port = server.add_secure_port(address, tls) if tls else server.add_insecure_port(address)
     if port == 0:
