@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="embed through the model process on this Unix socket (set by memlane serve)",
     )
+    worker.add_argument(
+        "--heartbeat-fd",
+        type=int,
+        default=-1,
+        help="write signs of life to this inherited pipe (set by memlane serve, which watches them)",
+    )
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")

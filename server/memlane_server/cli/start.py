@@ -26,11 +26,12 @@ import sys
 from .. import children
 from ..app import Sidecar, run_until_signalled
 from ..config import ConfigError, Settings
-from ..embedding.remote import RemoteEmbedder
+from ..embedding.remote import START_WAIT_S, RemoteEmbedder
 from ..infra.periodic import Periodic
 from ..observability.logs import configure
 from ..observability.tracing import configure_tracing, tracing_requested
 from ..preflight import START_ERRORS
+from ..supervision import Heartbeat
 
 log = logging.getLogger("memlane")
 
@@ -39,18 +40,28 @@ class Worker(Sidecar):
     _serves_requests = False
     _shares_model = False  # it asks the model process of its memlane serve, or loads its own
 
-    def __init__(self, settings: Settings, *, embedder_socket: str = "") -> None:
+    def __init__(self, settings: Settings, *, embedder_socket: str = "", heartbeat_fd: int = -1) -> None:
         super().__init__(settings)
         # The model process of the memlane serve that started this worker; "": a model of its own (a
         # worker Deployment's pod has nothing to share it with).
         self._embedder_socket = embedder_socket
+        # Signs of life for the memlane serve that started it (-1: none; supervision.py).
+        self._heartbeat = Heartbeat(heartbeat_fd, settings.server.child_stall_seconds)
 
     async def start(self) -> None:
+        self._heartbeat.start()  # from the first step: a slow start is not a stopped process
+        self._closes["heartbeat"] = self._heartbeat.stop
         if not self.settings.redis.redis_url:
             raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
         await self._preflight(listens=False)
         if self._embedder_socket and self.settings.ltm.ltm_enabled:
-            self._embedder = remote = await RemoteEmbedder.connect(self._embedder_socket, bulk=True)
+            # Bulk work waits for a restarted model process (its jobs have no caller waiting on them).
+            self._embedder = remote = await RemoteEmbedder.connect(
+                self._embedder_socket,
+                bulk=True,
+                silence_s=self.settings.embedding.embedding_call_timeout_seconds,
+                reconnect_s=START_WAIT_S,
+            )
             self._closes["embedder"] = remote.close
         await self._foundation()
         await self._start_admin(with_viewer=False)
@@ -58,6 +69,7 @@ class Worker(Sidecar):
         trim = Periodic("return-freed-memory", children.return_freed_memory, children.TRIM_INTERVAL_S)
         self._closes["memory trim"] = trim.stop
         trim.start()
+        self._heartbeat.serving()
         log.info(
             "memlane worker running",
             extra={"consumer": self.end.worker.consumer, "admin_port": self.admin_port},
@@ -84,7 +96,11 @@ def run_process(args: argparse.Namespace, settings: Settings) -> int:
     runtime = (
         Sidecar(settings)
         if args.command == "serve"
-        else Worker(settings, embedder_socket=getattr(args, "embedder_socket", ""))
+        else Worker(
+            settings,
+            embedder_socket=getattr(args, "embedder_socket", ""),
+            heartbeat_fd=getattr(args, "heartbeat_fd", -1),
+        )
     )
     try:
         asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))
