@@ -116,7 +116,10 @@ def test_a_stopped_worker_is_killed_and_replaced_and_the_sessions_it_held_end(
     assert "worker process 0 gave no sign of life" in log
     assert metric(p, "memlane_part_restarts_total", part="worker-0", cause="stalled") == 1
     assert metric(p, "memlane_part_up", part="worker-0") == 1
-    print(f"stopped worker: readyz said {body.splitlines()[1]!r}; 3 of 3 sessions ended {ended_s:.1f} s after close")
+    print(
+        f"stopped worker: readyz said {body.splitlines()[1]!r}; 3 of 3 sessions ended {ended_s:.1f} s "
+        "after their close"
+    )
 
 
 def test_a_slow_job_that_makes_progress_is_not_killed_and_the_pod_stays_serving(
