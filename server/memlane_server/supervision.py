@@ -17,7 +17,7 @@ trip, and it is closed by the kernel when the child dies, whatever killed it.
 While a child is silent for half its bound, exited, or started again and not serving yet, ``reason``
 says so (the pod's health names it), ``memlane_part_up{part}`` is 0, and each restart counts in
 ``memlane_part_restarts_total{part, cause}``. A child that keeps dying waits longer before each restart
-(``RESTART_BACKOFF_S``); one that served for ``HEALTHY_RUN_S`` starts the count again.
+(``RESTART_BACKOFF_S``); one that served for ``HEALTHY_RUN_S`` before it exited starts the count again.
 """
 
 from __future__ import annotations
@@ -144,10 +144,11 @@ class Supervised:
         *,
         stall_s: float,
         metrics: PartMetrics,
+        healthy_s: float = HEALTHY_RUN_S,
         **fields: object,
     ) -> None:
         self._what, self._part, self._spawn, self._fields = what, part, spawn, fields
-        self._stall_s = stall_s
+        self._stall_s, self._healthy_s = stall_s, healthy_s
         self._up, self._restarts = metrics.up.labels(part), metrics.restarts
         self.proc: subprocess.Popen[bytes] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -225,7 +226,7 @@ class Supervised:
             cause, rc = await self._watch(self.proc)
             if self._stopping:
                 return
-            if self._serving_since and time.monotonic() - self._serving_since >= HEALTHY_RUN_S:
+            if self._serving_since and time.monotonic() - self._serving_since >= self._healthy_s:
                 failures = 0  # it served a healthy run: this is not a crash loop
             delay = backoff(failures)
             failures += 1
@@ -283,6 +284,7 @@ class Heartbeat:
         if fd >= 0:
             os.set_blocking(fd, False)
         self._write(BEAT)  # the first, before the event loop runs: the child has started
+
     def start(self) -> None:
         if self._fd >= 0 and self._task is None:
             self._task = asyncio.create_task(self._beat(), name="memlane-heartbeat")
