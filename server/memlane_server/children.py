@@ -58,9 +58,10 @@ import orjson
 
 from .config import ENV_PREFIX, Settings, build_settings, setting_fields
 from .embedding.remote import EmbeddingServer
+from .heartbeat import Heartbeat
 from .infra.periodic import Periodic
 from .observability.logs import configure
-from .supervision import Heartbeat, PartMetrics, Supervised, exited, spawn
+from .supervision import PartMetrics, Supervised, exited, spawn
 from .wiring.embedding import load_embedder
 
 log = logging.getLogger("memlane")

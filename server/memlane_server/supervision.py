@@ -8,7 +8,7 @@ handler.
 
 A child that stops without dying (SIGSTOP, a wedged event loop, a process the kernel stopped) answers
 nothing and exits never, so its exit alone says nothing. Each child therefore writes a byte down a pipe
-from its event loop every fifth of ``stall_s`` (``Heartbeat``; a second kind of byte once it serves),
+from its event loop every fifth of ``stall_s`` (``heartbeat.py``; a second kind of byte once it serves),
 and ``Supervised`` reads that pipe: a child silent for ``stall_s`` is killed with SIGKILL (SIGTERM does
 not reach a stopped process; a worker's jobs and session leases are then taken over after the claim
 timeout, as for any dead worker) and started again. A pipe costs one byte a second and no Redis round
@@ -33,26 +33,21 @@ from typing import IO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from .heartbeat import SERVING, beat_interval
+
 log = logging.getLogger("memlane")
 
 # Waits before each restart of a child that keeps dying, the last one repeated.
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
 # A child that served this long before it exited was healthy: its next restart waits the first wait.
 HEALTHY_RUN_S = 60.0
-BEAT, SERVING = b".", b"!"  # what a child writes down its heartbeat pipe
-_MAX_BEAT_S = 1.0  # a child beats at least this often, whatever its bound
-# A child's first beat may take this long: the interpreter and the sidecar's imports come before it (a
-# few seconds on a busy pod, at a worker's lower priority).
-FIRST_BEAT_S = 60.0
+# A child's first beat may take this long: the interpreter starts and imports the CLI (a fraction of a
+# second; seconds on a busy pod, at a worker's lower priority).
+FIRST_BEAT_S = 10.0
 
 
 def backoff(failures: int) -> float:
     return RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
-
-
-def beat_interval(stall_s: float) -> float:
-    """How often a child with the bound ``stall_s`` beats: five beats missed before it is killed."""
-    return min(_MAX_BEAT_S, stall_s / 5)
 
 
 async def spawn(
@@ -269,42 +264,3 @@ class Supervised:
             return "exited", gone.result()
         finally:
             gone.cancel()
-
-
-class Heartbeat:
-    """A child's end of its heartbeat pipe: a byte every ``beat_interval`` from this event loop while it
-    runs, and ``serving`` once it serves. Never blocks: a full pipe (a parent not reading) or a gone
-    parent loses a beat, nothing more."""
-
-    def __init__(self, fd: int, stall_s: float) -> None:
-        """Made as early as the child can (its first beat is written here)."""
-        self._fd = fd
-        self._interval = beat_interval(stall_s)
-        self._task: asyncio.Task[None] | None = None
-        if fd >= 0:
-            os.set_blocking(fd, False)
-        self._write(BEAT)  # the first, before the event loop runs: the child has started
-
-    def start(self) -> None:
-        if self._fd >= 0 and self._task is None:
-            self._task = asyncio.create_task(self._beat(), name="memlane-heartbeat")
-
-    def serving(self) -> None:
-        self._write(SERVING)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _beat(self) -> None:
-        while True:
-            self._write(BEAT)
-            await asyncio.sleep(self._interval)
-
-    def _write(self, byte: bytes) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(BlockingIOError, BrokenPipeError):
-                os.write(self._fd, byte)

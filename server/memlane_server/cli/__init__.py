@@ -201,6 +201,10 @@ def _run(argv: Sequence[str] | None) -> int:
         print(f"memlane: {exc}", file=sys.stderr)
         return 2
     if args.command in ("serve", "worker"):
+        from ..heartbeat import Heartbeat
+
+        # A worker of memlane serve gives signs of life from here on: its start takes seconds.
+        heartbeat = Heartbeat(getattr(args, "heartbeat_fd", -1), settings.server.child_stall_seconds)
         # Imported here so `memlane --help` works on a client-only install without the server extras.
         from ..preflight import START_ERRORS, check, defer_unused_packages
 
@@ -216,5 +220,5 @@ def _run(argv: Sequence[str] | None) -> int:
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
-        return run_process(args, settings)
+        return run_process(args, settings, heartbeat)
     return 0

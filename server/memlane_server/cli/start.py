@@ -27,11 +27,11 @@ from .. import children
 from ..app import Sidecar, run_until_signalled
 from ..config import ConfigError, Settings
 from ..embedding.remote import START_WAIT_S, RemoteEmbedder
+from ..heartbeat import Heartbeat
 from ..infra.periodic import Periodic
 from ..observability.logs import configure
 from ..observability.tracing import configure_tracing, tracing_requested
 from ..preflight import START_ERRORS
-from ..supervision import Heartbeat
 
 log = logging.getLogger("memlane")
 
@@ -40,16 +40,18 @@ class Worker(Sidecar):
     _serves_requests = False
     _shares_model = False  # it asks the model process of its memlane serve, or loads its own
 
-    def __init__(self, settings: Settings, *, embedder_socket: str = "", heartbeat_fd: int = -1) -> None:
+    def __init__(
+        self, settings: Settings, *, embedder_socket: str = "", heartbeat: Heartbeat | None = None
+    ) -> None:
         super().__init__(settings)
         # The model process of the memlane serve that started this worker; "": a model of its own (a
         # worker Deployment's pod has nothing to share it with).
         self._embedder_socket = embedder_socket
-        # Signs of life for the memlane serve that started it (-1: none; supervision.py).
-        self._heartbeat = Heartbeat(heartbeat_fd, settings.server.child_stall_seconds)
+        # Signs of life for the memlane serve that started it (none in a worker Deployment: heartbeat.py).
+        self._heartbeat = heartbeat or Heartbeat(-1, settings.server.child_stall_seconds)
 
     async def start(self) -> None:
-        self._heartbeat.start()  # from the first step: a slow start is not a stopped process
+        self._heartbeat.start()  # the event loop beats from here: a wedged loop is a stalled worker
         self._closes["heartbeat"] = self._heartbeat.stop
         if not self.settings.redis.redis_url:
             raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
@@ -76,8 +78,9 @@ class Worker(Sidecar):
         )
 
 
-def run_process(args: argparse.Namespace, settings: Settings) -> int:
-    """Run ``memlane serve`` or ``memlane worker`` until signalled; the command's exit status."""
+def run_process(args: argparse.Namespace, settings: Settings, heartbeat: Heartbeat | None = None) -> int:
+    """Run ``memlane serve`` or ``memlane worker`` until signalled; the command's exit status (``heartbeat``:
+    a worker's, beating since its start)."""
     configure(settings.observability.log_level, settings.observability.log_format)
     children.limit_malloc_arenas()
     try:
@@ -99,7 +102,7 @@ def run_process(args: argparse.Namespace, settings: Settings) -> int:
         else Worker(
             settings,
             embedder_socket=getattr(args, "embedder_socket", ""),
-            heartbeat_fd=getattr(args, "heartbeat_fd", -1),
+            heartbeat=heartbeat,
         )
     )
     try:
