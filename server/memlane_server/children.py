@@ -174,9 +174,10 @@ class WorkerPool:
         stall_s = settings.server.child_stall_seconds
         self._children = {
             i: Supervised(
-                f"worker process {i}",
+                "a worker process",
                 f"worker-{i}",
                 functools.partial(self._spawn, i),
+                name=f"worker process {i}",
                 stall_s=stall_s,
                 metrics=metrics,
                 worker=i,

@@ -128,8 +128,9 @@ Spawn = Callable[[int], Awaitable[subprocess.Popen[bytes]]]
 
 class Supervised:
     """One child kept running: ``spawn`` starts it, and starts it again (after ``backoff``) each time it
-    exits or stays silent for ``stall_s``, until ``stop_restarting``. ``what`` names it in the log and the
-    health reason (``"the model process"``), ``part`` in the metrics (``"model"``)."""
+    exits or stays silent for ``stall_s``, until ``stop_restarting``. ``what`` names it in the log (``"a
+    worker process"``, with ``fields``), ``name`` in health's reasons (``"worker process 0"``; default
+    ``what``), ``part`` in the metrics (``"worker-0"``)."""
 
     def __init__(
         self,
@@ -140,9 +141,11 @@ class Supervised:
         stall_s: float,
         metrics: PartMetrics,
         healthy_s: float = HEALTHY_RUN_S,
+        name: str = "",
         **fields: object,
     ) -> None:
         self._what, self._part, self._spawn, self._fields = what, part, spawn, fields
+        self._name = name or what  # in health's reasons, where the log's fields are not shown
         self._stall_s, self._healthy_s = stall_s, healthy_s
         self._up, self._restarts = metrics.up.labels(part), metrics.restarts
         self.proc: subprocess.Popen[bytes] | None = None
@@ -166,7 +169,7 @@ class Supervised:
         silent = time.monotonic() - self._beat_at
         if self.alive and self._serving_since and silent > self._stall_s / 2:
             return (
-                f"{self._what} has given no sign of life for {silent:.1f} s (killed at {self._stall_s:g} s)"
+                f"{self._name} has given no sign of life for {silent:.1f} s (killed at {self._stall_s:g} s)"
             )
         return self._down or None
 
@@ -229,10 +232,10 @@ class Supervised:
             self._up.set(0)
             if cause == "stalled":
                 self._down = (
-                    f"{self._what} gave no sign of life for {self._stall_s:g} s; killed, starting it again"
+                    f"{self._name} gave no sign of life for {self._stall_s:g} s; killed, starting it again"
                 )
             else:
-                self._down = f"{self._what} exited (status {rc}); starting it again"
+                self._down = f"{self._name} exited (status {rc}); starting it again"
             self._serving_since = 0.0
             log.error(
                 f"{self._what} {'stalled' if cause == 'stalled' else 'exited'}; starting it again",

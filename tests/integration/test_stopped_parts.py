@@ -113,7 +113,7 @@ def test_a_stopped_worker_is_killed_and_replaced_and_the_sessions_it_held_end(
         ended_s = time.monotonic() - closed_at
         wait_for(lambda: p.grpc_health() == SERVING, timeout=30)
     log = p.log.read_text()
-    assert "worker process 0 gave no sign of life" in log
+    assert "a worker process gave no sign of life" in log
     assert metric(p, "memlane_part_restarts_total", part="worker-0", cause="stalled") == 1
     assert metric(p, "memlane_part_up", part="worker-0") == 1
     print(

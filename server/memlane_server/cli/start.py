@@ -57,11 +57,12 @@ class Worker(Sidecar):
             raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
         await self._preflight(listens=False)
         if self._embedder_socket and self.settings.ltm.ltm_enabled:
-            # Bulk work waits for a restarted model process (its jobs have no caller waiting on them).
+            # Bulk work has no caller waiting on it: it bears a silent model process as long as the model
+            # process's supervisor does (then that one is replaced), and waits for a restarted one.
             self._embedder = remote = await RemoteEmbedder.connect(
                 self._embedder_socket,
                 bulk=True,
-                silence_s=self.settings.embedding.embedding_call_timeout_seconds,
+                silence_s=self.settings.server.child_stall_seconds,
                 reconnect_s=START_WAIT_S,
             )
             self._closes["embedder"] = remote.close
