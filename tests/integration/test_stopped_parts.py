@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,6 +55,12 @@ def pod(pods: list[Pod], tmp_path: Path, **settings: Any) -> Pod:
     # Every part serves (a part stopped before its first sign of life gets FIRST_BEAT_S, not the bound).
     wait_for(lambda: metric(p, "memlane_part_up", part="worker-0") == 1, timeout=120)
     return p
+
+
+def cli_health(p: Pod) -> subprocess.CompletedProcess[str]:
+    """``memlane health`` against the pod: its status line, then one line per reason."""
+    cmd = [sys.executable, "-m", "memlane_server.cli", "health", "--target", p.target]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
 
 
 def workers(p: Pod) -> list[int]:
@@ -107,7 +115,8 @@ def test_a_stopped_worker_is_killed_and_replaced_and_the_sessions_it_held_end(
 
         body = wait_for(named, timeout=STALL_S * 4)
         assert p.grpc_health() == NOT_SERVING
-        assert p.cli_health() == 1
+        said = cli_health(p)
+        assert said.returncode == 1 and "worker process 0" in said.stdout, said
         wait_for(lambda: stopped not in workers(p) and workers(p), timeout=STALL_S * 4)
         wait_for(lambda: all(archived(c, sid) for sid in sids), timeout=90)
         ended_s = time.monotonic() - closed_at
@@ -218,6 +227,8 @@ def test_a_model_process_that_keeps_dying_is_named_by_health(pods: list[Pod], tm
             time.sleep(0.2)
         status, body = p.http("/readyz")
         assert status == 503 and "the model process" in body, body
+        said = cli_health(p)
+        assert said.returncode == 1 and "the model process" in said.stdout, said
         assert kills >= 2 and NOT_SERVING in seen
         assert slowest < 2.5, f"a recall waited {slowest:.1f} s on a model process that keeps dying"
         wait_for(lambda: p.grpc_health() == SERVING, timeout=90)

@@ -35,6 +35,8 @@ log = logging.getLogger("memlane")
 LIVENESS_SERVICE = "memlane.liveness"
 FRESH_S = 1.0
 REFRESH_S = 5.0
+REASONS_KEY = "memlane-health-reasons"  # trailing metadata of a NOT_SERVING Check: why, part by part
+_REASONS_MAX = 2000
 
 Check = Callable[[], Awaitable[str | None]]  # None: fine; else why the sidecar cannot serve
 
@@ -132,8 +134,10 @@ class PodHealth(health.aio.HealthServicer):
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
-        if request.service in self._names:
-            await self.reasons()
+        if request.service in self._names and (reasons := await self.reasons()):
+            # gRPC health has a status only: the reasons (which part, why) ride along for `memlane health`.
+            text = " | ".join(reasons).encode("ascii", "replace").decode()[:_REASONS_MAX]
+            context.set_trailing_metadata(((REASONS_KEY, text),))
         return await super().Check(request, context)
 
     async def enter_graceful_shutdown(self) -> None:
