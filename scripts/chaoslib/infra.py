@@ -133,6 +133,21 @@ class EmbeddedRedis:
         return f"embedded redis kill -9 (pid {pid}); its sidecar starts it again"
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (R, S, T, Z, ...), "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def _is_redis(pid: int) -> bool:
     try:
         return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -330,8 +345,19 @@ class Sidecar:
         return self.proc is not None and self.proc.poll() is None
 
     def worker_pids(self) -> list[int]:
-        """The processes this sidecar started but an embedded Redis: its worker processes and its model
-        process; a kill of either must lose nothing."""
+        """Its worker processes (``memlane worker`` children); a kill or a stop of one must lose nothing."""
+        return [p for p in self._parts() if b" worker " in _cmdline(p)]
+
+    def model_pids(self) -> list[int]:
+        """Its model process (``memlane_server.children``), when long-term memory is on."""
+        return [p for p in self._parts() if b"memlane_server.children" in _cmdline(p)]
+
+    def stopped_parts(self) -> list[int]:
+        """Its children in the stopped state (T): a SIGSTOPped part its sidecar has not replaced yet."""
+        return [p for p in self._parts() if _state(p) == "T"]
+
+    def _parts(self) -> list[int]:
+        """The processes this sidecar started but an embedded Redis."""
         if not self.alive():
             return []
         assert self.proc is not None

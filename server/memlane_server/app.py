@@ -46,6 +46,7 @@ from .procedures import Owner
 from .sessions.lifecycle import Lifecycle
 from .sessions.store import SessionStore
 from .summarizers import Summarizer
+from .supervision import PartMetrics
 from .tokens import TokenCounter
 from .viewer import viewer_for
 from .wiring import grpc_server
@@ -84,6 +85,7 @@ CloseStep = Literal[
     "redis pool",
     "embedded redis",
     "data dir lock",
+    "heartbeat",  # a worker's, last: a long shutdown is not a stall
 ]
 _DRAIN_ORDER: tuple[DrainStep, ...] = get_args(DrainStep)
 _CLOSE_ORDER: tuple[CloseStep, ...] = get_args(CloseStep)
@@ -137,7 +139,11 @@ class Sidecar:
         self._policy: PolicyFile | None = None
         self.addresses: list[str] = []
         self.admin_port: int | None = None
-        self._pod = PodMetrics(self.registry)
+        # A worker process serves no gRPC and supervises no child: it exports none of the pod's own gauges
+        # (a health gauge of its own read 0 while all was well, and min() over the pod with it).
+        pod_registry = self.registry if self._serves_requests else None
+        self._pod = PodMetrics(pod_registry)
+        self._parts = PartMetrics(pod_registry)
         self._health = PodHealth(self._pod)  # the verdict of the checks that ``_connect`` and others add
         self._dir_lock: preflight.DataDirLock | None = None  # held with an embedded Redis
         self._executor = ThreadPoolExecutor(
@@ -186,7 +192,7 @@ class Sidecar:
         s = self.settings
         if s.ltm.ltm_enabled and self._embedder is None and self._shares_model:
             # Started first: the model loads in its own process while Redis starts and the table opens.
-            self._model = model = ModelProcess(s)
+            self._model = model = ModelProcess(s, self._parts)
             self._closes["model process"] = model.stop
             await model.start()
         await self._connect()
@@ -238,8 +244,13 @@ class Sidecar:
         s = self.settings
         if self._embedder is None and self._model is not None:
             # One model per pod: this process and its workers embed through the model process.
-            self._embedder = remote = await RemoteEmbedder.connect(self._model.socket, bulk=False)
+            # A query waits no longer for a restarting model process than for a silent one: UNAVAILABLE.
+            wait_s = s.embedding.embedding_call_timeout_seconds
+            self._embedder = remote = await RemoteEmbedder.connect(
+                self._model.socket, bulk=False, silence_s=wait_s, reconnect_s=wait_s
+            )
             self._closes["embedder"] = remote.close
+            self._health.add_check("model process", self._model.health)
         elif self._embedder is None:
             self._embedder = embedder = await load_embedder(s.embedding)
             self._closes["embedder"] = embedder.close
@@ -380,8 +391,10 @@ class Sidecar:
                 self.settings,
                 redis_url=self._redis_url,
                 processes=p.worker_processes,
+                metrics=self._parts,
                 embedder_socket=self._model.socket if self._model is not None else "",
             )
+            self._health.add_check("worker processes", pool.health)
             self._drains["workers"] = lambda: pool.stop(self._stop_deadline)
             await pool.start()
             if self._admin is not None:

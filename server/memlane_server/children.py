@@ -1,12 +1,6 @@
-"""Child processes of ``memlane serve`` (its worker processes and its model process): how they start,
-how their end is noticed, how often they are started again; then the two kinds of child, in sections of
-their own below.
-
-A child is started with ``subprocess.Popen`` (a vfork and exec) off the event loop: uvloop's own spawn
-forks the whole process and runs every library's fork handlers, so gRPC and LanceDB warned at every
-start (and a fork of a process running their threads can deadlock). Its settings go to its standard
-input (no secret on a command line or on disk). Its exit is awaited on a pidfd: no thread, no SIGCHLD
-handler.
+"""Child processes of ``memlane serve``: its worker processes and its model process, in sections of
+their own below. How a child is started, watched for progress (a heartbeat pipe: a child that stops
+without dying is killed and started again) and restarted: ``supervision.py``.
 
 **Worker processes** (``WorkerPool``): started after the serving process serves, kept running, stopped
 within the shutdown grace period.
@@ -15,8 +9,9 @@ Each child is ``memlane worker`` (``cli/start.py``) with this process's settings
 standard input (no secret on a command line or on disk), and the Redis this process uses (an embedded one's
 socket too). Children run at a lower CPU priority: on a small pod the serving process gets the cores
 first, so a request's latency does not depend on how much background work is queued; idle cores still
-go to the workers. A child that dies is started again (its jobs are taken over from the queue after the
-claim timeout, as for any dead worker).
+go to the workers. A child that dies, or gives no sign of life for ``child_stall_seconds`` (stopped,
+wedged: it is killed), is started again (its jobs are taken over from the queue after the claim timeout,
+as for any dead worker); meanwhile the pod's health names it.
 
 One model per pod: with long-term memory on, each child embeds through the model process
 (below, ``--embedder-socket``) instead of loading its own copy.
@@ -31,8 +26,10 @@ and its threads set their own priorities (a query thread at the pod's, bulk thre
 ``embedding/onnx.py``). It imports the model's libraries and nothing else of the sidecar.
 
 It listens on a Unix socket in a directory only this user can enter, made for this run and removed at its
-end. A model process that dies is started again on the same socket; the asking processes reconnect (a
-call meanwhile waits for it, up to ``RemoteEmbedder``'s limit, then fails like a call to a gone Redis).
+end. A model process that dies, or gives no sign of life for ``child_stall_seconds``, is started again
+on the same socket; the asking processes reconnect. A call meanwhile fails within
+``embedding_call_timeout_seconds`` of silence (``RemoteEmbedder``), as a call to a gone Redis fails:
+UNAVAILABLE with a retry hint, never the caller's whole deadline.
 It stops when ``memlane serve`` stops it, or by itself within a second when its parent is gone, even
 after a SIGKILL.
 
@@ -55,124 +52,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO
 
 import orjson
 
-from .config import ENV_PREFIX, EmbeddingSettings, Settings, build_settings, setting_fields
+from .config import ENV_PREFIX, Settings, build_settings, setting_fields
 from .embedding.remote import EmbeddingServer
+from .heartbeat import Heartbeat
 from .infra.periodic import Periodic
 from .observability.logs import configure
+from .supervision import PartMetrics, Supervised, exited, spawn
 from .wiring.embedding import load_embedder
 
 log = logging.getLogger("memlane")
-
-# Waits before each restart of a child that keeps dying, the last one repeated.
-RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 15.0, 30.0)
-
-
-async def spawn(
-    args: list[str], *, stdin: bytes, env: dict[str, str], niceness: int = 0
-) -> subprocess.Popen[bytes]:
-    """Starts ``args`` with ``stdin`` as its whole standard input, ``niceness`` added to this process's.
-
-    In a process group of its own: a terminal's Ctrl-C goes to its whole foreground group, and a child
-    that took it too would exit on its own while this process shuts down, its supervisor taking that for
-    a crash (an ERROR line and a restart mid-shutdown). This process stops its children in order."""
-
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(args, stdin=subprocess.PIPE, env=env, process_group=0)
-
-    proc = await asyncio.to_thread(start)
-    if niceness:
-        with contextlib.suppress(OSError):  # lowering a child's priority needs no privilege
-            nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness)
-            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError):  # a child dead at once is noticed by whoever awaits it
-        await asyncio.to_thread(_write_and_close, proc.stdin, stdin)
-    return proc
-
-
-def _write_and_close(pipe: IO[bytes], data: bytes) -> None:
-    try:
-        pipe.write(data)
-    finally:
-        pipe.close()
-
-
-async def exited(proc: subprocess.Popen[bytes]) -> int:
-    """The child's exit status, once it exits."""
-    if proc.poll() is not None:
-        return proc.returncode
-    loop = asyncio.get_running_loop()
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except ProcessLookupError:
-        return proc.wait()
-    gone: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        if not gone.done():
-            gone.set_result(None)
-
-    loop.add_reader(pidfd, readable)
-    try:
-        await gone
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    return proc.wait()
-
-
-def backoff(failures: int) -> float:
-    return RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
-
-
-class Supervised:
-    """One child kept running: ``spawn`` starts it, and starts it again (after ``backoff``) each time it
-    exits, until ``stop_restarting``. ``what`` names it in the log (``"a worker process"``)."""
-
-    def __init__(
-        self, what: str, spawn: Callable[[], Awaitable[subprocess.Popen[bytes]]], **fields: object
-    ) -> None:
-        self._what, self._spawn, self._fields = what, spawn, fields
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    async def start(self) -> None:
-        self.proc = await self._spawn()
-        self._task = asyncio.create_task(self._keep(), name=f"memlane-supervise-{self._what}")
-
-    def stop_restarting(self) -> None:
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _keep(self) -> None:
-        failures = 0
-        while True:
-            assert self.proc is not None
-            rc = await exited(self.proc)
-            if self._stopping:
-                return
-            delay = backoff(failures)
-            failures += 1
-            log.error(
-                f"{self._what} exited; starting it again",
-                extra={**self._fields, "returncode": rc, "restart_in_s": delay},
-            )
-            await asyncio.sleep(delay)
-            if self._stopping:
-                return
-            self.proc = await self._spawn()
 
 
 async def parent_gone(parent_pid: int, stop: asyncio.Event) -> None:
@@ -270,6 +162,7 @@ class WorkerPool:
         *,
         redis_url: str,
         processes: int,
+        metrics: PartMetrics,
         embedder_socket: str = "",
     ) -> None:
         self._settings, self._redis_url = settings, redis_url
@@ -278,8 +171,17 @@ class WorkerPool:
         self._with_metrics = bool(settings.server.admin_listen)
         self._metrics_ports: dict[int, int] = {}
         self._grace = settings.server.shutdown_grace_seconds
+        stall_s = settings.server.child_stall_seconds
         self._children = {
-            i: Supervised("a worker process", functools.partial(self._spawn, i), worker=i)
+            i: Supervised(
+                "a worker process",
+                f"worker-{i}",
+                functools.partial(self._spawn, i),
+                name=f"worker process {i}",
+                stall_s=stall_s,
+                metrics=metrics,
+                worker=i,
+            )
             for i in range(processes)
         }
         # The children read their settings from stdin only: a MEMLANE_* variable of this process must not
@@ -294,23 +196,30 @@ class WorkerPool:
         for child in self._children.values():
             await child.start()
 
+    async def health(self) -> str | None:
+        """Which worker does not serve now and why (a health check: its jobs wait meanwhile)."""
+        reasons = [why for child in self._children.values() if (why := child.reason())]
+        return "; ".join(reasons) or None
+
     async def metrics(self) -> list[tuple[str, bytes]]:
         """Each live worker's metrics (text exposition), named by its index."""
         live = [(i, port) for i, port in self._metrics_ports.items() if self._children[i].alive]
         texts = await asyncio.gather(*(_get(port, "/metrics") for _, port in live))
         return [(str(i), text) for (i, _), text in zip(live, texts, strict=True) if text]
 
-    async def _spawn(self, i: int) -> subprocess.Popen[bytes]:
+    async def _spawn(self, i: int, heartbeat_fd: int) -> subprocess.Popen[bytes]:
         admin = ""
         if self._with_metrics:  # a fresh port each start: a dead child's may still be held a moment
             self._metrics_ports[i] = port = _free_loopback_port()
             admin = f"127.0.0.1:{port}"
         args = [sys.executable, "-m", "memlane_server.cli", "worker", "--config", "-"]
-        args += ["--parent-pid", str(os.getpid())]
+        args += ["--parent-pid", str(os.getpid()), "--heartbeat-fd", str(heartbeat_fd)]
         if self._embedder_socket:
             args += ["--embedder-socket", self._embedder_socket]
         settings = worker_settings(self._settings, self._redis_url, admin)
-        proc = await spawn(args, stdin=settings, env=self._env, niceness=WORKER_NICENESS)
+        proc = await spawn(
+            args, stdin=settings, env=self._env, niceness=WORKER_NICENESS, pass_fds=(heartbeat_fd,)
+        )
         log.info("started a worker process", extra={"worker": i, "pid": proc.pid})
         return proc
 
@@ -344,14 +253,21 @@ _STOP_S = 5.0  # a model process has nothing to hand back: it gets this long, th
 
 
 class ModelProcess:
-    """Started with ``start`` (returns once the model answers), restarted when it dies, ``stop``ped last."""
+    """Started with ``start`` (``RemoteEmbedder.connect`` waits for it to answer), restarted when it dies
+    or stalls, ``stop``ped last."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: PartMetrics) -> None:
         self._settings = settings
         self._dir = Path(tempfile.mkdtemp(prefix="memlane-model-"))  # mode 0700: this user alone
         self.socket = str(self._dir / "model.sock")
         self._env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-        self._child = Supervised("the model process", self._spawn)
+        self._child = Supervised(
+            "the model process",
+            "model",
+            self._spawn,
+            stall_s=settings.server.child_stall_seconds,
+            metrics=metrics,
+        )
 
     @property
     def pid(self) -> int | None:
@@ -360,10 +276,15 @@ class ModelProcess:
     async def start(self) -> None:
         await self._child.start()
 
-    async def _spawn(self) -> subprocess.Popen[bytes]:
+    async def health(self) -> str | None:
+        """Why the model process does not serve now (a health check: recall and embedding fail meanwhile)."""
+        return self._child.reason()
+
+    async def _spawn(self, heartbeat_fd: int) -> subprocess.Popen[bytes]:
         values = {name: self._settings.value(name) for name in setting_fields()}
         args = [sys.executable, "-m", "memlane_server.children", self.socket, str(os.getpid())]
-        proc = await spawn(args, stdin=orjson.dumps(values), env=self._env)
+        args.append(str(heartbeat_fd))
+        proc = await spawn(args, stdin=orjson.dumps(values), env=self._env, pass_fds=(heartbeat_fd,))
         log.info("started the model process", extra={"pid": proc.pid})
         return proc
 
@@ -380,12 +301,14 @@ class ModelProcess:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-async def _serve(settings: EmbeddingSettings, path: str, parent_pid: int) -> None:
-    embedder = await load_embedder(settings)
-    server = EmbeddingServer(embedder)
+async def _serve(settings: Settings, path: str, parent_pid: int, heartbeat: Heartbeat) -> None:
+    heartbeat.start()  # from the first instruction: loading the model is progress too
+    embedder = await load_embedder(settings.embedding)
+    server = EmbeddingServer(embedder, alive_s=settings.embedding.embedding_call_timeout_seconds / 4)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead predecessor's: this one binds the same path
     await server.listen(path)
+    heartbeat.serving()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -401,14 +324,17 @@ async def _serve(settings: EmbeddingSettings, path: str, parent_pid: int) -> Non
         await trim.stop()
         await server.close()
         await embedder.close()
+        await heartbeat.stop()
 
 
 def main(argv: list[str]) -> int:
     path, parent_pid = argv[0], int(argv[1])
+    heartbeat_fd = int(argv[2]) if len(argv) > 2 else -1
     settings = build_settings(env={}, config_file="-")  # the serving process's settings, on stdin
     configure(settings.observability.log_level, settings.observability.log_format)
     limit_malloc_arenas()
-    asyncio.run(_serve(settings.embedding, path, parent_pid))
+    heartbeat = Heartbeat(heartbeat_fd, settings.server.child_stall_seconds)
+    asyncio.run(_serve(settings, path, parent_pid, heartbeat))
     return 0
 
 

@@ -67,6 +67,12 @@ class ServerSettings:
         "127.0.0.1:9464", "HTTP address of /metrics, /healthz and the memory viewer; empty disables."
     )
     shutdown_grace_seconds: float = tune(5.0, "How long in-flight RPCs may finish after SIGTERM.")
+    # A child beats from its event loop every fifth of this (at least every second): supervision.py.
+    child_stall_seconds: float = tune(
+        15.0,
+        "A worker process or the model process of memlane serve that gives no sign of life for this long "
+        "(stopped, wedged) is killed and started again; health names it meanwhile.",
+    )
     # Admission (api/admission.py): calls in flight per RPC method ("*": any other), 0 = ungated; beyond
     # that up to admission_max_queue wait admission_max_wait_ms, the rest get RESOURCE_EXHAUSTED at once.
     # WatchSessionEvents: each stream holds one Redis connection in XREAD BLOCK, so its limit keeps half of
@@ -322,6 +328,11 @@ class EmbeddingSettings:
         32_768,
         "Most tokens the model may read for one call's texts (Embed, CreateMemory, UpdateMemory, "
         "ExtractMemories); a costlier call is refused at once.",
+    )
+    embedding_call_timeout_seconds: float = tune(
+        2.0,
+        "An embedding call through the model process fails UNAVAILABLE, with a retry hint, once the model "
+        "process has sent nothing for this long (a live one says so while it works on a long batch).",
     )
     embedding_max_inflight_tokens: int = tune(
         65_536,

@@ -84,6 +84,8 @@ def test_promtool_checks_the_rendered_rules(tmp_path: Path) -> None:
         "MemlaneExtractorFailures",
         "MemlaneRedisUnavailable",
         "MemlaneMemoryNearLimit",
+        "MemlanePartStalled",
+        "MemlanePartRestarting",
     } <= alerts
     out = _check_rules(tool, groups, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -23,6 +23,7 @@ from memlane_server.config import Settings
 from memlane_server.infra.redis_pool import FAMILIES
 from memlane_server.infra.redis_server import EmbeddedRedis
 from tests.conftest import ServerFactory, wait_for
+from tests.integration.test_pod_faults import Pod
 
 # CI installs promtool (.ci/run) and sets this, so a missing tool fails there instead of skipping.
 REQUIRE_TOOLS = os.environ.get("MEMLANE_REQUIRE_TOOLS") == "1"
@@ -272,3 +273,42 @@ def test_normal_redis_replies_are_not_backend_errors(start_server: ServerFactory
         assert _backend_errors(scrape(first)) >= 1
     finally:
         fresh.stop()
+
+
+def _documented_metrics() -> set[str]:
+    """Every metric name written in a table row of docs/operations.md (in backticks)."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+    names: set[str] = set()
+    for line in docs.read_text().splitlines():
+        if line.startswith("|"):
+            names |= set(re.findall(r"`([a-zA-Z_:][a-zA-Z0-9_:]*)", line))
+    return names
+
+
+def test_a_pod_with_workers_reads_right_and_every_family_is_documented(tmp_path: Path) -> None:
+    """On 3af1f4b a healthy pod's scrape held ``memlane_health_serving{worker="0"} 0`` (the worker
+    process's own gauge, never set), so ``min()`` over a pod read 0 while all was well; its gRPC
+    connection gauges read 0 too. A worker exports none of the pod's gauges now. And every family a real
+    ``memlane serve`` exports (the serving process's, the model process's users', a worker's) has its row
+    in docs/operations.md's tables."""
+    pod = Pod(tmp_path, "m", tmp_path / "data", worker_processes=1, ltm_enabled="true")
+    try:
+
+        def with_worker() -> str | None:
+            scraped = pod.http("/metrics")[1]
+            return scraped if 'worker="0"' in scraped else None
+
+        text = wait_for(with_worker, timeout=120)
+    finally:
+        pod.stop()
+    serving = [line for line in text.splitlines() if line.startswith("memlane_health_serving")]
+    assert serving == ["memlane_health_serving 1.0"], serving
+    assert not [
+        line for line in text.splitlines() if "memlane_grpc_connections" in line and "worker=" in line
+    ]
+    # Positive control: the worker's own metrics are in the scrape, labelled.
+    assert sample(text, "memlane_embedding_texts_total", lane="bulk", worker="0") is not None
+    families = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    assert {"memlane_health_serving", "memlane_part_up", "memlane_rpc_duration_seconds"} <= families
+    missing = sorted(families - _documented_metrics())
+    assert missing == [], f"exported but not in docs/operations.md's tables: {missing}"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import orjson
 
-from memlane_server.children import RESTART_BACKOFF_S, backoff, worker_settings
+from memlane_server.children import worker_settings
 from memlane_server.config import build_settings, setting_fields
+from memlane_server.supervision import RESTART_BACKOFF_S, backoff
 
 
 def test_restarts_back_off_then_hold_at_the_last_wait() -> None:

@@ -252,7 +252,13 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     def _status_for(
         self, exc: BaseException, name: str
     ) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]]:
-        if self._backend_fault is not None and (fault := self._backend_fault(exc)) is not None:
+        # A domain error says what it is, even one that is also an OSError (EmbeddingUnavailable).
+        fault = (
+            None
+            if isinstance(exc, errors.MemlaneError) or self._backend_fault is None
+            else self._backend_fault(exc)
+        )
+        if fault is not None:
             log.warning("backing store failed", extra={"rpc": name, "error": repr(exc)[:300]})
             exc = fault
         for kind, code in _CODES:

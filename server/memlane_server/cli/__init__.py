@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="embed through the model process on this Unix socket (set by memlane serve)",
     )
+    worker.add_argument(
+        "--heartbeat-fd",
+        type=int,
+        default=-1,
+        help="write signs of life to this inherited pipe (set by memlane serve, which watches them)",
+    )
     bench = sub.add_parser("bench", help="measure a real sidecar against a bare gRPC echo")
     bench.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     bench.add_argument("--redis-url", default="", help="Redis to use (default: an embedded one)")
@@ -195,6 +201,10 @@ def _run(argv: Sequence[str] | None) -> int:
         print(f"memlane: {exc}", file=sys.stderr)
         return 2
     if args.command in ("serve", "worker"):
+        from ..heartbeat import Heartbeat
+
+        # A worker of memlane serve gives signs of life from here on: its start takes seconds.
+        heartbeat = Heartbeat(getattr(args, "heartbeat_fd", -1), settings.server.child_stall_seconds)
         # Imported here so `memlane --help` works on a client-only install without the server extras.
         from ..file_modes import keep_private
         from ..observability.logs import configure as configure_logs
@@ -214,5 +224,5 @@ def _run(argv: Sequence[str] | None) -> int:
         except ImportError as exc:
             print(f"memlane: the sidecar needs `pip install 'memlane[server]'` ({exc})", file=sys.stderr)
             return 2
-        return run_process(args, settings)
+        return run_process(args, settings, heartbeat)
     return 0

@@ -26,7 +26,8 @@ import sys
 from .. import children
 from ..app import Sidecar, run_until_signalled
 from ..config import ConfigError, Settings
-from ..embedding.remote import RemoteEmbedder
+from ..embedding.remote import START_WAIT_S, RemoteEmbedder
+from ..heartbeat import Heartbeat
 from ..infra.periodic import Periodic
 from ..observability.logs import configure
 from ..observability.tracing import configure_tracing, tracing_requested
@@ -39,18 +40,31 @@ class Worker(Sidecar):
     _serves_requests = False
     _shares_model = False  # it asks the model process of its memlane serve, or loads its own
 
-    def __init__(self, settings: Settings, *, embedder_socket: str = "") -> None:
+    def __init__(
+        self, settings: Settings, *, embedder_socket: str = "", heartbeat: Heartbeat | None = None
+    ) -> None:
         super().__init__(settings)
         # The model process of the memlane serve that started this worker; "": a model of its own (a
         # worker Deployment's pod has nothing to share it with).
         self._embedder_socket = embedder_socket
+        # Signs of life for the memlane serve that started it (none in a worker Deployment: heartbeat.py).
+        self._heartbeat = heartbeat or Heartbeat(-1, settings.server.child_stall_seconds)
 
     async def start(self) -> None:
+        self._heartbeat.start()  # the event loop beats from here: a wedged loop is a stalled worker
+        self._closes["heartbeat"] = self._heartbeat.stop
         if not self.settings.redis.redis_url:
             raise ConfigError("memlane worker needs redis_url: the Redis of the sidecars whose jobs it runs")
         await self._preflight(listens=False)
         if self._embedder_socket and self.settings.ltm.ltm_enabled:
-            self._embedder = remote = await RemoteEmbedder.connect(self._embedder_socket, bulk=True)
+            # Bulk work has no caller waiting on it: it bears a silent model process as long as the model
+            # process's supervisor does (then that one is replaced), and waits for a restarted one.
+            self._embedder = remote = await RemoteEmbedder.connect(
+                self._embedder_socket,
+                bulk=True,
+                silence_s=self.settings.server.child_stall_seconds,
+                reconnect_s=START_WAIT_S,
+            )
             self._closes["embedder"] = remote.close
         await self._foundation()
         await self._start_admin(with_viewer=False)
@@ -58,14 +72,16 @@ class Worker(Sidecar):
         trim = Periodic("return-freed-memory", children.return_freed_memory, children.TRIM_INTERVAL_S)
         self._closes["memory trim"] = trim.stop
         trim.start()
+        self._heartbeat.serving()
         log.info(
             "memlane worker running",
             extra={"consumer": self.end.worker.consumer, "admin_port": self.admin_port},
         )
 
 
-def run_process(args: argparse.Namespace, settings: Settings) -> int:
-    """Run ``memlane serve`` or ``memlane worker`` until signalled; the command's exit status."""
+def run_process(args: argparse.Namespace, settings: Settings, heartbeat: Heartbeat | None = None) -> int:
+    """Run ``memlane serve`` or ``memlane worker`` until signalled; the command's exit status (``heartbeat``:
+    a worker's, beating since its start)."""
     configure(settings.observability.log_level, settings.observability.log_format)
     children.limit_malloc_arenas()
     try:
@@ -84,7 +100,11 @@ def run_process(args: argparse.Namespace, settings: Settings) -> int:
     runtime = (
         Sidecar(settings)
         if args.command == "serve"
-        else Worker(settings, embedder_socket=getattr(args, "embedder_socket", ""))
+        else Worker(
+            settings,
+            embedder_socket=getattr(args, "embedder_socket", ""),
+            heartbeat=heartbeat,
+        )
     )
     try:
         asyncio.run(run_until_signalled(runtime, parent_pid=getattr(args, "parent_pid", 0)))

@@ -68,9 +68,11 @@ def _health(args: argparse.Namespace) -> int:
     import grpc  # noqa: PLC0415 - grpcio-health-checking is a server extra; the image has it
     from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: PLC0415
 
+    from ..observability.health import REASONS_KEY  # noqa: PLC0415
+
     with grpc.insecure_channel(args.address) as channel:
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
+            reply, call = health_pb2_grpc.HealthStub(channel).Check.with_call(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as exc:
@@ -78,6 +80,10 @@ def _health(args: argparse.Namespace) -> int:
             return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     print(status)
+    for key, value in call.trailing_metadata() or ():
+        if key == REASONS_KEY:  # which part cannot serve, and why (observability/health.py)
+            for why in str(value).split(" | "):
+                print(f"  {why}")
     return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 

@@ -13,7 +13,14 @@ Frames, both ways: a header (payload length, request id, kind) and the payload. 
 a JSON array of texts, its kind how to run them (``QUERY``: by size, as a local call; ``BULK``: always in
 the bulk lane; ``FORGET``: drop the query cache, no answer). An answer's payload is the vectors (float32,
 row-major) or, for an error, its message. The first frame of a connection (request id 0, ``HELLO``)
-carries the model's dimension and sequence length as JSON.
+carries the model's dimension and sequence length as JSON; while a connection has requests in flight the
+model process sends an ``ALIVE`` frame (request id 0, empty) every ``alive_s``.
+
+Every call has its own timeout, of silence rather than of length: it fails with ``EmbeddingUnavailable``
+(UNAVAILABLE with a retry hint) once the model process has sent nothing on its connection for
+``silence_s`` (``embedding_call_timeout_seconds``), so a stopped or wedged model process costs a caller a
+second or two, never its whole deadline, while a long bulk batch of a live one runs to its end. The model
+process's supervisor kills a silent one and starts it again (``supervision.py``).
 """
 
 from __future__ import annotations
@@ -28,20 +35,32 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from ..errors import Unavailable
 from .onnx import OnnxEmbedder, runs_as_query
 
 log = logging.getLogger("memlane")
 
 _HEADER = struct.Struct("<IQB")  # payload bytes, request id, kind
 QUERY, BULK, FORGET = 1, 2, 3  # request kinds
-_OK, _ERROR, _HELLO = 0, 1, 2  # answer kinds
+_OK, _ERROR, _HELLO, _ALIVE = 0, 1, 2, 3  # answer kinds
 _CLOSE_S = 2.0  # how long closing waits for the connections' readers to end
 # A frame larger than this is a broken peer, not a batch (a session end's largest is a few MB).
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 
 
-class EmbeddingUnavailable(ConnectionError):
-    """The model process is gone (and did not come back in time) or answered an error."""
+# A caller may retry this soon: a stalled model process is killed and started again within seconds.
+RETRY_AFTER_MS = 1000
+# How long the first connection waits for a model process that is still loading its model.
+START_WAIT_S = 30.0
+
+
+class EmbeddingUnavailable(Unavailable, ConnectionError):
+    """The model process is gone (and did not come back in time), silent, or answered an error."""
+
+    reason = "EMBEDDING_UNAVAILABLE"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after_ms=RETRY_AFTER_MS)
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
@@ -58,8 +77,9 @@ def _frame(request_id: int, kind: int, payload: bytes) -> bytes:
 class EmbeddingServer:
     """The model process's end: answers each connection's requests with ``embedder``."""
 
-    def __init__(self, embedder: OnnxEmbedder) -> None:
+    def __init__(self, embedder: OnnxEmbedder, *, alive_s: float) -> None:
         self._embedder = embedder
+        self._alive_s = alive_s  # how often a connection with requests in flight hears ALIVE
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -73,6 +93,7 @@ class EmbeddingServer:
         self._connections.add(task)
         self._writers.add(writer)
         calls: set[asyncio.Task[None]] = set()
+        alive = asyncio.create_task(self._keep_telling(writer, calls))
         try:
             hello = {"ndims": self._embedder.ndims, "max_length": self._embedder.max_length}
             writer.write(_frame(0, _HELLO, orjson.dumps(hello)))
@@ -88,11 +109,19 @@ class EmbeddingServer:
                 calls.add(call)
                 call.add_done_callback(calls.discard)
         finally:
+            alive.cancel()
             for call in calls:
                 call.cancel()
             writer.close()
             self._writers.discard(writer)
             self._connections.discard(task)
+
+    async def _keep_telling(self, writer: asyncio.StreamWriter, calls: set[asyncio.Task[None]]) -> None:
+        """ALIVE while requests are in flight: the asking side tells a slow batch from a silent process."""
+        while True:
+            await asyncio.sleep(self._alive_s)
+            if calls and not writer.is_closing():
+                writer.write(_frame(0, _ALIVE, b""))
 
     async def _answer(self, writer: asyncio.StreamWriter, request_id: int, kind: int, payload: bytes) -> None:
         try:
@@ -127,15 +156,19 @@ class _Connection:
         self.pending: dict[int, asyncio.Future[npt.NDArray[np.float32]]] = {}
         self.receiver: asyncio.Task[None] | None = None
         self.lost = False
+        self.heard_at = asyncio.get_running_loop().time()  # the last frame from the model process
 
 
 class RemoteEmbedder:
     """The ``Embedder`` of a process without a model: the model process's, over its socket. ``bulk``:
-    every call runs in the bulk lane (a worker's); else a call runs as it would locally (by its size)."""
+    every call runs in the bulk lane (a worker's); else a call runs as it would locally (by its size).
+    ``silence_s``: a call fails once the model process has sent nothing for this long; ``reconnect_s``:
+    how long a call waits for a restarted model process to answer again."""
 
-    def __init__(self, path: str, *, bulk: bool, reconnect_s: float = 30.0) -> None:
+    def __init__(self, path: str, *, bulk: bool, silence_s: float, reconnect_s: float) -> None:
         self._path = path
         self._kind = BULK if bulk else QUERY
+        self._silence_s = silence_s
         self._reconnect_s = reconnect_s
         self._ids = itertools.count(1)
         self._conn: _Connection | None = None
@@ -147,9 +180,10 @@ class RemoteEmbedder:
         self._texts = {"query": 0, "bulk": 0}
 
     @classmethod
-    async def connect(cls, path: str, *, bulk: bool) -> RemoteEmbedder:
-        remote = cls(path, bulk=bulk)
-        await remote._connection()
+    async def connect(cls, path: str, *, bulk: bool, silence_s: float, reconnect_s: float) -> RemoteEmbedder:
+        """Once the model process answers (it may still be loading its model: ``START_WAIT_S``)."""
+        remote = cls(path, bulk=bulk, silence_s=silence_s, reconnect_s=reconnect_s)
+        await remote._connection(START_WAIT_S)
         return remote
 
     @property
@@ -163,57 +197,99 @@ class RemoteEmbedder:
     def texts_by_lane(self) -> dict[str, int]:
         return dict(self._texts)
 
-    async def _connection(self) -> _Connection:
-        """The open connection, or a new one (the model process may be restarting: retried for a while)."""
+    async def _connection(self, wait_s: float) -> _Connection:
+        """The open connection, or a new one (the model process may be restarting: retried for ``wait_s``,
+        a stopped one included: its socket accepts, but it never says hello)."""
         if self._conn is not None and not self._conn.lost:
             return self._conn
         if self._connecting is None:
             self._connecting = asyncio.Lock()
-        async with self._connecting:
-            if self._conn is not None and not self._conn.lost:
-                return self._conn
-            deadline = asyncio.get_running_loop().time() + self._reconnect_s
-            while True:
-                try:
-                    reader, writer = await asyncio.open_unix_connection(self._path)
-                    _, kind, payload = await _read_frame(reader)
-                    if kind != _HELLO:
-                        raise EmbeddingUnavailable("the model process did not say hello")
-                    break
-                except (OSError, asyncio.IncompleteReadError) as exc:
-                    if asyncio.get_running_loop().time() > deadline:
-                        raise EmbeddingUnavailable(f"the model process does not answer: {exc}") from exc
-                    await asyncio.sleep(0.1)
-            hello = orjson.loads(payload)
-            self._ndims, self._max_length = int(hello["ndims"]), int(hello["max_length"])
-            conn = _Connection(reader, writer)
-            conn.receiver = asyncio.create_task(self._receive(conn), name="memlane-remote-embedder")
-            self._conn = conn
-            return conn
+        try:
+            async with asyncio.timeout(wait_s), self._connecting:
+                if self._conn is not None and not self._conn.lost:
+                    return self._conn
+                return await self._connect()
+        except TimeoutError:
+            raise EmbeddingUnavailable(
+                f"the model process does not answer (waited {wait_s:g} s); retry shortly"
+            ) from None
+
+    async def _connect(self) -> _Connection:
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(self._path)
+            except OSError:  # not listening (yet): it is being started again
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                _, kind, payload = await _read_frame(reader)
+            except (OSError, asyncio.IncompleteReadError):
+                writer.close()
+                await asyncio.sleep(0.1)
+                continue
+            except BaseException:
+                writer.close()  # the wait ran out on a process that accepts but never says hello
+                raise
+            if kind != _HELLO:
+                writer.close()
+                raise EmbeddingUnavailable("the model process did not say hello")
+            break
+        hello = orjson.loads(payload)
+        self._ndims, self._max_length = int(hello["ndims"]), int(hello["max_length"])
+        conn = _Connection(reader, writer)
+        conn.receiver = asyncio.create_task(self._receive(conn), name="memlane-remote-embedder")
+        self._conn = conn
+        return conn
 
     async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         if not texts:
             return np.zeros((0, self._ndims), dtype=np.float32)
-        conn = await self._connection()
+        conn = await self._connection(self._reconnect_s)
         request_id = next(self._ids)
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
         conn.pending[request_id] = future
         query = runs_as_query(len(texts), None if self._kind == QUERY else True)
         self._texts["query" if query else "bulk"] += len(texts)
         try:
-            conn.writer.write(_frame(request_id, self._kind, orjson.dumps(texts)))
-            await conn.writer.drain()
-            return await future
+            try:
+                async with asyncio.timeout(self._silence_s):
+                    conn.writer.write(_frame(request_id, self._kind, orjson.dumps(texts)))
+                    await conn.writer.drain()
+            except TimeoutError:
+                raise EmbeddingUnavailable(self._silent) from None
+            return await self._answer(conn, future)
+        except EmbeddingUnavailable:
+            raise
         except ConnectionError as exc:
             conn.lost = True
             raise EmbeddingUnavailable("the model process closed its socket") from exc
         finally:
             conn.pending.pop(request_id, None)
 
+    @property
+    def _silent(self) -> str:
+        return f"the model process sent nothing for {self._silence_s:g} s (stalled?); retry shortly"
+
+    async def _answer(
+        self, conn: _Connection, future: asyncio.Future[npt.NDArray[np.float32]]
+    ) -> npt.NDArray[np.float32]:
+        """The call's answer, as long as the model process is heard from (an answer or ALIVE) within
+        ``silence_s``: a batch of any length, but no wait on a silent process."""
+        loop = asyncio.get_running_loop()
+        heard = loop.time()  # the request went out just now
+        while True:
+            await asyncio.wait([future], timeout=self._silence_s / 4)
+            if future.done():
+                return future.result()
+            heard = max(heard, conn.heard_at)
+            if loop.time() - heard > self._silence_s:
+                raise EmbeddingUnavailable(self._silent)
+
     async def _receive(self, conn: _Connection) -> None:
         try:
             while True:
                 request_id, kind, payload = await _read_frame(conn.reader)
+                conn.heard_at = asyncio.get_running_loop().time()
                 future = conn.pending.get(request_id)
                 if future is None or future.done():
                     continue  # its caller was cancelled

@@ -4,9 +4,10 @@ health``, from checks that look at what serving needs, not at whether the proces
 - Readiness (gRPC health of the server, ``""``, and of the services named at start; ``/readyz`` and
   ``/healthz``): NOT_SERVING while any check fails: Redis does not answer a PING through a *new*
   connection (a pooled one can outlive a deleted socket file or a dead listener), Redis refuses writes
-  (MISCONF: its disk is full), the embedded Redis is being started again, LTM's table is damaged. Other
-  parts add their own with ``add_check`` (the worker pool's "no progress on a waiting job" check belongs
-  there: a check returns the reason it cannot serve, or None).
+  (MISCONF: its disk is full), the embedded Redis is being started again, LTM's table is damaged, the
+  model process or a worker process gives no sign of life, exited or is starting again (``children.py``,
+  ``supervision.py``: a stalled one is killed after ``child_stall_seconds``). Other parts add their own
+  with ``add_check`` (a check returns the reason it cannot serve, or None).
 - Liveness (gRPC health of ``LIVENESS_SERVICE``; ``/livez``): SERVING while the event loop answers. A
   restarting Redis makes the pod unready, not killed; only a wedged process fails it (the probe times out).
 
@@ -34,6 +35,8 @@ log = logging.getLogger("memlane")
 LIVENESS_SERVICE = "memlane.liveness"
 FRESH_S = 1.0
 REFRESH_S = 5.0
+REASONS_KEY = "memlane-health-reasons"  # trailing metadata of a NOT_SERVING Check: why, part by part
+_REASONS_MAX = 2000
 
 Check = Callable[[], Awaitable[str | None]]  # None: fine; else why the sidecar cannot serve
 
@@ -42,9 +45,10 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class PodMetrics:
-    """The pod's own faults, counted: embedded Redis restarts, gRPC connections shed, the verdict."""
+    """The pod's own faults, counted: embedded Redis restarts, gRPC connections shed, the verdict. With no
+    ``registry`` (a worker process: no gRPC, no verdict of the pod's) they are kept but not exported."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
         self.redis_restarts = Counter(
             "memlane_embedded_redis_restarts_total",
             "Times the embedded Redis died while the sidecar lived and was started again on its AOF.",
@@ -130,8 +134,10 @@ class PodHealth(health.aio.HealthServicer):
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
-        if request.service in self._names:
-            await self.reasons()
+        if request.service in self._names and (reasons := await self.reasons()):
+            # gRPC health has a status only: the reasons (which part, why) ride along for `memlane health`.
+            text = " | ".join(reasons).encode("ascii", "replace").decode()[:_REASONS_MAX]
+            context.set_trailing_metadata(((REASONS_KEY, text),))
         return await super().Check(request, context)
 
     async def enter_graceful_shutdown(self) -> None:

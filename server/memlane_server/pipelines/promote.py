@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import MemlaneError
+from ..errors import MemlaneError, Unavailable
 from ..extraction import ExtractedMemory, Extractor, build_episodes
 from ..ltm import MemoryScope, MemoryService, NewMemory, Owner
 from ..ltm.filters import owned_by, with_ids
@@ -137,6 +137,8 @@ class ExtractingPromoter:
         if proposal is not None:
             try:
                 await self._procedures.propose(proposal)
+            except Unavailable:
+                raise  # the model process or a store is down: the job is retried, the proposal with it
             except MemlaneError as exc:  # personal data, limits: the session's promotion still counts
                 log.info("no procedure proposed from the session", extra={"reason": str(exc)})
         return ids
