@@ -49,6 +49,8 @@ from .tokens import TokenCounter
 from .viewer import viewer_for
 from .wiring import grpc_server
 from .wiring import stores as wiring_stores
+from .wiring.connections import TICK_S as CONNECTIONS_TICK_S
+from .wiring.connections import ConnectionGate
 from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_context, build_extractor, build_session_end, build_summarizer
 from .wiring.stores import Stores, build_stores
@@ -300,7 +302,7 @@ class Sidecar:
         self._policy = grpc_server.start_policy(s.access)
         self._closes["policy reload"] = self._policy.stop
         listens = [a.strip() for a in s.server.listen.split(",") if a.strip()]
-        gate = grpc_server.ConnectionGate(len(listens), self._pod)
+        gate = ConnectionGate(len(listens), self._pod)
         server, self.admission = grpc_server.new_server(
             s.server, self.registry, grpc_server.authenticator(s.access, self._policy), self.stores, gate
         )
@@ -328,7 +330,9 @@ class Sidecar:
         await server.start()
         self._drains["calls"] = functools.partial(self._drain_calls, server, s.server.shutdown_grace_seconds)
         await self._health.serve([*services[:2], ""])
-        connections = Periodic("grpc connections", gate.sample, _CONNECTIONS_SAMPLE_S)
+        gate.watch(self.addresses)
+        self._health.add_check("grpc connections", gate.health)
+        connections = Periodic("grpc connections", gate.tick, CONNECTIONS_TICK_S)
         self._closes["grpc connections"] = connections.stop
         connections.start()
 
@@ -435,7 +439,6 @@ class Sidecar:
 
 
 _DEFAULT_MAX_LENGTH = 256  # the admission's token estimate without a model (long-term memory off)
-_CONNECTIONS_SAMPLE_S = 2.0  # how often open gRPC connections are counted against the cap
 _REDIS_CHECK_S = 2.0  # a health check's PING through a new connection; longer: Redis cannot serve
 _ERASURE_RESUME_S = 10.0  # how often half-done erasures are looked for (one HKEYS when there are none)
 
