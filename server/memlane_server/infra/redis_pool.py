@@ -7,7 +7,8 @@ session's hash tag, so one slot), so the rest of the code takes it as an ``aiore
 that must act per node (keyspace events, SCAN, CONFIG) ask :func:`is_cluster`.
 
 **Timing** (``time_commands``): every Redis round trip is timed by command family
-(``memlane_backend_latency_seconds{backend="redis"}``).
+(``memlane_backend_latency_seconds{backend="redis"}``) and, inside a traced call, is a CLIENT span named
+for its command (``observability/spans.py``).
 
 The client's own ``execute_command`` and ``pipeline`` are wrapped on the instance (the same code works for
 a single node and for :class:`redis.asyncio.RedisCluster`): one command is one round trip, a pipeline or
@@ -19,12 +20,15 @@ series stay bounded. Cost measured: ~2 us per call (two clocks and one observe o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeAlias, cast
 
 import redis.asyncio as aioredis
+from opentelemetry.trace import SpanKind
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
@@ -39,6 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import MemlaneError, ResourceExhausted, Unavailable
+from ..observability import spans
 from .redis_lane import attach, is_normal_error_reply, lane_of
 
 # Raised by the client when Redis cannot be reached (or a cluster shard has no master during a
@@ -273,6 +278,28 @@ def is_failure(exc: BaseException) -> bool:
     return not (isinstance(exc, ResponseError) and is_normal_error_reply(str(exc)))
 
 
+_UNTRACED: AbstractContextManager[object] = contextlib.nullcontext()
+
+
+def _name(command: tuple[Any, ...]) -> str:
+    """A command's span name: the command, never a key or an argument."""
+    name = command[0].decode(errors="replace") if isinstance(command[0], bytes) else str(command[0])
+    return name.split(" ", 1)[0].upper()
+
+
+def _span(command: tuple[Any, ...]) -> AbstractContextManager[object]:
+    name = _name(command)
+    return spans.span(name, kind=SpanKind.CLIENT, attributes=spans.db_attributes("redis", name))
+
+
+def _lane_done(observe: Observe, command: tuple[Any, ...], seconds: float, failed: bool) -> None:
+    """A lane's command, timed (and traced, as it reports after its reply)."""
+    observe(family_of(*command), seconds, failed)
+    if spans.active():
+        name = _name(command)
+        spans.record(name, seconds, attributes=spans.db_attributes("redis", name))
+
+
 def time_commands(client: aioredis.Redis, observe: Observe) -> None:
     """Wraps ``client`` in place so every command and pipeline execution reports to ``observe``."""
     execute_command: Callable[..., Awaitable[Any]] = client.execute_command
@@ -282,7 +309,8 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
         start = time.perf_counter()
         failed = False
         try:
-            return await execute_command(*args, **options)
+            with _span(args) if spans.active() else _UNTRACED:
+                return await execute_command(*args, **options)
         except BaseException as exc:
             failed = is_failure(exc)
             raise
@@ -297,7 +325,8 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
             start = time.perf_counter()
             failed = False
             try:
-                return await execute(*a, **kw)
+                with _span(("PIPELINE",)) if spans.active() else _UNTRACED:
+                    return await execute(*a, **kw)
             except BaseException as exc:
                 failed = is_failure(exc)
                 raise
@@ -311,4 +340,4 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
     client.pipeline = timed_pipeline  # type: ignore[method-assign]
     lane = lane_of(client)
     if lane is not None:  # the lane's commands are round trips like any other
-        lane.observe = lambda command, seconds, failed: observe(family_of(*command), seconds, failed)
+        lane.observe = lambda command, seconds, failed: _lane_done(observe, command, seconds, failed)
