@@ -205,7 +205,7 @@ class MeteredLanceStore(LanceMemoryStore):
         timed = self.metrics.backend_call("lancedb", op, call) if self.metrics is not None else call
         if not spans.active():
             return await timed
-        with spans.span(f"{op} memories", kind=SpanKind.CLIENT, attributes=_lance_attributes(op)):
+        with spans.leaf(f"{op} memories", kind=SpanKind.CLIENT, attributes=_lance_attributes(op)):
             return await timed
 
     async def count(self, where: Expr | None = None) -> int:

@@ -289,7 +289,7 @@ def _name(command: tuple[Any, ...]) -> str:
 
 def _span(command: tuple[Any, ...]) -> AbstractContextManager[object]:
     name = _name(command)
-    return spans.span(name, kind=SpanKind.CLIENT, attributes=spans.db_attributes("redis", name))
+    return spans.leaf(name, kind=SpanKind.CLIENT, attributes=spans.db_attributes("redis", name))
 
 
 def _lane_done(observe: Observe, command: tuple[Any, ...], seconds: float, failed: bool) -> None:

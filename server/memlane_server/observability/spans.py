@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
@@ -67,6 +67,34 @@ def span(
     if not trace.get_current_span().is_recording():
         return _OFF
     return _tracer.start_as_current_span(name, kind=kind, attributes=attributes)
+
+
+class _Leaf:
+    """A span that has no children (a database call): started and ended, never made current, which
+    costs less than a current span."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> trace.Span:
+        return self._span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None and isinstance(exc, Exception):
+            self._span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            self._span.set_attribute("error.type", type(exc).__qualname__)
+        self._span.end()
+
+
+def leaf(
+    name: str, *, kind: SpanKind = SpanKind.CLIENT, attributes: Attributes | None = None
+) -> AbstractContextManager[trace.Span | None]:
+    """A child span of the current one that will have none of its own (a Redis or LanceDB call)."""
+    if not trace.get_current_span().is_recording():
+        return _OFF
+    return _Leaf(_tracer.start_span(name, kind=kind, attributes=attributes))
 
 
 def traced(

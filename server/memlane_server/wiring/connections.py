@@ -143,8 +143,8 @@ class ConnectionGate:
     async def health(self) -> str | None:
         if time.monotonic() - self._saturated_at < SATURATED_S:
             return (
-                f"saturated: gRPC connections at the cap ({self.cap} per listener); shedding those that"
-                " sent no request"
+                f"saturated at the cap ({self.cap} per listener): shedding connections that sent no"
+                " request"
             )
         return None
 
