@@ -38,6 +38,7 @@ from .infra.redis_server import EmbeddedRedis
 from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
 from .ltm.redis_state import LtmVersions
+from .observability import spans
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
@@ -221,7 +222,7 @@ class Sidecar:
         self._health.add_check("redis", self._redis_answers)
         self.redis = connect(redis_url)
         self._closes["redis pool"] = self.redis.aclose
-        time_commands(self.redis, self.metrics.redis_command)
+        time_commands(self.redis, self.metrics.redis_command, spans.redis_call)
         await self.redis.ping()
 
     async def _open_ltm(self) -> None:

@@ -7,8 +7,8 @@ session's hash tag, so one slot), so the rest of the code takes it as an ``aiore
 that must act per node (keyspace events, SCAN, CONFIG) ask :func:`is_cluster`.
 
 **Timing** (``time_commands``): every Redis round trip is timed by command family
-(``memlane_backend_latency_seconds{backend="redis"}``) and, inside a traced call, is a CLIENT span named
-for its command (``observability/spans.py``).
+(``memlane_backend_latency_seconds{backend="redis"}``) and told, with its command, to the sidecar's
+tracing (``trace``: inside a traced call, a CLIENT span named for the command).
 
 The client's own ``execute_command`` and ``pipeline`` are wrapped on the instance (the same code works for
 a single node and for :class:`redis.asyncio.RedisCluster`): one command is one round trip, a pipeline or
@@ -20,15 +20,13 @@ series stay bounded. Cost measured: ~2 us per call (two clocks and one observe o
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from typing import Any, TypeAlias, cast
 
 import redis.asyncio as aioredis
-from opentelemetry.trace import SpanKind
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
@@ -43,7 +41,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import MemlaneError, ResourceExhausted, Unavailable
-from ..observability import spans
 from .redis_lane import attach, is_normal_error_reply, lane_of
 
 # Raised by the client when Redis cannot be reached (or a cluster shard has no master during a
@@ -278,30 +275,23 @@ def is_failure(exc: BaseException) -> bool:
     return not (isinstance(exc, ResponseError) and is_normal_error_reply(str(exc)))
 
 
-_UNTRACED: AbstractContextManager[object] = contextlib.nullcontext()
+# Told of each round trip with the command itself, after its reply (the sidecar's tracing records a span).
+Trace = Callable[[tuple[Any, ...], float, bool], None]  # (command, seconds, failed)
+_PIPELINE = ("PIPELINE",)
 
 
-def _name(command: tuple[Any, ...]) -> str:
-    """A command's span name: the command, never a key or an argument."""
-    name = command[0].decode(errors="replace") if isinstance(command[0], bytes) else str(command[0])
-    return name.split(" ", 1)[0].upper()
-
-
-def _span(command: tuple[Any, ...]) -> AbstractContextManager[object]:
-    name = _name(command)
-    return spans.leaf(name, kind=SpanKind.CLIENT, attributes=spans.db_attributes("redis", name))
-
-
-def _lane_done(observe: Observe, command: tuple[Any, ...], seconds: float, failed: bool) -> None:
-    """A lane's command, timed (and traced, as it reports after its reply)."""
+def _lane_done(
+    observe: Observe, trace: Trace | None, command: tuple[Any, ...], seconds: float, failed: bool
+) -> None:
+    """A lane's command, reported as the pooled client's are."""
     observe(family_of(*command), seconds, failed)
-    if spans.active():
-        name = _name(command)
-        spans.record(name, seconds, attributes=spans.db_attributes("redis", name))
+    if trace is not None:
+        trace(command, seconds, failed)
 
 
-def time_commands(client: aioredis.Redis, observe: Observe) -> None:
-    """Wraps ``client`` in place so every command and pipeline execution reports to ``observe``."""
+def time_commands(client: aioredis.Redis, observe: Observe, trace: Trace | None = None) -> None:
+    """Wraps ``client`` in place so every command and pipeline execution reports to ``observe`` (and, with
+    its command, to ``trace``)."""
     execute_command: Callable[..., Awaitable[Any]] = client.execute_command
     make_pipeline: Callable[..., Any] = client.pipeline
 
@@ -309,13 +299,15 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
         start = time.perf_counter()
         failed = False
         try:
-            with _span(args) if spans.active() else _UNTRACED:
-                return await execute_command(*args, **options)
+            return await execute_command(*args, **options)
         except BaseException as exc:
             failed = is_failure(exc)
             raise
         finally:
-            observe(family_of(*args) if args else "other", time.perf_counter() - start, failed)
+            seconds = time.perf_counter() - start
+            observe(family_of(*args) if args else "other", seconds, failed)
+            if trace is not None:
+                trace(args, seconds, failed)
 
     def timed_pipeline(*args: Any, **kwargs: Any) -> Any:
         pipe = make_pipeline(*args, **kwargs)
@@ -325,13 +317,15 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
             start = time.perf_counter()
             failed = False
             try:
-                with _span(("PIPELINE",)) if spans.active() else _UNTRACED:
-                    return await execute(*a, **kw)
+                return await execute(*a, **kw)
             except BaseException as exc:
                 failed = is_failure(exc)
                 raise
             finally:
-                observe("pipeline", time.perf_counter() - start, failed)
+                seconds = time.perf_counter() - start
+                observe("pipeline", seconds, failed)
+                if trace is not None:
+                    trace(_PIPELINE, seconds, failed)
 
         pipe.execute = timed_execute
         return pipe
@@ -340,4 +334,4 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
     client.pipeline = timed_pipeline  # type: ignore[method-assign]
     lane = lane_of(client)
     if lane is not None:  # the lane's commands are round trips like any other
-        lane.observe = lambda command, seconds, failed: _lane_done(observe, command, seconds, failed)
+        lane.observe = functools.partial(_lane_done, observe, trace)

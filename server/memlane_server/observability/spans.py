@@ -127,6 +127,21 @@ def db_attributes(system: str, operation: str) -> dict[str, AttributeValue]:
     return {"db.system.name": system, "db.operation.name": operation}
 
 
+def redis_call(command: tuple[Any, ...], seconds: float, failed: bool) -> None:
+    """A Redis round trip that just finished (``infra/redis_pool.time_commands`` reports each): a CLIENT
+    span named for its command, never a key or an argument."""
+    if not command or not trace.get_current_span().is_recording():
+        return
+    first = command[0]
+    name = (
+        (first.decode(errors="replace") if isinstance(first, bytes) else str(first)).split(" ", 1)[0].upper()
+    )
+    attributes = db_attributes("redis", name)
+    if failed:
+        attributes["error.type"] = "redis"
+    record(name, seconds, attributes=attributes)
+
+
 def embedding_span(
     model: str, texts: int, *, remote: bool = False
 ) -> AbstractContextManager[trace.Span | None]:
