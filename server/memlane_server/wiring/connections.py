@@ -115,6 +115,8 @@ class ConnectionGate:
     _fds: dict[int, _Fd] = field(default_factory=dict)  # socket inode
     _others: set[int] = field(default_factory=set)  # inodes of sockets that are no accepted connection
     _gone: set[int] = field(default_factory=set)  # inodes shed, until gRPC has closed them
+    _server: int = -1  # this sidecar's gRPC server in channelz, once a connection has named it
+    _foreign: set[int] = field(default_factory=set)  # channelz sockets of another server in the process
     _tick: int = 0
     _seen_at: dict[int, float] = field(default_factory=dict)  # tick -> monotonic time
     _saturated_at: float = -SATURATED_S
@@ -143,8 +145,7 @@ class ConnectionGate:
     async def health(self) -> str | None:
         if time.monotonic() - self._saturated_at < SATURATED_S:
             return (
-                f"saturated at the cap ({self.cap} per listener): shedding connections that sent no"
-                " request"
+                f"saturated at the cap ({self.cap} per listener): shedding connections that sent no request"
             )
         return None
 
@@ -253,26 +254,34 @@ class ConnectionGate:
         return self._keys.get(key) if key else None
 
     def _scan_channelz(self) -> None:
+        """The connections of this sidecar's server (channelz lists every gRPC server of the process: the
+        first connection on one of the listeners names it), each asked whether it sent a request until
+        it has."""
         from grpc._cython import cygrpc  # noqa: PLC0415 - channelz's own entry points (grpcio-channelz's)
 
         alive: set[int] = set()
-        for server in json.loads(cygrpc.channelz_get_servers(0)).get("server", []):
-            server_id = int(server["ref"]["serverId"])
+        servers = [
+            int(s["ref"]["serverId"]) for s in json.loads(cygrpc.channelz_get_servers(0)).get("server", [])
+        ]
+        for server_id in [self._server] if self._server in servers else servers:
             refs = json.loads(cygrpc.channelz_get_server_sockets(server_id, 0, 1 << 20))
             for ref in refs.get("socketRef", []):
                 sid = int(ref["socketId"])
                 alive.add(sid)
                 known = self._conns.get(sid)
-                if known is not None and known.used:
+                if (known is not None and known.used) or sid in self._foreign:
                     continue  # a connection that sent a request is the gate's no more
                 with contextlib.suppress(ValueError, KeyError):
                     data = json.loads(cygrpc.channelz_get_socket(sid))["socket"]
                     listener = self._listener_key(data.get("local", {}))
                     if listener is None:
+                        self._foreign.add(sid)
                         continue
+                    self._server = server_id
                     if known is None:
                         known = self._conns[sid] = _Conn(listener, self._tick)
                     known.used = int(data.get("data", {}).get("streamsStarted", 0)) > 0
+        self._foreign &= alive
         for sid in [s for s in self._conns if s not in alive]:
             del self._conns[sid]
 
