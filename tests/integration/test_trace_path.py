@@ -53,7 +53,7 @@ try:
         with tracer.start_as_current_span("agent-remember") as span:
             m.remember(user, "User's parcel 3318 waits at the Elm Street depot.")
         ids["remember"] = span.get_span_context().trace_id
-        m.add(user, sid, [{"role": "user", "content": "Hello there"}])
+        m.add(user, sid, [{"role": "user", "content": "Hello there, my locker is number 17."}])
         with tracer.start_as_current_span("agent-turn") as span:
             m.context(sid, "Where is parcel 3318 waiting?")
         ids["turn"] = span.get_span_context().trace_id
@@ -162,7 +162,7 @@ def test_the_agents_span_around_context_holds_the_whole_path(
     assert redis and all(s["kind"] == "CLIENT" for s in redis)
     # Nothing the caller sent, with the content opt-in off.
     dumped = json.dumps(spans)
-    for sent in ("parcel 3318", "Elm Street", "Hello there"):
+    for sent in ("parcel 3318", "Elm Street", "locker is number"):
         assert sent not in dumped, sent
 
 
@@ -186,7 +186,10 @@ def test_memory_writes_and_jobs_are_traced(traced: tuple[dict[str, int], list[di
     (job,) = jobs
     assert job["kind"] == "CONSUMER" and job["parent"] is None and job["trace"] != ids["close"]
     assert job["links"] == [[ids["close"], close["id"]]]
-    assert under(spans, "memlane.job closed", job["trace"])  # the job's own work inside it
+    work = under(spans, "memlane.job closed", job["trace"])  # the job's own work inside it
+    assert any(s["attributes"].get("db.system.name") == "redis" for s in work)
+    (promoted,) = [s for s in work if s["name"] == "create_memory"]  # the session's turns, learnt
+    assert promoted["attributes"]["gen_ai.memory.record.count"] >= 1
 
 
 def test_the_content_opt_in_adds_the_query_and_the_records_with_their_scores(
