@@ -36,6 +36,7 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..observability.health import PodMetrics
 
@@ -52,6 +53,7 @@ _IDLE_MS = 5 * 60_000
 # the worker processes' pipes, the model. A quarter of the limit, at least this.
 _FD_RESERVE = 256
 _CAP_LOG_S = 60.0  # at most one "at the cap" line a minute
+_FIND_S = 2.0
 
 
 def connection_cap(nofile: int, listeners: int) -> int:
@@ -117,6 +119,7 @@ class ConnectionGate:
     _gone: set[int] = field(default_factory=set)  # inodes shed, until gRPC has closed them
     _server: int = -1  # this sidecar's gRPC server in channelz, once a connection has named it
     _foreign: set[int] = field(default_factory=set)  # channelz sockets of another server in the process
+    _found_at: float = -60.0  # when the servers were last listed to find this sidecar's
     _tick: int = 0
     _seen_at: dict[int, float] = field(default_factory=dict)  # tick -> monotonic time
     _saturated_at: float = -SATURATED_S
@@ -153,16 +156,33 @@ class ConnectionGate:
         now = time.monotonic()
         self._tick += 1
         self._seen_at[self._tick] = now
-        self._scan_fds()  # before channelz: a connection accepted in between is matched a tick later
-        self._scan_channelz()
+        changed = self._scan_channelz()
         counts: dict[str, int] = {}
         for c in self._conns.values():
             counts[c.listener] = counts.get(c.listener, 0) + 1
         self.metrics.grpc_connections.set(sum(counts.values()))
-        for listener in self._keys.values():
+        due = [
+            listener for listener in self._keys.values() if self._due(listener, counts.get(listener, 0), now)
+        ]
+        # The descriptors are read when a connection came or went (so each is first seen by the tick its
+        # connection was, or the next) and when there is one to shed; not in a quiet tick (they cost
+        # a system call each).
+        if changed or due:
+            self._scan_fds()
+        for listener in due:
             self._shed(listener, counts.get(listener, 0), now)
-        for t in [t for t in self._seen_at if t < min(self._live_ticks(), default=self._tick)]:
+        oldest = min(self._live_ticks(), default=self._tick)
+        for t in [t for t in self._seen_at if t < oldest]:
             del self._seen_at[t]
+
+    def _due(self, listener: str, count: int, now: float) -> bool:
+        """Whether the listener is at the cap, or holds a connection past the first-request allowance."""
+        if count >= self.cap - headroom(self.cap):
+            return True
+        return any(
+            not c.used and c.listener == listener and now - self._seen_at.get(c.tick, now) >= FIRST_REQUEST_S
+            for c in self._conns.values()
+        )
 
     def _live_ticks(self) -> Iterable[int]:
         yield from (c.tick for c in self._conns.values())
@@ -253,18 +273,14 @@ class ConnectionGate:
             key = None
         return self._keys.get(key) if key else None
 
-    def _scan_channelz(self) -> None:
+    def _scan_channelz(self) -> bool:
         """The connections of this sidecar's server (channelz lists every gRPC server of the process: the
         first connection on one of the listeners names it), each asked whether it sent a request until
-        it has."""
+        it has. True when a connection came or went."""
         from grpc._cython import cygrpc  # noqa: PLC0415 - channelz's own entry points (grpcio-channelz's)
 
         alive: set[int] = set()
-        servers = [
-            int(s["ref"]["serverId"]) for s in json.loads(cygrpc.channelz_get_servers(0)).get("server", [])
-        ]
-        for server_id in [self._server] if self._server in servers else servers:
-            refs = json.loads(cygrpc.channelz_get_server_sockets(server_id, 0, 1 << 20))
+        for server_id, refs in self._server_sockets(cygrpc):
             for ref in refs.get("socketRef", []):
                 sid = int(ref["socketId"])
                 alive.add(sid)
@@ -282,8 +298,25 @@ class ConnectionGate:
                         known = self._conns[sid] = _Conn(listener, self._tick)
                     known.used = int(data.get("data", {}).get("streamsStarted", 0)) > 0
         self._foreign &= alive
-        for sid in [s for s in self._conns if s not in alive]:
+        gone = [s for s in self._conns if s not in alive]
+        for sid in gone:
             del self._conns[sid]
+        return bool(gone) or self._tick in {c.tick for c in self._conns.values()}
+
+    def _server_sockets(self, cygrpc: Any) -> list[tuple[int, dict[str, Any]]]:
+        """The socket references of this sidecar's server, or of every server until one is known as this
+        sidecar's (listing the servers costs far more than their sockets: at most every ``_FIND_S``)."""
+        if self._server >= 0:
+            with contextlib.suppress(ValueError):  # a server gone from channelz
+                refs = json.loads(cygrpc.channelz_get_server_sockets(self._server, 0, 1 << 20))
+                return [(self._server, refs)]
+            self._server = -1
+        if time.monotonic() - self._found_at < _FIND_S:
+            return []
+        self._found_at = time.monotonic()
+        servers = json.loads(cygrpc.channelz_get_servers(0)).get("server", [])
+        ids = [int(s["ref"]["serverId"]) for s in servers]
+        return [(i, json.loads(cygrpc.channelz_get_server_sockets(i, 0, 1 << 20))) for i in ids]
 
     def _listener_key(self, local: dict[str, dict[str, object]]) -> str | None:
         if "udsAddress" in local:
