@@ -62,7 +62,7 @@ MEMORY_OPERATIONS = {
     "UpdateMemory": "update_memory",
     "DeleteMemory": "delete_memory",
 }
-# gRPC status numbers, and the codes that mark a client span as failed (all but OK).
+# gRPC status numbers (``rpc.grpc.status_code``); every code but OK marks a client span as failed.
 _NUMBERS = {code.name: code.value[0] for code in grpc.StatusCode}
 
 
@@ -70,10 +70,11 @@ class CallSpan:
     """One call's CLIENT span (None when no SDK records it); ``end`` closes it with the call's status.
     Never made current: a stream's span would leak into the caller's code between items."""
 
-    __slots__ = ("span",)
+    __slots__ = ("operation", "span")
 
     def __init__(self, service: str, method: str) -> None:
         self.span: Any = None
+        self.operation = MEMORY_OPERATIONS.get(method) if service == "memlane.v1.MemoryService" else None
         otel = _otel()
         if otel is None:
             return
@@ -81,7 +82,7 @@ class CallSpan:
 
         trace = otel[0]
         attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
-        operation = MEMORY_OPERATIONS.get(method) if service == "memlane.v1.MemoryService" else None
+        operation = self.operation
         if operation is not None:
             attributes.update(
                 {
@@ -97,7 +98,7 @@ class CallSpan:
 
     def answered(self, response: Any) -> None:
         """What the response says of the operation (a search's record count)."""
-        if self.span is not None and hasattr(response, "results"):
+        if self.span is not None and self.operation == "search_memory":
             self.span.set_attribute("gen_ai.memory.record.count", len(response.results))
 
     def end(self, error: BaseException | None = None) -> None:

@@ -110,7 +110,9 @@ export async function startCall(service: string, method: string): Promise<CallSp
     headers: () => traceHeaders(api, own),
     answered: (response) => {
       const results = (response as { results?: unknown[] } | undefined)?.results;
-      if (Array.isArray(results)) span.setAttribute("gen_ai.memory.record.count", results.length);
+      if (operation === "search_memory" && Array.isArray(results)) {
+        span.setAttribute("gen_ai.memory.record.count", results.length);
+      }
     },
     end: (error) => {
       if (error === undefined) {
