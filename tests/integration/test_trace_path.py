@@ -33,6 +33,11 @@ exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)  # before the sidecar is built: its RPC tracing reads it then
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 
 import memlane
 from memlane import Caller, MemoryKind
@@ -73,13 +78,21 @@ for s in exporter.get_finished_spans():
         "parent": s.parent.span_id if s.parent else None, "attributes": dict(s.attributes or {}),
         "links": [[l.context.trace_id, l.context.span_id] for l in s.links],
     })
-print(json.dumps({"ids": ids, "spans": out}))
+durations = [
+    [dict(p.attributes), p.count, p.sum]
+    for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    if m.name == "gen_ai.retrieval.duration" for p in m.data.data_points
+]
+print(json.dumps({"ids": ids, "spans": out, "durations": durations}))
 """
 
 
-def run_agent(
-    redis_url: str, tmp_path: Path, *, capture: bool
-) -> tuple[dict[str, int], list[dict[str, Any]]]:
+# What one agent run recorded: the trace ids of its spans by purpose, every span, the retrieval-duration
+# points (attributes, count, sum).
+Run = tuple[dict[str, int], list[dict[str, Any]], list[list[Any]]]
+
+
+def run_agent(redis_url: str, tmp_path: Path, *, capture: bool) -> Run:
     prefix, user, sid = (
         f"tp{uuid.uuid4().hex[:10]}",
         f"u-{uuid.uuid4().hex[:6]}",
@@ -102,7 +115,7 @@ def run_agent(
     assert out.returncode == 0, out.stderr[-4000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     spans: list[dict[str, Any]] = found["spans"]
-    return found["ids"], spans
+    return found["ids"], spans, found["durations"]
 
 
 def under(spans: list[dict[str, Any]], root: str, trace_id: int) -> list[dict[str, Any]]:
@@ -125,16 +138,14 @@ def parent_of(spans: list[dict[str, Any]], span: dict[str, Any]) -> dict[str, An
 
 
 @pytest.fixture(scope="module")
-def traced(
-    redis_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[dict[str, int], list[dict[str, Any]]]:
+def traced(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_agent(redis_url, tmp_path_factory.mktemp("trace"), capture=False)
 
 
 def test_the_agents_span_around_context_holds_the_whole_path(
-    traced: tuple[dict[str, int], list[dict[str, Any]]],
+    traced: Run,
 ) -> None:
-    ids, spans = traced
+    ids, spans, durations = traced
     inside = under(spans, "agent-turn", ids["turn"])
     names = [s["name"] for s in inside]
     rpc = "memlane.v1.ContextService/AssembleContext"
@@ -160,14 +171,18 @@ def test_the_agents_span_around_context_holds_the_whole_path(
     assert any(parent_of(spans, s)["name"] == "search_memory" for s in embeddings)
     redis = [s for s in inside if s["attributes"].get("db.system.name") == "redis"]
     assert redis and all(s["kind"] == "CLIENT" for s in redis)
+    # The retrieval duration metric (OpenTelemetry metrics API), one point per search.
+    assert [(p[0], p[1] >= 1, p[2] > 0) for p in durations] == [
+        ({"gen_ai.operation.name": "search_memory", "gen_ai.provider.name": "memlane"}, True, True)
+    ]
     # Nothing the caller sent, with the content opt-in off.
     dumped = json.dumps(spans)
     for sent in ("parcel 3318", "Elm Street", "locker is number"):
         assert sent not in dumped, sent
 
 
-def test_memory_writes_and_jobs_are_traced(traced: tuple[dict[str, int], list[dict[str, Any]]]) -> None:
-    ids, spans = traced
+def test_memory_writes_and_jobs_are_traced(traced: Run) -> None:
+    ids, spans, _ = traced
     inside = under(spans, "agent-remember", ids["remember"])
     (client,) = [s for s in inside if s["name"] == "create_memory" and s["kind"] == "CLIENT"]
     (server,) = [s for s in inside if s["name"] == "create_memory" and s["kind"] == "INTERNAL"]
@@ -195,7 +210,7 @@ def test_memory_writes_and_jobs_are_traced(traced: tuple[dict[str, int], list[di
 def test_the_content_opt_in_adds_the_query_and_the_records_with_their_scores(
     redis_url: str, tmp_path: Path
 ) -> None:
-    ids, spans = run_agent(redis_url, tmp_path, capture=True)
+    ids, spans, _ = run_agent(redis_url, tmp_path, capture=True)
     (search,) = [s for s in under(spans, "agent-turn", ids["turn"]) if s["name"] == "search_memory"]
     assert search["attributes"]["gen_ai.memory.query.text"] == "Where is parcel 3318 waiting?"
     records = json.loads(search["attributes"]["gen_ai.memory.records"])

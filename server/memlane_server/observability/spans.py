@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -187,13 +187,30 @@ def memory_span(operation: str, **extra: AttributeValue) -> Iterator[trace.Span 
         yield current
 
 
+# The GenAI retrieval duration, through OpenTelemetry's metrics API: recorded for every search, exported
+# where the process has a MeterProvider (an application embedding the sidecar; ``memlane serve`` installs
+# none: its metrics are Prometheus', where ``memlane_rpc_duration_seconds`` gives the same).
+_retrieval_duration = metrics.get_meter("memlane").create_histogram(
+    "gen_ai.retrieval.duration", unit="s", description="GenAI retrieval duration (a memory search)."
+)
+_RETRIEVAL = {"gen_ai.operation.name": SEARCH, "gen_ai.provider.name": PROVIDER}
+
+
 @contextlib.contextmanager
 def search_span(query: str, top_k: int) -> Iterator[trace.Span | None]:
-    """A search's span; ``found`` adds what it returned."""
-    with memory_span(SEARCH, **{"gen_ai.retrieval.top_k": top_k}) as current:
-        if current is not None and capture_content():
-            current.set_attribute("gen_ai.memory.query.text", query)
-        yield current
+    """A search's span (and its ``gen_ai.retrieval.duration``); ``found`` adds what it returned."""
+    start = time.perf_counter()
+    outcome = _RETRIEVAL
+    try:
+        with memory_span(SEARCH, **{"gen_ai.retrieval.top_k": top_k}) as current:
+            if current is not None and capture_content():
+                current.set_attribute("gen_ai.memory.query.text", query)
+            yield current
+    except Exception as exc:
+        outcome = {**_RETRIEVAL, "error.type": type(exc).__qualname__}
+        raise
+    finally:
+        _retrieval_duration.record(time.perf_counter() - start, outcome)
 
 
 def found(current: trace.Span | None, hits: Iterable[tuple[str, float]]) -> None:
