@@ -24,7 +24,7 @@ from google.protobuf.message import Message as ProtoMessage
 from ._errors import from_rpc_error
 from ._ids import new_id
 from ._retry import RetryPolicy, retry_hint
-from ._tracing import Metadata, trace_metadata
+from ._tracing import CallSpan, Metadata, trace_metadata
 from .v1 import admin_pb2 as apb
 from .v1 import admin_pb2_grpc as apb_grpc
 from .v1 import checkpoint_pb2 as kpb
@@ -56,6 +56,15 @@ DEFAULT_TIMEOUT = 30.0
 AGENT_HEADER = "x-memlane-agent"
 USER_TOKEN_HEADER = "x-memlane-user-token"  # a signed end-user token (JWT), when the sidecar binds users
 
+# The full service names (as the sidecar's spans name them).
+_SERVICES = {
+    "sessions": "memlane.v1.SessionService",
+    "context": "memlane.v1.ContextService",
+    "memory": "memlane.v1.MemoryService",
+    "admin": "memlane.v1.AdminService",
+    "checkpoints": "memlane.v1.CheckpointService",
+    "procedures": "memlane.v1.ProcedureService",
+}
 _STUBS: dict[str, Callable[[Any], Any]] = {
     "sessions": spb_grpc.SessionServiceStub,
     "context": cpb_grpc.ContextServiceStub,
@@ -344,9 +353,13 @@ class _Transport:
     def _rpc(self, spec: _Rpc[Any, Any]) -> Callable[..., Any]:
         return getattr(self._stubs[spec.service], spec.method)
 
-    def _call_metadata(self) -> Metadata:
-        """This client's metadata and, read at each call, the caller's active trace context."""
-        return self._metadata + trace_metadata() if self._propagate_trace else self._metadata
+    def _call_metadata(self, call: CallSpan | None = None) -> Metadata:
+        """This client's metadata and, read at each call, the trace context: the call's own CLIENT span
+        when one is recorded, else the caller's active span."""
+        return self._metadata + trace_metadata(call) if self._propagate_trace else self._metadata
+
+    def _span(self, spec: _Rpc[Any, Any]) -> CallSpan:
+        return CallSpan(_SERVICES[spec.service], spec.method)
 
     def _retry_delay(
         self, exc: grpc.RpcError, attempt: int, *, started: bool = False, safe: bool = True
@@ -430,29 +443,46 @@ class Client(_Transport, _SyncRpcs):
         safe = _prepare(request)
         rpc = self._rpc(spec)
         attempt = 1
-        while True:
-            try:
-                return rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
-            except grpc.RpcError as exc:
-                time.sleep(self._retry_delay(exc, attempt, safe=safe))
-                attempt += 1
+        span = self._span(spec)
+        try:
+            while True:
+                try:
+                    response = rpc(
+                        request, timeout=timeout or self._timeout, metadata=self._call_metadata(span)
+                    )
+                    span.answered(response)
+                    break
+                except grpc.RpcError as exc:
+                    time.sleep(self._retry_delay(exc, attempt, safe=safe))
+                    attempt += 1
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
+        return response
 
     def _stream(self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None) -> Iterator[Any]:
         rpc = self._rpc(spec)
         attempt = 1
-        while True:
-            started = False
-            call = rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
-            try:
-                for item in call:
-                    started = True
-                    yield item
-                return
-            except grpc.RpcError as exc:
-                time.sleep(self._retry_delay(exc, attempt, started=started))
-                attempt += 1
-            finally:
-                call.cancel()  # a consumer that stops early must not leave the stream open server-side
+        span = self._span(spec)
+        try:
+            while True:
+                started = False
+                call = rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata(span))
+                try:
+                    for item in call:
+                        started = True
+                        yield item
+                    break
+                except grpc.RpcError as exc:
+                    time.sleep(self._retry_delay(exc, attempt, started=started))
+                    attempt += 1
+                finally:
+                    call.cancel()  # a consumer that stops early must not leave the stream open server-side
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
 
 
 class AsyncClient(_Transport, _AsyncRpcs):
@@ -504,31 +534,47 @@ class AsyncClient(_Transport, _AsyncRpcs):
         safe = _prepare(request)
         rpc = self._rpc(spec)
         attempt = 1
-        while True:
-            try:
-                return await rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
-            except grpc.RpcError as exc:
-                await asyncio.sleep(self._retry_delay(exc, attempt, safe=safe))
-                attempt += 1
+        span = self._span(spec)
+        try:
+            while True:
+                try:
+                    metadata = self._call_metadata(span)
+                    response = await rpc(request, timeout=timeout or self._timeout, metadata=metadata)
+                    span.answered(response)
+                    break
+                except grpc.RpcError as exc:
+                    await asyncio.sleep(self._retry_delay(exc, attempt, safe=safe))
+                    attempt += 1
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
+        return response
 
     async def _stream(
         self, spec: _Stream[Any, Any], request: ProtoMessage, timeout: float | None
     ) -> AsyncIterator[Any]:
         rpc = self._rpc(spec)
         attempt = 1
-        while True:
-            started = False
-            call = rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata())
-            try:
-                async for item in call:
-                    started = True
-                    yield item
-                return
-            except grpc.RpcError as exc:
-                await asyncio.sleep(self._retry_delay(exc, attempt, started=started))
-                attempt += 1
-            finally:
-                call.cancel()  # a consumer that stops early must not leave the stream open server-side
+        span = self._span(spec)
+        try:
+            while True:
+                started = False
+                call = rpc(request, timeout=timeout or self._timeout, metadata=self._call_metadata(span))
+                try:
+                    async for item in call:
+                        started = True
+                        yield item
+                    break
+                except grpc.RpcError as exc:
+                    await asyncio.sleep(self._retry_delay(exc, attempt, started=started))
+                    attempt += 1
+                finally:
+                    call.cancel()  # a consumer that stops early must not leave the stream open server-side
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
 
 
 def iter_pages(fetch: Callable[[str], Any], items: str) -> Iterator[Any]:

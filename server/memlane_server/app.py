@@ -39,6 +39,7 @@ from .infra.redis_server import DurableWrites, EmbeddedRedis
 from .keyspace import KeySpace
 from .ltm import MemoryMaintenance, MemoryService
 from .ltm.redis_state import LtmVersions
+from .observability import spans
 from .observability.domain import Sampler
 from .observability.health import PodHealth, PodMetrics
 from .observability.http_endpoint import HttpEndpoint
@@ -51,6 +52,8 @@ from .tokens import TokenCounter
 from .viewer import viewer_for
 from .wiring import grpc_server
 from .wiring import stores as wiring_stores
+from .wiring.connections import TICK_S as CONNECTIONS_TICK_S
+from .wiring.connections import ConnectionGate
 from .wiring.embedding import load_embedder
 from .wiring.lifecycle import SessionEnd, build_context, build_extractor, build_session_end, build_summarizer
 from .wiring.stores import Stores, build_stores
@@ -235,7 +238,7 @@ class Sidecar:
         self._health.add_check("redis", self._redis_answers)
         self.redis = connect(redis_url)
         self._closes["redis pool"] = self.redis.aclose
-        time_commands(self.redis, self.metrics.redis_command)
+        time_commands(self.redis, self.metrics.redis_command, spans.redis_call)
         if embedded is not None:
             self._durable = DurableWrites(embedded, self.redis)
         await self.redis.ping()
@@ -323,7 +326,7 @@ class Sidecar:
         self._policy = grpc_server.start_policy(s.access)
         self._closes["policy reload"] = self._policy.stop
         listens = [a.strip() for a in s.server.listen.split(",") if a.strip()]
-        gate = grpc_server.ConnectionGate(len(listens), self._pod)
+        gate = ConnectionGate(len(listens), self._pod)
         server, self.admission = grpc_server.new_server(
             s.server,
             self.registry,
@@ -357,7 +360,9 @@ class Sidecar:
         await server.start()
         self._drains["calls"] = functools.partial(self._drain_calls, server, s.server.shutdown_grace_seconds)
         await self._health.serve([*services[:2], ""])
-        connections = Periodic("grpc connections", gate.sample, _CONNECTIONS_SAMPLE_S)
+        gate.watch(self.addresses)
+        self._health.add_check("grpc connections", gate.health)
+        connections = Periodic("grpc connections", gate.tick, CONNECTIONS_TICK_S)
         self._closes["grpc connections"] = connections.stop
         connections.start()
 
@@ -466,7 +471,6 @@ class Sidecar:
 
 
 _DEFAULT_MAX_LENGTH = 256  # the admission's token estimate without a model (long-term memory off)
-_CONNECTIONS_SAMPLE_S = 2.0  # how often open gRPC connections are counted against the cap
 _REDIS_CHECK_S = 2.0  # a health check's PING through a new connection; longer: Redis cannot serve
 _ERASURE_RESUME_S = 10.0  # how often half-done erasures are looked for (one HKEYS when there are none)
 

@@ -1,7 +1,7 @@
 """Wires the domain metrics to the domain: the probes the sampler runs, the cache collectors and the
-meters around LanceDB calls (the session-end job is metered beside it, in ``pipelines/metering.py``).
-Composition-level (like app.py): it reads the stores through their public APIs and changes no domain
-behaviour.
+meters (and spans) around LanceDB calls (the session-end job is metered beside it, in
+``pipelines/metering.py``). Composition-level (like app.py): it reads the stores through their public
+APIs and changes no domain behaviour.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 from lancedb.expr import Expr
+from opentelemetry.trace import SpanKind
+from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry
 
 from .config import ObservabilitySettings, Settings
@@ -27,6 +29,7 @@ from .ltm.model import MemoryItem
 from .ltm.sharing import TableLock
 from .ltm.store import Hit, LanceMemoryStore
 from .memory_kinds import MemoryKind
+from .observability import spans
 from .observability.domain import CacheCollector, DomainMetrics, EmbeddingCollector, Probe, Sampler
 from .observability.metrics import new_registry
 from .sessions.ending import SessionEndQueue
@@ -168,8 +171,13 @@ def record_assembly(metrics: DomainMetrics, stats: AssembleStats) -> None:
         metrics.summary_behind.inc()
 
 
+def _lance_attributes(op: str) -> dict[str, AttributeValue]:
+    return {**spans.db_attributes("lancedb", op), "db.collection.name": "memories"}
+
+
 class MeteredLanceStore(LanceMemoryStore):
-    """The LanceDB store with the latency and failures of each call (``backend="lancedb"``). Built by
+    """The LanceDB store with the latency and failures of each call (``backend="lancedb"``) and, inside a
+    traced call, a CLIENT span for each (``{operation} memories``). Built by
     ``LanceMemoryStore.open`` (which constructs ``cls``); ``metrics`` is set right after."""
 
     metrics: DomainMetrics | None = None
@@ -194,7 +202,11 @@ class MeteredLanceStore(LanceMemoryStore):
         return store
 
     async def _timed(self, op: str, call: Awaitable[T]) -> T:
-        return await (self.metrics.backend_call("lancedb", op, call) if self.metrics is not None else call)
+        timed = self.metrics.backend_call("lancedb", op, call) if self.metrics is not None else call
+        if not spans.active():
+            return await timed
+        with spans.leaf(f"{op} memories", kind=SpanKind.CLIENT, attributes=_lance_attributes(op)):
+            return await timed
 
     async def count(self, where: Expr | None = None) -> int:
         return await self._timed("count", super().count(where))

@@ -103,11 +103,16 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 with memlane.Memlane(sys.argv[1], agent_id="traced-bot") as m:
     m.add(sys.argv[2], sys.argv[3], [{"role": "user", "content": "hello"}])
-print(json.dumps([[s.name, s.context.trace_id, s.context.span_id] for s in exporter.get_finished_spans()]))
+print(json.dumps([
+    [s.name, s.kind.name, s.context.trace_id, s.context.span_id, s.parent.span_id if s.parent else None]
+    for s in exporter.get_finished_spans()
+]))
 """
 
 
 def test_one_add_is_one_trace_without_a_callers_span(sidecar: SidecarProcess) -> None:
+    """With an SDK installed, each call is a CLIENT span of the client's, named as the sidecar names its
+    SERVER span of it, under the ``memlane.add`` span; the SERVER spans are the CLIENT spans' children."""
     user, sid = f"u-{uuid.uuid4().hex[:6]}", f"chat-{uuid.uuid4().hex[:8]}"
     out = subprocess.run(
         [sys.executable, "-c", ONE_ADD, sidecar.target, user, sid],
@@ -116,10 +121,15 @@ def test_one_add_is_one_trace_without_a_callers_span(sidecar: SidecarProcess) ->
         check=True,
         timeout=120,
     )
-    ((name, trace_id, span_id),) = json.loads(out.stdout)
-    assert name == "memlane.add"
+    found = json.loads(out.stdout)
+    ((_, _, trace_id, add_id, _),) = [s for s in found if s[0] == "memlane.add"]
+    calls = {name: (kind, span_id, parent) for name, kind, t, span_id, parent in found if t == trace_id}
+    assert set(calls) == {"memlane.add", CREATE, APPEND}
+    for name in (CREATE, APPEND):
+        assert calls[name][0] == "CLIENT" and calls[name][2] == add_id, name
     spans = server_spans(sidecar, trace_id, {CREATE, APPEND})
-    assert spans[CREATE]["parent_id"] == spans[APPEND]["parent_id"] == f"0x{span_id:016x}"
+    assert spans[CREATE]["parent_id"] == f"0x{calls[CREATE][1]:016x}"
+    assert spans[APPEND]["parent_id"] == f"0x{calls[APPEND][1]:016x}"
 
 
 class _Recorder(grpc.UnaryUnaryClientInterceptor):

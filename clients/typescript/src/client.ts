@@ -38,7 +38,7 @@ import type {
 import { SessionService } from "./gen/memlane/v1/session_service_pb.js";
 import { newId } from "./ids.js";
 import { backoff, DEFAULT_RETRY, type RetryPolicy } from "./retry.js";
-import { traceContext } from "./tracing.js";
+import { type CallSpan, startCall, traceContext } from "./tracing.js";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -130,9 +130,11 @@ export class Client {
   readonly #session: Http2SessionManager;
   readonly #timeoutMs: number;
   readonly #retry: RetryPolicy;
+  readonly #propagate: boolean;
 
   constructor(target: string = DEFAULT_TARGET, options: ClientOptions = {}) {
     this.target = target;
+    this.#propagate = options.propagateTrace !== false;
     this.#timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.#retry = options.retry ?? DEFAULT_RETRY;
     const url = baseUrl(target);
@@ -170,8 +172,15 @@ export class Client {
     this.close();
   }
 
-  #options(options: CallOptions | undefined): CallOptions {
-    return { ...options, timeoutMs: options?.timeoutMs ?? this.#timeoutMs };
+  #options(options: CallOptions | undefined, span?: CallSpan): CallOptions {
+    const out: CallOptions = { ...options, timeoutMs: options?.timeoutMs ?? this.#timeoutMs };
+    if (span !== undefined && this.#propagate) {
+      // The call's own CLIENT span is its context (the trace interceptor leaves headers set here).
+      const headers = new Headers(options?.headers);
+      for (const [name, value] of Object.entries(span.headers())) headers.set(name, value);
+      out.headers = headers;
+    }
+    return out;
   }
 
   /** Milliseconds to wait before attempt `attempt + 1`; throws the typed error when it is final. */
@@ -189,12 +198,21 @@ export class Client {
     return async (request: unknown, options?: CallOptions) => {
       const message = create(method.input as DescMessage, request as never);
       const safe = prepare(message);
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await call(message, this.#options(options));
-        } catch (thrown) {
-          await sleep(this.#retryDelay(thrown, attempt, safe, false));
+      const span = await startCall(method.parent.typeName, method.name);
+      try {
+        for (let attempt = 1; ; attempt++) {
+          try {
+            const response = await call(message, this.#options(options, span));
+            span?.answered(response);
+            span?.end();
+            return response;
+          } catch (thrown) {
+            await sleep(this.#retryDelay(thrown, attempt, safe, false));
+          }
         }
+      } catch (thrown) {
+        span?.end(thrown);
+        throw thrown;
       }
     };
   }
@@ -204,19 +222,29 @@ export class Client {
     return (request: unknown, options?: CallOptions) =>
       (async function* () {
         const message = create(method.input as DescMessage, request as never);
-        for (let attempt = 1; ; attempt++) {
-          let started = false;
-          try {
-            // A partial stream cannot be resumed: only a stream that yielded nothing is retried. A
-            // consumer that stops early returns this generator, which cancels the call.
-            for await (const item of call(message, client.#options(options)) as AsyncIterable<unknown>) {
-              started = true;
-              yield item;
+        const span = await startCall(method.parent.typeName, method.name);
+        let failed: unknown;
+        try {
+          for (let attempt = 1; ; attempt++) {
+            let started = false;
+            try {
+              // A partial stream cannot be resumed: only a stream that yielded nothing is retried. A
+              // consumer that stops early returns this generator, which cancels the call.
+              const items = call(message, client.#options(options, span)) as AsyncIterable<unknown>;
+              for await (const item of items) {
+                started = true;
+                yield item;
+              }
+              return;
+            } catch (thrown) {
+              await sleep(client.#retryDelay(thrown, attempt, true, started));
             }
-            return;
-          } catch (thrown) {
-            await sleep(client.#retryDelay(thrown, attempt, true, started));
           }
+        } catch (thrown) {
+          failed = thrown;
+          throw thrown;
+        } finally {
+          span?.end(failed); // also when the consumer stopped early: no error of the call's
         }
       })();
   }

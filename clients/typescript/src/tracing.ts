@@ -1,13 +1,22 @@
 /**
  * The caller's trace, carried to the sidecar: when the application has `@opentelemetry/api` (an optional
  * peer) and a span is active, every call sends the active context through the registered propagator and,
- * whatever that propagator writes, a W3C `traceparent` (what the sidecar reads), so its SERVER span is a
- * child of the caller's span. Without the package, or with no span active, nothing is added and nothing
- * is loaded beyond one failed import.
+ * whatever that propagator writes, a W3C `traceparent` (what the sidecar reads), so its SERVER span joins
+ * the caller's trace. Without the package, or with no span active, nothing is added and nothing is loaded
+ * beyond one failed import.
+ *
+ * The client's own spans (`startCall`), when an OpenTelemetry SDK is registered: a CLIENT span around each
+ * call, its retries included, named as the sidecar names its span of that call
+ * (`memlane.v1.ContextService/AssembleContext`, with the RPC attributes) or, for the memory operations of
+ * the OpenTelemetry GenAI memory conventions, by that operation (`search_memory`, `create_memory`,
+ * `update_memory`, `delete_memory`) with its `gen_ai.*` attributes, as the Python client does. The call
+ * then sends the CLIENT span's context, so the sidecar's SERVER span is its child.
  */
-import type { Interceptor } from "@connectrpc/connect";
+import { ConnectError, type Interceptor } from "@connectrpc/connect";
 
 type OtelApi = typeof import("@opentelemetry/api");
+type Span = import("@opentelemetry/api").Span;
+type Context = import("@opentelemetry/api").Context;
 
 let loaded: Promise<OtelApi | undefined> | undefined;
 
@@ -17,9 +26,8 @@ function otel(): Promise<OtelApi | undefined> {
   return loaded;
 }
 
-/** The active context's propagation headers (empty when no span is active or OpenTelemetry is absent). */
-function traceHeaders(api: OtelApi): Record<string, string> {
-  const active = api.context.active();
+/** The propagation headers of `active` (empty when it holds no span or OpenTelemetry is absent). */
+function traceHeaders(api: OtelApi, active: Context = api.context.active()): Record<string, string> {
   const span = api.trace.getSpanContext(active);
   if (span === undefined || !api.isSpanContextValid(span)) return {};
   const carrier: Record<string, string> = {};
@@ -60,4 +68,62 @@ export async function inSpan<T>(name: string, work: () => Promise<T>): Promise<T
       span.end();
     }
   });
+}
+
+/** The RPCs that are memory operations of the GenAI memory conventions: their spans carry its names. */
+const MEMORY_OPERATIONS: Record<string, string> = {
+  SearchMemories: "search_memory",
+  CreateMemory: "create_memory",
+  UpdateMemory: "update_memory",
+  DeleteMemory: "delete_memory",
+};
+
+/** One call's CLIENT span. */
+export interface CallSpan {
+  /** The span's propagation headers, for the call to send. */
+  headers(): Record<string, string>;
+  /** What the response says of the operation (a search's record count). */
+  answered(response: unknown): void;
+  end(error?: unknown): void;
+}
+
+/** A CLIENT span for one call of `service`/`method`, or undefined when no SDK records it. */
+export async function startCall(service: string, method: string): Promise<CallSpan | undefined> {
+  const api = await otel();
+  if (api === undefined) return undefined;
+  const attributes: Record<string, string> = { "rpc.system": "grpc", "rpc.service": service, "rpc.method": method };
+  const operation = service === "memlane.v1.MemoryService" ? MEMORY_OPERATIONS[method] : undefined;
+  if (operation !== undefined) {
+    Object.assign(attributes, {
+      "gen_ai.operation.name": operation,
+      "gen_ai.provider.name": "memlane",
+      "gen_ai.memory.store.id": "ltm",
+    });
+  }
+  const parent = api.context.active();
+  const span: Span = api.trace
+    .getTracer("memlane")
+    .startSpan(operation ?? `${service}/${method}`, { kind: api.SpanKind.CLIENT, attributes }, parent);
+  if (!span.isRecording()) return undefined;
+  const own = api.trace.setSpan(parent, span);
+  return {
+    headers: () => traceHeaders(api, own),
+    answered: (response) => {
+      const results = (response as { results?: unknown[] } | undefined)?.results;
+      if (operation === "search_memory" && Array.isArray(results)) {
+        span.setAttribute("gen_ai.memory.record.count", results.length);
+      }
+    },
+    end: (error) => {
+      if (error === undefined) {
+        span.setAttribute("rpc.grpc.status_code", 0);
+      } else {
+        const code = ConnectError.from(error).code;
+        span.setAttribute("rpc.grpc.status_code", code);
+        span.setAttribute("error.type", String(code));
+        span.setStatus({ code: api.SpanStatusCode.ERROR, message: String(code) });
+      }
+      span.end();
+    },
+  };
 }

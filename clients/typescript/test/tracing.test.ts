@@ -1,11 +1,12 @@
 /** The caller's OpenTelemetry trace reaches the sidecar: with a tracer provider registered (an in-memory
- * exporter) the sidecar's SERVER spans of `Memlane.add()` and `Memlane.context()` are in the agent's trace,
- * children of its span; with no span active, one `add()` is one trace (a `memlane.add` span of the
- * client's); `propagateTrace: false` leaves the calls out of it. The sidecar's spans are read from its own
+ * exporter) each call is a CLIENT span of the client's under the agent's span, named as the sidecar names
+ * its SERVER span of the call (or by its GenAI memory operation), and the sidecar's SERVER spans of
+ * `Memlane.add()` and `Memlane.context()` are its children; with no span active, one `add()` is one trace
+ * (a `memlane.add` span of the client's); `propagateTrace: false` leaves the calls out of it. The sidecar's spans are read from its own
  * console exporter (test/sidecar.ts turns it on). Interceptors of the caller's run on every call. */
 import { readFileSync } from "node:fs";
 import { type Interceptor } from "@connectrpc/connect";
-import { trace } from "@opentelemetry/api";
+import { SpanKind, trace } from "@opentelemetry/api";
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
 import { afterAll, describe, expect, inject, it } from "vitest";
@@ -71,11 +72,36 @@ describe("OpenTelemetry context", () => {
       return [span.spanContext().traceId, span.spanContext().spanId] as const;
     });
     const spans = await waitForSpans(traceId, [CREATE, APPEND, ASSEMBLE]);
+    const mine = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
     for (const name of [CREATE, APPEND, ASSEMBLE]) {
-      expect(spans.find((s) => s.name === name)?.parentId, name).toBe(spanId);
+      const client = mine.find((s) => s.name === name);
+      expect(client?.kind, name).toBe(SpanKind.CLIENT);
+      expect(client?.parentSpanContext?.spanId, name).toBe(spanId);
+      expect(client?.attributes["rpc.grpc.status_code"], name).toBe(0);
+      expect(spans.find((s) => s.name === name)?.parentId, name).toBe(client?.spanContext().spanId);
     }
-    // Under the agent's span the client adds no span of its own.
-    expect(exporter.getFinishedSpans().map((s) => s.name)).not.toContain("memlane.add");
+    // Under the agent's span the client adds no operation span of its own.
+    expect(mine.map((s) => s.name)).not.toContain("memlane.add");
+  });
+
+  it("a memory operation's CLIENT span carries its GenAI name", async () => {
+    const client = new Client(target(), { agentId: "traced-bot" });
+    try {
+      const traceId = await tracer.startActiveSpan("agent-search", async (span) => {
+        await client.searchMemories({ caller: { userId: unique("u"), agentId: "traced-bot" }, query: "parcel" });
+        span.end();
+        return span.spanContext().traceId;
+      });
+      const [search] = exporter.getFinishedSpans().filter(
+        (s) => s.spanContext().traceId === traceId && s.name === "search_memory",
+      );
+      expect(search?.kind).toBe(SpanKind.CLIENT);
+      expect(search?.attributes["gen_ai.operation.name"]).toBe("search_memory");
+      expect(search?.attributes["gen_ai.memory.store.id"]).toBe("ltm");
+      expect(search?.attributes["gen_ai.memory.record.count"]).toBe(0);
+    } finally {
+      client.close();
+    }
   });
 
   it("one add() is one trace when no span is active", async () => {
@@ -84,8 +110,11 @@ describe("OpenTelemetry context", () => {
     const [add] = exporter.getFinishedSpans().filter((s) => s.name === "memlane.add");
     expect(add).toBeDefined();
     const spans = await waitForSpans(add!.spanContext().traceId, [CREATE, APPEND]);
-    const calls = spans.filter((s) => s.name === CREATE || s.name === APPEND);
-    expect(calls.map((s) => s.parentId)).toEqual([add!.spanContext().spanId, add!.spanContext().spanId]);
+    for (const name of [CREATE, APPEND]) {
+      const [client] = exporter.getFinishedSpans().filter((s) => s.name === name);
+      expect(client?.parentSpanContext?.spanId, name).toBe(add!.spanContext().spanId);
+      expect(spans.find((s) => s.name === name)?.parentId, name).toBe(client?.spanContext().spanId);
+    }
   });
 
   it("propagateTrace: false keeps the calls out of the caller's trace; interceptors run on every call", async () => {

@@ -36,6 +36,7 @@ from ..ltm import (
 from ..ltm.operations import MemoryMerge
 from ..ltm.recall import check_texts
 from ..ltm.redis_state import OnceMarks
+from ..observability import spans
 from ..sessions.limits import Limits, check_batch, check_list, check_metadata, check_short, check_timestamp
 from ..sessions.model import Session
 from ..sessions.store import now_ms
@@ -203,7 +204,9 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             min_score=request.min_score,
             vector=tuple(request.query_vector),
         )
-        hits = await self._memory.search(query)
+        with spans.search_span(request.query, query.limit) as span:
+            hits = await self._memory.search(query)
+            spans.found(span, ((h.item.id, h.score) for h in hits))
         return mpb.SearchMemoriesResponse(
             results=[
                 mpb.ScoredMemory(
@@ -261,8 +264,10 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
             valid_until_ms=request.valid_until_unix_ms,
         )
         owner = Owner(who.user_id, who.agent_id, request.channel, request.source_session_id)
-        async with self._admission.admit([request.content], "content"):
-            result = await self._memory.create(owner, draft)
+        with spans.memory_span(spans.CREATE) as span:
+            async with self._admission.admit([request.content], "content"):
+                result = await self._memory.create(owner, draft)
+            spans.wrote(span, result.item.id)
         return mpb.CreateMemoryResponse(
             memory=memory_to_pb(result.item),
             outcome=INGEST_OUTCOME.to_pb(result.outcome),
@@ -313,10 +318,11 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
         if patch.scope is not None:
             current = await self._memory.get(who, m.memory_id)
             _check_scope_write(current_caller(), patch.scope, current.agent_id, current.group, "memory")
-        async with self._admission.admit(
-            [patch.content] if patch.content is not None else [], "memory.content"
-        ):
-            item = await self._memory.update(who, m.memory_id, patch)
+        with spans.memory_span(spans.UPDATE, **{"gen_ai.memory.record.id": m.memory_id}):
+            async with self._admission.admit(
+                [patch.content] if patch.content is not None else [], "memory.content"
+            ):
+                item = await self._memory.update(who, m.memory_id, patch)
         return mpb.UpdateMemoryResponse(memory=memory_to_pb(item))
 
     async def MergeMemories(
@@ -338,7 +344,8 @@ class MemoryServicer(mpb_grpc.MemoryServiceServicer):
 
     async def DeleteMemory(self, request: mpb.DeleteMemoryRequest, context: _Ctx) -> mpb.DeleteMemoryResponse:
         check_id(request.memory_id, "memory_id")
-        await self._memory.delete(_who(request.caller, write=True), request.memory_id)
+        with spans.memory_span(spans.DELETE, **{"gen_ai.memory.record.id": request.memory_id}):
+            await self._memory.delete(_who(request.caller, write=True), request.memory_id)
         return mpb.DeleteMemoryResponse()
 
     async def RecordFeedback(

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 
 from ..access.identity import Caller
+from ..observability import spans
 from ..sessions.model import ChannelPolicy, PolicyBook, Session, Summary
 from ..sessions.store import SessionStore
 from ..summarizers import ExtractiveSummarizer
@@ -111,7 +112,7 @@ class ContextAssembler:
         (each response costs a round trip's worth of gRPC work). The last flush carries the stats."""
         started = time.perf_counter()
         created = now_ms()
-        session = await self._gather.session(req)
+        session = await spans.traced("memlane.assemble.session", self._gather.session(req))
         self.turn_memo.check(session)
         s = settle(
             req,
@@ -138,7 +139,8 @@ class ContextAssembler:
             if not reads.history.done() and ready:
                 yield Flush(ready)
                 ready = []
-            history = await self._history_blocks(c, await reads.history)
+            read = await reads.history
+            history = await spans.traced("memlane.assemble.fold", self._history_blocks(c, read))
             stats = c.finish()
             stats.elapsed_us = int((time.perf_counter() - started) * 1e6)
             trace = TurnTrace(stats.trace_id, session.session_id, created, req, c.blocks, stats)

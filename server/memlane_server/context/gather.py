@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from ..errors import InvalidArgument
+from ..observability import spans
 from ..sessions.model import Session
 from ..sessions.store import SessionStore
 from .budget import BudgetPolicy
@@ -83,7 +84,10 @@ class Gatherer:
             _empty()
             if skip_ltm or Provenance.PROFILE in req.omit
             else asyncio.create_task(
-                self._memory.profile(session.user_id, viewer, s.plan.caps[Section.PROFILE])
+                spans.traced(
+                    "memlane.assemble.profile",
+                    self._memory.profile(session.user_id, viewer, s.plan.caps[Section.PROFILE]),
+                )
             ),
             _empty()
             if skip_ltm or not req.user_input or Provenance.MEMORY in req.omit
@@ -98,8 +102,18 @@ class Gatherer:
                     session_id=session.session_id,
                 )
             ),
-            asyncio.create_task(self._history.read(session, s.strategy, s.window_turns, req.viewer, s.model)),
-            asyncio.create_task(self._procedures.for_agent(agent, sorted(viewer.groups))),
+            asyncio.create_task(
+                spans.traced(
+                    "memlane.assemble.history",
+                    self._history.read(session, s.strategy, s.window_turns, req.viewer, s.model),
+                )
+            ),
+            asyncio.create_task(
+                spans.traced(
+                    "memlane.assemble.procedures",
+                    self._procedures.for_agent(agent, sorted(viewer.groups)),
+                )
+            ),
         )
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from ..access.identity import Caller
 from ..ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 from ..ltm.model import ScoreParts
+from ..observability import spans
 from ..procedures.store import ActiveProcedure
 
 
@@ -162,17 +163,19 @@ class LtmMemorySource:
     ) -> list[MemoryHit]:
         if not query.strip():
             return []
-        # The version read refreshes this sidecar's view when another wrote; a caller who can see
-        # nothing gets [] from the recall index without the query being embedded.
-        await self._version(user_id)
-        flt = MemoryFilter(
-            episodes_from_channel=None if self._cross_channel else channel,
-            episodes_not_from_session=session_id,
-        )
-        query_ = RecallQuery(_who(user_id, viewer), query[-2000:], limit + spares, filter=flt)
-        hits = await self._memory.search(query_)
-        # A use each for the first ``limit``: the spares are injected only in place of a repeat.
-        await self._memory.bump_usage([h.item.id for h in hits[:limit]])
+        with spans.search_span(query[-2000:], limit + spares) as span:
+            # The version read refreshes this sidecar's view when another wrote; a caller who can see
+            # nothing gets [] from the recall index without the query being embedded.
+            await self._version(user_id)
+            flt = MemoryFilter(
+                episodes_from_channel=None if self._cross_channel else channel,
+                episodes_not_from_session=session_id,
+            )
+            query_ = RecallQuery(_who(user_id, viewer), query[-2000:], limit + spares, filter=flt)
+            hits = await self._memory.search(query_)
+            spans.found(span, ((h.item.id, h.score) for h in hits))
+            # A use each for the first ``limit``: the spares are injected only in place of a repeat.
+            await self._memory.bump_usage([h.item.id for h in hits[:limit]])
         return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]
 
 

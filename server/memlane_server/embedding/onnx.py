@@ -33,6 +33,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from ..observability import spans
 from .spec import EmbeddingModelError, OnnxModelSpec, Pooling, verify_files
 
 # Calls with at most this many texts count as queries (recall, single writes): cached, own thread.
@@ -200,6 +201,10 @@ class OnnxEmbedder:
 
     async def embed(self, texts: list[str], *, bulk: bool | None = None) -> npt.NDArray[np.float32]:
         """``bulk`` None: a call of at most ``QUERY_MAX_TEXTS`` texts is a query, a larger one bulk work."""
+        with spans.embedding_span(self._spec.model_path.stem, len(texts)):
+            return await self._embed(texts, bulk)
+
+    async def _embed(self, texts: list[str], bulk: bool | None) -> npt.NDArray[np.float32]:
         if self._closed:
             raise RuntimeError("embedder is closed")
         if not texts:

@@ -36,6 +36,7 @@ import numpy.typing as npt
 import orjson
 
 from ..errors import Unavailable
+from ..observability import spans
 from .onnx import OnnxEmbedder, runs_as_query
 
 log = logging.getLogger("memlane")
@@ -242,6 +243,11 @@ class RemoteEmbedder:
         return conn
 
     async def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        # The caller's side of the hop: the frames carry no trace context (the model process sends none).
+        with spans.embedding_span("", len(texts), remote=True):
+            return await self._embed(texts)
+
+    async def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         if not texts:
             return np.zeros((0, self._ndims), dtype=np.float32)
         conn = await self._connection(self._reconnect_s)

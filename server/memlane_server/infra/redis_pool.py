@@ -7,7 +7,8 @@ session's hash tag, so one slot), so the rest of the code takes it as an ``aiore
 that must act per node (keyspace events, SCAN, CONFIG) ask :func:`is_cluster`.
 
 **Timing** (``time_commands``): every Redis round trip is timed by command family
-(``memlane_backend_latency_seconds{backend="redis"}``).
+(``memlane_backend_latency_seconds{backend="redis"}``) and told, with its command, to the sidecar's
+tracing (``trace``: inside a traced call, a CLIENT span named for the command).
 
 The client's own ``execute_command`` and ``pipeline`` are wrapped on the instance (the same code works for
 a single node and for :class:`redis.asyncio.RedisCluster`): one command is one round trip, a pipeline or
@@ -19,6 +20,7 @@ series stay bounded. Cost measured: ~2 us per call (two clocks and one observe o
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -280,8 +282,23 @@ def is_failure(exc: BaseException) -> bool:
     return not (isinstance(exc, ResponseError) and is_normal_error_reply(str(exc)))
 
 
-def time_commands(client: aioredis.Redis, observe: Observe) -> None:
-    """Wraps ``client`` in place so every command and pipeline execution reports to ``observe``."""
+# Told of each round trip with the command itself, after its reply (the sidecar's tracing records a span).
+Trace = Callable[[tuple[Any, ...], float, bool], None]  # (command, seconds, failed)
+_PIPELINE = ("PIPELINE",)
+
+
+def _lane_done(
+    observe: Observe, trace: Trace | None, command: tuple[Any, ...], seconds: float, failed: bool
+) -> None:
+    """A lane's command, reported as the pooled client's are."""
+    observe(family_of(*command), seconds, failed)
+    if trace is not None:
+        trace(command, seconds, failed)
+
+
+def time_commands(client: aioredis.Redis, observe: Observe, trace: Trace | None = None) -> None:
+    """Wraps ``client`` in place so every command and pipeline execution reports to ``observe`` (and, with
+    its command, to ``trace``)."""
     execute_command: Callable[..., Awaitable[Any]] = client.execute_command
     make_pipeline: Callable[..., Any] = client.pipeline
 
@@ -294,7 +311,10 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
             failed = is_failure(exc)
             raise
         finally:
-            observe(family_of(*args) if args else "other", time.perf_counter() - start, failed)
+            seconds = time.perf_counter() - start
+            observe(family_of(*args) if args else "other", seconds, failed)
+            if trace is not None:
+                trace(args, seconds, failed)
 
     def timed_pipeline(*args: Any, **kwargs: Any) -> Any:
         pipe = make_pipeline(*args, **kwargs)
@@ -309,7 +329,10 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
                 failed = is_failure(exc)
                 raise
             finally:
-                observe("pipeline", time.perf_counter() - start, failed)
+                seconds = time.perf_counter() - start
+                observe("pipeline", seconds, failed)
+                if trace is not None:
+                    trace(_PIPELINE, seconds, failed)
 
         pipe.execute = timed_execute
         return pipe
@@ -318,4 +341,4 @@ def time_commands(client: aioredis.Redis, observe: Observe) -> None:
     client.pipeline = timed_pipeline  # type: ignore[method-assign]
     lane = lane_of(client)
     if lane is not None:  # the lane's commands are round trips like any other
-        lane.observe = lambda command, seconds, failed: observe(family_of(*command), seconds, failed)
+        lane.observe = functools.partial(_lane_done, observe, trace)

@@ -71,7 +71,13 @@ class PodMetrics:
         )
         self.grpc_connections_shed = Counter(
             "memlane_grpc_connection_cap_reached_total",
-            "Samples that found gRPC connections at the cap (new connections were being refused).",
+            "Samples that found gRPC connections at the cap (connections that sent no request shed).",
+            registry=registry,
+        )
+        self.grpc_connections_closed_unused = Counter(
+            "memlane_grpc_connections_shed_total",
+            "Connections closed because they sent no request: at the cap, or past the first-request"
+            " allowance.",
             registry=registry,
         )
 

@@ -25,6 +25,7 @@ from ..errors import MemlaneError, Unavailable
 from ..extraction import ExtractedMemory, Extractor, build_episodes
 from ..ltm import MemoryScope, MemoryService, NewMemory, Owner
 from ..ltm.filters import owned_by, with_ids
+from ..observability import spans
 from ..procedures import ProcedureService, proposal_from
 from ..sessions.model import Message, Session, VisibilityKind
 
@@ -117,7 +118,11 @@ class LtmPromoter:
             if mid not in existing
         ]
         owner = Owner(session.user_id, audience.agent_id, session.channel, session.session_id)
-        results = await self._memory.ingest(owner, fresh) if fresh else []
+        results = []
+        if fresh:
+            with spans.memory_span(spans.CREATE) as span:  # the job's writes, in its trace
+                results = await self._memory.ingest(owner, fresh)
+                spans.wrote(span, "", len(results))
         out = [i for i in ids if i in existing]
         out += [r.item.id for r in results]
         return out

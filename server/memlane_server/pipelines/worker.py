@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter
 
 from ..errors import Conflict, DataLoss, MemlaneError, NotFound, ResourceExhausted, Unavailable
+from ..observability import spans
 from ..sessions.ending import (
     LEARN_REASONS,
     REASON_LEARN_QUIET,
@@ -183,7 +184,11 @@ class SessionEndWorker:
                 if not jobs:
                     jobs = await queue.read(self.consumer, free, block_ms=1000)
                 for job in jobs:
-                    task = asyncio.create_task(self._process(queue, job))
+                    # A trace of its own, linked to the request that queued the job.
+                    traced = spans.job(
+                        f"memlane.job {job.reason}", job.traceparent, self._process(queue, job)
+                    )
+                    task = asyncio.create_task(traced)
                     lane.inflight.add(task)
                     self._jobs[task] = (queue, job)
                     task.add_done_callback(self._done)

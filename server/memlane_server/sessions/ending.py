@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from ..keyspace import KeySpace
+from ..observability import spans
 from . import scripts
 from .leases import Lease
 
@@ -58,12 +59,17 @@ class EndJob:
     enqueued_at_ms: int
     through_seq: int = 0  # a summarize job's range and budget (0 for other jobs)
     budget: int = 0
+    # The span of the request that queued the job (W3C traceparent; "" untraced): the job's own trace
+    # links to it (observability/spans.py).
+    traceparent: str = ""
 
     def fields(self, at_ms: int) -> dict[str, str | int]:
         """The stream entry of this job, queued at ``at_ms``."""
         out: dict[str, str | int] = {"s": self.session_id, "r": self.reason, "at": at_ms}
         if self.through_seq:
             out.update(t=self.through_seq, b=self.budget)
+        if self.traceparent:
+            out["tp"] = self.traceparent
         return out
 
 
@@ -102,7 +108,7 @@ class SessionEndQueue:
     async def enqueue(
         self, session_id: str, reason: str, now_ms: int, *, through_seq: int = 0, budget: int = 0
     ) -> str:
-        job = EndJob("", session_id, reason, now_ms, through_seq, budget)
+        job = EndJob("", session_id, reason, now_ms, through_seq, budget, spans.traceparent())
         out = await self._redis.xadd(self.key, job.fields(now_ms))  # type: ignore[arg-type]
         return out.decode() if isinstance(out, bytes) else str(out)
 
@@ -132,6 +138,7 @@ class SessionEndQueue:
                     int(f.get(b"at", b"0")),
                     int(f.get(b"t", b"0")),
                     int(f.get(b"b", b"0")),
+                    f.get(b"tp", b"").decode(errors="replace"),
                 )
             )
         return out

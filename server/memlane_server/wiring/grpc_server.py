@@ -5,10 +5,7 @@ the background; the authenticator over it; the TLS credentials of the listen add
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import resource
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,84 +53,16 @@ from ..ltm import MemoryService
 from ..ltm.operations import MemorySnapshots
 from ..ltm.redis_state import OnceMarks
 from ..observability.domain import DomainMetrics
-from ..observability.health import PodMetrics
 from ..observability.metrics import RpcMetrics
 from ..pipelines.user_data import UserData, UserDirectory
 from ..pipelines.user_import import UserImport
 from ..sessions.edits import MessageEditor, MessageRemover
 from ..sessions.leases import ErasureJournal
+from .connections import ConnectionGate
 from .lifecycle import SessionEnd
 from .stores import Stores
 
 log = logging.getLogger("memlane")
-
-# A connection that has not finished the HTTP/2 handshake (sent nothing, or a slowloris) by then is
-# closed; one that then runs no call for ``_IDLE_MS`` is sent GOAWAY (clients reconnect on their next call).
-_HANDSHAKE_TIMEOUT_MS = 10_000
-_IDLE_MS = 5 * 60_000
-# Descriptors left to everything but gRPC connections: the Redis pool (64), LanceDB's files, archives,
-# the worker processes' pipes, the model. A quarter of the limit, at least this.
-_FD_RESERVE = 256
-_CAP_LOG_S = 60.0  # at most one "at the cap" line a minute
-
-
-def connection_cap(nofile: int, listeners: int) -> int:
-    """Open gRPC connections allowed per listener (gRPC counts them per listener): the descriptor limit
-    less the reserve, shared by the listeners."""
-    reserve = max(_FD_RESERVE, nofile // 4)
-    return max(16, (nofile - reserve) // max(1, listeners))
-
-
-class ConnectionGate:
-    """The cap on open gRPC connections (sized from RLIMIT_NOFILE, enforced by gRPC itself, which closes a
-    connection past it as it is accepted) and its watch: a sampled gauge of the connections open, and a
-    counter and a log line while they are at the cap (gRPC sheds without telling: the sample does)."""
-
-    def __init__(self, listeners: int, metrics: PodMetrics) -> None:
-        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if nofile == resource.RLIM_INFINITY:
-            nofile = 1 << 20
-        self.nofile, self.listeners = nofile, listeners
-        self.cap = connection_cap(nofile, listeners)
-        self._metrics = metrics
-        self._logged = -_CAP_LOG_S
-        metrics.grpc_connections_max.set(self.cap * listeners)
-
-    def options(self) -> list[tuple[str, int]]:
-        return [
-            ("grpc.max_allowed_incoming_connections", self.cap),
-            ("grpc.server_handshake_timeout_ms", _HANDSHAKE_TIMEOUT_MS),
-            ("grpc.max_connection_idle_ms", _IDLE_MS),
-        ]
-
-    async def sample(self) -> None:
-        """Counts the connections open per listener (gRPC's channelz, in this process)."""
-        counts = _open_connections()
-        self._metrics.grpc_connections.set(sum(counts))
-        if counts and max(counts) >= self.cap:
-            self._metrics.grpc_connections_shed.inc()
-            if time.monotonic() - self._logged >= _CAP_LOG_S:
-                self._logged = time.monotonic()
-                log.warning(
-                    "gRPC connections at the cap (%d per listener, from the descriptor limit %d): new"
-                    " connections are refused until some close; raise the limit (ulimit -n) if these"
-                    " callers are legitimate",
-                    self.cap,
-                    self.nofile,
-                )
-
-
-def _open_connections() -> list[int]:
-    """Open connections of each gRPC server in this process, from channelz (on by default in gRPC); all
-    its listeners together (exact against the cap with one listener, the usual case)."""
-    from grpc._cython import cygrpc  # noqa: PLC0415 - channelz's own entry points (grpcio-channelz's)
-
-    counts = []
-    for server in json.loads(cygrpc.channelz_get_servers(0)).get("server", []):
-        server_id = int(server["ref"]["serverId"])
-        sockets = json.loads(cygrpc.channelz_get_server_sockets(server_id, 0, 1 << 20))
-        counts.append(len(sockets.get("socketRef", [])))
-    return counts
 
 
 def new_server(
