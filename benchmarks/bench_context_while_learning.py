@@ -150,7 +150,25 @@ def _hottest(stacks: Path, n: int = 25) -> str:
     return "\n".join(out)
 
 
-def run(name: str, learn: bool, args: argparse.Namespace, run_dir: Path) -> dict[str, dict[str, float]]:
+def _settle(url: str, prefix: str, deadline_s: float = 900.0) -> None:
+    """Waits until the worker has run every learn job queued so far (the stream's group has nothing
+    undelivered or unacknowledged), then a few seconds more for the last commits to be seen."""
+    r = redis.Redis.from_url(url)
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            groups = r.xinfo_groups(f"{prefix}:queue:session-end")
+            if groups and all(g["pending"] == 0 and not g.get("lag") for g in groups):
+                break
+            time.sleep(1.0)
+    finally:
+        r.close()
+    time.sleep(3.0)
+
+
+def run(
+    name: str, learn: bool, args: argparse.Namespace, run_dir: Path, *, settle: bool = False
+) -> dict[str, dict[str, float]]:
     prefix = f"bcl{uuid.uuid4().hex[:8]}"
     sock = run_dir / f"{prefix}.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMLANE_")}
@@ -194,7 +212,9 @@ def run(name: str, learn: bool, args: argparse.Namespace, run_dir: Path) -> dict
                 user = Message(role=Role.ROLE_USER, content=TEXTS[(W1_PREFILL + i) % len(TEXTS)])
                 c.append_messages(session_id=sid, messages=[user])
             stacks = Path(args.stacks or run_dir / f"{name}.stacks")
-            spy = _profile(server.pid, stacks, args) if learn else None
+            spy = _profile(server.pid, stacks, args) if name == args.profile else None
+            if settle:
+                _settle(args.redis_url, prefix)
             for label, sid in (("20", f"{prefix}-w3"), ("200", f"{prefix}-w2")):
                 out[label] = measure(c, server.pid, sid, args)
                 print(name, label, {k: round(v, 2) for k, v in out[label].items()}, flush=True)
@@ -224,20 +244,28 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=300, help="W1 sessions (the harness: 1100)")
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--py-spy", default="", help="py-spy to sample the serving process with (defaults run)")
+    p.add_argument("--py-spy", default="", help="py-spy to sample the serving process with")
+    p.add_argument("--profile", default="defaults", help="the configuration py-spy samples")
+    p.add_argument(
+        "--settled", action="store_true", help="also the defaults after the learn jobs ran (memories held)"
+    )
     p.add_argument("--stacks", default="", help="where py-spy's collapsed stacks go (kept)")
-    p.add_argument("--only", choices=("at-end", "defaults"), help="one configuration")
+    p.add_argument(
+        "--only", choices=("at-end", "defaults", "none"), help="one configuration (none: --settled alone)"
+    )
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ctx-learn-") as tmp:
         runs: dict[str, Any] = {}
         for name, learn in (("at-end", False), ("defaults", True)):
             if args.only in (None, name):
                 runs[name] = run(name, learn, args, Path(tmp))
+        if args.settled:  # the defaults once more, measured after learning has finished
+            runs["settled"] = run("settled", True, args, Path(tmp), settle=True)
         if args.only:
             return
     print(f"\n{'messages':>8} {'config':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} {'tree cpu':>8}")
     for label in ("20", "200"):
-        for name in ("at-end", "defaults"):
+        for name in [n for n in ("at-end", "defaults", "settled") if n in runs]:
             f = runs[name][label]
             cpu = f"{f['cpu_ms']:7.2f} {f['tree_cpu_ms']:8.2f}"
             print(f"{label:>8} {name:>9} {f['p50']:7.2f} {f['p99']:7.2f} {cpu}")

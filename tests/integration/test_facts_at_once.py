@@ -12,11 +12,13 @@ import time
 import pytest
 
 import memlane
-from memlane import Message, Role
+from memlane import Message, Role, Topology, VisibilityKind
 from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
+from tests.access_policy import as_agent, write_policy
 from tests.conftest import ServerFactory
 
+SESSION = VisibilityKind.VISIBILITY_KIND_SESSION
 BOUND_S = 5.0  # well under the 31 s of the thresholds; the p50 on a quiet machine is well under 1 s
 FACTS = [
     ("I live in Lisbon.", "User lives in Lisbon.", "where does the user live"),
@@ -104,3 +106,27 @@ def test_a_turn_without_a_fact_adds_nothing_and_episodes_keep_the_threshold(
         c.promote_session(session_id=sid, close=True)
         contents = [m.content for m in _every(c, user_id)]
         assert contents.count("User lives in Lisbon.") == 1, contents
+
+
+def test_a_private_turns_fact_reaches_its_writer_at_once_and_no_other_agent(
+    start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory, user_id: str
+) -> None:
+    """A facts job promotes per audience, as session end does: a private turn's fact lands in its
+    writer's scope; a session-wide turn's (the positive control) reaches every agent."""
+    folder = tmp_path_factory.mktemp("facts")
+    server = start_server(auth_required=True, access_policy_file=str(write_policy(folder / "policy.yaml")))
+    with as_agent(server, "planner") as p, as_agent(server, "writer") as w, as_agent(server, "outsider") as o:
+        sid = p.create_session(user_id=user_id, topology=Topology.TOPOLOGY_DISTRIBUTED).session.session_id
+        lisbon = _say(w, sid, "I live in Lisbon.")  # private to writer (the distributed default)
+        said = Message(role=Role.ROLE_USER, content="I really love mangoes.", visibility=SESSION)
+        mangoes = o.append_messages(session_id=sid, messages=[said]).results[0].message_id
+        for c in (p, o, w):
+            t0 = time.monotonic()
+            while not _found(c, user_id, "", "which fruit does the user love", mangoes):
+                assert time.monotonic() - t0 < BOUND_S, "a session-wide fact did not reach every agent"
+                time.sleep(0.02)
+        mine = _found(w, user_id, "", "where does the user live", lisbon)
+        assert {m.scope for m in mine} == {mpb.MEMORY_SCOPE_AGENT}
+        assert {m.agent_id for m in mine} == {"writer"}
+        for c in (p, o):
+            assert not _found(c, user_id, "", "where does the user live Lisbon", lisbon)
