@@ -132,6 +132,10 @@ class KeySpace:
         """STRING token: replaced on every long-term memory write of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
+    def ltm_learnt(self, user_id: str) -> str:
+        """STRING token: replaced on every write learning made (a worker's promotion: ltm/redis_state.py)."""
+        return f"{self.prefix}:user:{{{user_id}}}:ltmlearnt"
+
     def ltm_removals(self, user_id: str) -> str:
         """STRING token: replaced on every write that removed rows of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmrm"

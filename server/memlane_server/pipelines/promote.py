@@ -117,7 +117,7 @@ class LtmPromoter:
             if mid not in existing
         ]
         owner = Owner(session.user_id, audience.agent_id, session.channel, session.session_id)
-        results = await self._memory.ingest(owner, fresh) if fresh else []
+        results = await self._memory.ingest(owner, fresh, learnt=True) if fresh else []
         out = [i for i in ids if i in existing]
         out += [r.item.id for r in results]
         return out
