@@ -26,6 +26,11 @@ FACTS = [
     ("I really love mangoes.", "User likes mangoes.", "which fruit does the user love"),
     ("My sister is called Ingrid.", "", "who is the user's sister"),
     ("I prefer window seats.", "", "which seat does the user prefer"),
+    ("I work at Siemens.", "", "where does the user work"),
+    ("I am allergic to peanuts.", "", "what is the user allergic to"),
+    ("I have a dog named Rex.", "", "what is the user's dog called"),
+    ("I hate cilantro.", "", "what food does the user dislike"),
+    ("I moved to Berlin last week.", "", "which city does the user live in"),
 ]
 
 
