@@ -15,12 +15,12 @@ episodes cost their own rows, not a reload of the user's ten thousand), or dropp
 removed (a reload is then the only way to see what is gone). Either way the read sees the write. A
 token seen is trusted for an hour at most (a lost bump cannot keep a view stale for longer).
 
-Writes learning makes (a worker's promotions: learn and facts jobs, session end) bump a learnt token
-instead, unless they removed rows. Nobody waits to read those rows, and while a user's sessions are being
-learnt from they come every few hundred milliseconds: catching up before each read made every context
-call pay a table read (the peers harness: 7.1 ms p50 against 1.9 with learning at session end). So a
-read that finds only the learnt token changed goes on with the view as it is and starts one catch-up
-behind it (per user at a time); the next read after it sees the rows (a few tens of milliseconds).
+Writes learning makes (an open session's promotions: learn and facts jobs) bump a learnt token instead,
+unless they removed rows (a session end's stay as they were: PromoteSession's caller waits to read
+them). Nobody waits to read learning's rows, and while a user's sessions are being learnt from they come
+every few hundred milliseconds: catching up before each read made every context call pay a table read.
+So a read that finds only the learnt token changed goes on with the view as it is and starts one
+catch-up behind it (per user at a time); the next read after it sees the rows (tens of milliseconds).
 
 Batched usage bumps: assembly reports which items it injected, the table is written once a second.
 

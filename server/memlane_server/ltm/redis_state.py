@@ -233,7 +233,7 @@ class LtmVersions:
     async def bump(self, user_id: str, removed: bool = False, learnt: bool = False) -> None:
         """After a write; ``removed``: it deleted rows (a delete, pruning, erasure, a restore), which a
         reader cannot see in what changed since its view and must reload for; ``learnt``: learning made
-        it (a promotion in a worker), which no caller waits to read, so readers take it in behind their
+        it (an open session's promotion), which no caller waits to read, so readers take it in behind their
         reads (ltm/core.py ``Freshness``). A failure is logged, not raised: the write itself landed, and
         cached profiles expire within seconds anyway (a Redis that is down fails the next assembly
         first)."""

@@ -204,11 +204,14 @@ class Learner:
         *,
         policies: PolicyBook,
         state: EndState,
+        promoter: Promoter | None = None,
         facts: Promoter | None = None,
         facts_queue: SessionEndQueue | None = None,
     ) -> None:
-        """``facts``: promotion of facts and preferences alone (no episodes), for facts jobs;
-        ``facts_queue``: their stream (its marks are cleared here)."""
+        """``promoter``: the session end's promotion, its writes marked as learning's (None: the
+        pipeline's own); ``facts``: promotion of facts and preferences alone (no episodes), for facts
+        jobs; ``facts_queue``: their stream (its marks are cleared here)."""
+        self._promoter = promoter
         self._store = store
         self._pipeline = pipeline
         self._policies = policies
@@ -240,7 +243,7 @@ class Learner:
         keep = 0 if whole else held_back(tail)
         if keep >= len(tail):
             return keep
-        await self._pipeline.promote_range(session_id, through, tail[-keep - 1].seq)
+        await self._pipeline.promote_range(session_id, through, tail[-keep - 1].seq, promoter=self._promoter)
         return keep
 
     async def learn_facts(self, session_id: str) -> bool:

@@ -139,6 +139,7 @@ def build_session_end(
             pipeline,
             policies=policies,
             state=stores.end_state,
+            promoter=_promoter(stores, ltm, extractor, metrics, learnt=True),
             facts=facts_promoter,
             facts_queue=facts,
         )
@@ -177,15 +178,20 @@ def build_session_end(
 
 
 def _promoter(
-    stores: Stores, ltm: MemoryService | None, extractor: Extractor | None, metrics: DomainMetrics
+    stores: Stores,
+    ltm: MemoryService | None,
+    extractor: Extractor | None,
+    metrics: DomainMetrics,
+    *,
+    learnt: bool = False,
 ) -> Promoter | None:
     """Promotion into long-term memory, when there is one; successful sessions also propose an example
-    procedure for their agent (pipelines/promote.py, procedures/service.py)."""
+    procedure for their agent (pipelines/promote.py, procedures/service.py). ``learnt``: learning's
+    (an open session's), whose writes readers take in behind their reads."""
     if ltm is None or extractor is None:
         return None
-    return ExtractingPromoter(
-        metering.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
-    )
+    inner = LtmPromoter(ltm, extractor, learnt=learnt)
+    return ExtractingPromoter(metering.MeteredPromoter(inner, metrics), stores.procedures)
 
 
 def _facts_promoter(ltm: MemoryService | None, extractor: Extractor | None) -> Promoter | None:
@@ -193,7 +199,7 @@ def _facts_promoter(ltm: MemoryService | None, extractor: Extractor | None) -> P
     of regexes per turn; a model extractor keeps to the learn thresholds rather than a call per turn)."""
     if ltm is None or extractor is None or extractor.provider != RULES_PROVIDER:
         return None
-    return LtmPromoter(ltm, extractor, episodes=False)
+    return LtmPromoter(ltm, extractor, episodes=False, learnt=True)
 
 
 def _lifecycle(
