@@ -411,6 +411,11 @@ class PipelineSettings:
         "Promote an open session's remaining turns once it has been quiet this long; 0: not on idle (with "
         "learn_every_turns 0, only session end promotes).",
     )
+    learn_facts_on_append: bool = tune(
+        True,
+        "While learning during the session is on: a user turn's facts and preferences are learnt at once (a "
+        "worker runs the rules extractor on the new user turns; episodes keep the thresholds above).",
+    )
     archive_uri: str = op("", "Parquet archive directory or s3://bucket/prefix; empty: <data_dir>/archive.")
     archive_retention_interval_seconds: float = tune(
         3600.0, "How often archives past their retention are deleted."

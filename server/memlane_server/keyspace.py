@@ -132,6 +132,10 @@ class KeySpace:
         """STRING token: replaced on every long-term memory write of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmver"
 
+    def ltm_learnt(self, user_id: str) -> str:
+        """STRING token: replaced on every write learning made (a worker's promotion: ltm/redis_state.py)."""
+        return f"{self.prefix}:user:{{{user_id}}}:ltmlearnt"
+
     def ltm_removals(self, user_id: str) -> str:
         """STRING token: replaced on every write that removed rows of the user (ltm/redis_state.py)."""
         return f"{self.prefix}:user:{{{user_id}}}:ltmrm"
@@ -204,6 +208,11 @@ class KeySpace:
         """STRING with a short TTL: an expiry job is queued; stops N listening sidecars queueing N jobs."""
         return f"{self.prefix}:{{{session_id}}}:endq"
 
+    def facts_marker(self, session_id: str) -> str:
+        """STRING with a TTL: a facts job for this session is queued and not started yet (coalescing: at
+        most one waits per session however many user turns arrive meanwhile)."""
+        return f"{self.prefix}:{{{session_id}}}:factsq"
+
     def once(self, scope: str, user_id: str, op_id: str) -> str:
         """Marks a client-chosen operation id as done (retry de-duplication); ids are validated."""
         return f"{self.once_prefix(user_id)}{scope}:{op_id}"
@@ -243,6 +252,11 @@ class KeySpace:
         """STREAM with one consumer group: background summaries of open sessions, a lane of their own."""
         return f"{self.prefix}:queue:summaries"
 
+    def facts_queue(self) -> str:
+        """STREAM with one consumer group: facts jobs (a user turn's facts and preferences, learnt at
+        once), a lane of their own so they never wait behind promotions."""
+        return f"{self.prefix}:queue:facts"
+
     def session_end_parked(self) -> str:
         """STREAM: session-end jobs that failed too often, kept for an operator to inspect and retry.
 
@@ -276,6 +290,7 @@ class KeySpace:
             self.promoted(session_id),
             self.lease(session_id),
             self.end_marker(session_id),
+            self.facts_marker(session_id),
             self.outbox(session_id),
         )
 

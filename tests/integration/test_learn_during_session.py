@@ -33,6 +33,8 @@ def learning(start_server: ServerFactory, tmp_path_factory: pytest.TempPathFacto
         learn_every_turns=2,
         learn_idle_seconds=0.5,
         lifecycle_sweep_interval_seconds=0.1,
+        # The thresholds' own path: a user turn's facts at once are tests/integration/test_facts_at_once.py.
+        learn_facts_on_append=False,
     )
 
 
@@ -93,7 +95,12 @@ def test_the_exchange_awaiting_its_answer_waits_for_the_count(
     start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory, user_id: str
 ) -> None:
     """By count alone (no idle trigger): a whole exchange is learnt; a lone question is not yet."""
-    server = start_server(learn_every_turns=2, learn_idle_seconds=0, lifecycle_sweep_interval_seconds=0.1)
+    server = start_server(
+        learn_every_turns=2,
+        learn_idle_seconds=0,
+        lifecycle_sweep_interval_seconds=0.1,
+        learn_facts_on_append=False,  # the count alone (facts at once: test_facts_at_once.py)
+    )
     with memlane.Client(server.target, timeout=20) as c:
         sid = c.create_session(user_id=user_id, agent_id="bot").session.session_id
         out = c.append_messages(

@@ -187,7 +187,11 @@ class SessionServicer(spb_grpc.SessionServiceServicer):
             self._resumer.revive,
         )
         if self._learner is not None:  # in memory only: a worker learns
-            self._learner.notice(request.session_id, out.duplicates.count(False))
+            said = sum(
+                m.role == pb.ROLE_USER and not m.transient and not dup
+                for m, dup in zip(request.messages, out.duplicates, strict=True)
+            )
+            self._learner.notice(request.session_id, out.duplicates.count(False), user_turns=said)
         return spb.AppendMessagesResponse(
             results=[
                 spb.AppendResult(message_id=mid, seq=seq, token_count=n, duplicate=dup)

@@ -15,6 +15,13 @@ episodes cost their own rows, not a reload of the user's ten thousand), or dropp
 removed (a reload is then the only way to see what is gone). Either way the read sees the write. A
 token seen is trusted for an hour at most (a lost bump cannot keep a view stale for longer).
 
+Writes learning makes (an open session's promotions: learn and facts jobs) bump a learnt token instead,
+unless they removed rows (a session end's stay as they were: PromoteSession's caller waits to read
+them). Nobody waits to read learning's rows, and while a user's sessions are being learnt from they come
+every few hundred milliseconds: catching up before each read made every context call pay a table read.
+So a read that finds only the learnt token changed goes on with the view as it is and starts one
+catch-up behind it (per user at a time); the next read after it sees the rows (tens of milliseconds).
+
 Batched usage bumps: assembly reports which items it injected, the table is written once a second.
 
 Recording is a dict update on the event loop (no I/O on the hot path). The flusher groups ids by
@@ -55,6 +62,7 @@ import logging
 import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -92,7 +100,7 @@ class MemoryCore:
         guard: ContentGuard | None = None,
         clock: Callable[[], int] = _now_ms,
         usage_flush_interval_s: float = 1.0,
-        on_change: Callable[[str, bool], Awaitable[None]] | None = None,
+        on_change: Callable[[str, bool, bool], Awaitable[None]] | None = None,
         hot_index_mb: int,  # from the settings (wiring/), which hold the default
         history: HistoryLog | None = None,
         versions: Versions | None = None,
@@ -156,13 +164,14 @@ class MemoryCore:
         self._hot.forget(user_id)
         self.freshness.forget(user_id)
 
-    async def _changed(self, *user_ids: str, removed: bool = False) -> None:
-        """``removed``: the write deleted rows (other processes must reload, not catch up)."""
+    async def _changed(self, *user_ids: str, removed: bool = False, learnt: bool = False) -> None:
+        """``removed``: the write deleted rows (other processes must reload, not catch up); ``learnt``:
+        learning made it (other processes' reads need not wait for it)."""
         for user_id in user_ids:
             self._hot.forget(user_id)
         if self._on_change is not None:
             for user_id in user_ids:
-                await self._on_change(user_id, removed)
+                await self._on_change(user_id, removed, learnt)
 
     def check_content(self, content: str) -> str:
         """The rules every stored text meets (present, bounded, no personal data), for writers beside
@@ -189,10 +198,28 @@ _SEEN_SIZE = 4096
 
 
 class Versions(Protocol):
-    async def read(self, user_id: str) -> tuple[bytes, bytes]: ...
+    async def read(self, user_id: str) -> tuple[bytes, bytes, bytes]: ...
+
+
+@dataclass(slots=True)
+class FreshnessStats:
+    inline_catch_ups: int = 0  # a read waited for the rows a write elsewhere changed
+    background_catch_ups: int = 0  # learning's rows taken in behind the reads (none waited)
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    version: bytes
+    removals: bytes
+    learnt: bytes
+    until: float  # when the tokens stop being trusted
 
 
 class Freshness:
+    """A reader's view kept current with writes made elsewhere (module docstring), in three cases by the
+    tokens that changed: removals (reload), a write a caller made (caught up before the read), learning
+    alone (caught up behind the reads, ``_learnt``)."""
+
     def __init__(
         self,
         versions: Versions | None,
@@ -208,32 +235,55 @@ class Freshness:
         self._refresh = refresh
         self._drop = drop
         self._catch_up = catch_up
-        # user -> (version, removals this process's view is current with, until when that is trusted)
-        self._seen: OrderedDict[str, tuple[bytes, bytes, float]] = OrderedDict()
-        self._reads: dict[str, asyncio.Future[tuple[bytes, bytes]]] = {}
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._reads: dict[str, asyncio.Future[tuple[bytes, bytes, bytes]]] = {}
+        self._learning: dict[str, asyncio.Task[None]] = {}
+        self.stats = FreshnessStats()
 
     async def current(self, user_id: str) -> bytes:
-        """The user's version, this process's view made current with it first ("" without tokens)."""
+        """The token of the user's memory this process's view is current with ("" without tokens)."""
         if self._versions is None:
             return b""
         read = self._reads.get(user_id)
         if read is None:
             read = self._reads[user_id] = asyncio.ensure_future(self._versions.read(user_id))
             read.add_done_callback(lambda _f: self._reads.pop(user_id, None))
-        version, removals = await asyncio.shield(read)
+        version, removals, learnt = await asyncio.shield(read)
         seen = self._seen.get(user_id)
         now = time.monotonic()
-        if seen is None or seen[0] != version or seen[2] <= now:
+        if seen is None or seen.version != version or seen.removals != removals or seen.until <= now:
             await self._refresh()
-            if seen is not None and seen[1] == removals and seen[2] > now:
+            if seen is not None and seen.removals == removals and seen.until > now:
+                self.stats.inline_catch_ups += 1
                 await self._catch_up(user_id)  # rows added or changed only
             else:
                 self._drop(user_id)
-            self._seen[user_id] = (version, removals, now + SEEN_TTL_S)
-            self._seen.move_to_end(user_id)
-            while len(self._seen) > _SEEN_SIZE:
-                self._seen.popitem(last=False)
-        return version
+            seen = self._remember(user_id, _Seen(version, removals, learnt, now + SEEN_TTL_S))
+        elif seen.learnt != learnt and user_id not in self._learning:
+            # Only learning wrote (a worker's promotion, a facts job): no caller waits for those rows,
+            # so the read goes on with the view as it is, and the rows come in behind it.
+            task = asyncio.create_task(self._learnt(user_id, seen, learnt), name="memlane-ltm-catch-up")
+            self._learning[user_id] = task
+            task.add_done_callback(lambda _t: self._learning.pop(user_id, None))
+        return seen.version + seen.learnt
+
+    async def _learnt(self, user_id: str, seen: _Seen, learnt: bytes) -> None:
+        try:
+            await self._refresh()
+            await self._catch_up(user_id)
+        except Exception:  # the entry was dropped (hot.py): the next read loads it
+            log.warning("catching up with learnt memories failed", exc_info=True)
+            return
+        self.stats.background_catch_ups += 1
+        if self._seen.get(user_id) is seen:  # else a read or a forget moved the view meanwhile
+            self._remember(user_id, _Seen(seen.version, seen.removals, learnt, seen.until))
+
+    def _remember(self, user_id: str, seen: _Seen) -> _Seen:
+        self._seen[user_id] = seen
+        self._seen.move_to_end(user_id)
+        while len(self._seen) > _SEEN_SIZE:
+            self._seen.popitem(last=False)
+        return seen
 
     def forget(self, user_id: str) -> None:
         """Erasure: the user id itself is the user's data."""

@@ -15,9 +15,10 @@ and a change of the user's LTM version that removed rows. A change that only add
 worker's learn job, another sidecar's write) is caught up instead (``catch_up``): the rows the user's
 changed since the entry was loaded (less ``CATCH_UP_MARGIN_MS``, for clocks and writes in flight) leave
 the entry, and those of them the entry's reader may still see come back, read with the same predicate as
-a load. A load that a ``forget`` or a catch-up overtook is not kept. Entries also expire after
-``TTL_S``: the bound on staleness for readers that never read the version (SearchMemories on a sidecar
-that did not write).
+a load (a worker's learning is caught up behind the reads, a caller's write before the next one:
+``ltm/core.py Freshness``). A load that a ``forget`` or a catch-up overtook is not kept. Entries also
+expire after ``TTL_S``: the bound on staleness for readers that never read the version (SearchMemories
+on a sidecar that did not write).
 
 Bounded: entries are evicted least recently used past ``max_bytes``; a visibility too big for the
 budget is served by LanceDB (and remembered as such for a while, so it is not loaded on every call).

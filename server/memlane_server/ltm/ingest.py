@@ -63,8 +63,10 @@ class MemoryWriter(MemoryCore):
         *,
         strict: bool = False,
         reason: ChangeReason = ChangeReason.EXTRACTION,
+        learnt: bool = False,
     ) -> list[IngestResult]:
         """Store candidate memories (promotion, ExtractMemories): dedupe, supersede, cap. One write batch.
+        ``learnt``: learning's write (promotion), which readers elsewhere take in behind their reads.
 
         Drafts that fail validation (empty, too long, PII) are skipped, or raise when ``strict``.
         Drafts may be ``NewMemory`` or any object with the ``MemoryDraft`` attributes.
@@ -92,7 +94,7 @@ class MemoryWriter(MemoryCore):
         now = self._clock()
         async with self._locks[hash((user_id, owner.agent_id)) % LOCK_STRIPES]:
             results, pruned = await self._ingest_locked(owner, accepted, vectors, now, reason)
-        await self._changed(user_id, removed=pruned)
+        await self._changed(user_id, removed=pruned, learnt=learnt)
         return results
 
     async def _own_ids(

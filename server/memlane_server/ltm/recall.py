@@ -270,8 +270,7 @@ def _speaker(r: ScoredMemory) -> str:
     return speaker_of_item(r.item.kind, r.item.content)
 
 
-def _weight(r: ScoredMemory, named: set[str], names: frozenset[str]) -> float:
-    speaker = _speaker(r)
+def _weight(r: ScoredMemory, speaker: str, named: set[str], names: frozenset[str]) -> float:
     if not speaker:
         return 1.0  # a fact or a note, not a spoken turn
     w = 1.0 + SPEAKER_BOOST if speaker in named else 1.0
@@ -289,14 +288,15 @@ def _reweighted(r: ScoredMemory, weight: float) -> ScoredMemory:
 
 def focus(query: str, results: list[ScoredMemory], limit: int) -> list[ScoredMemory]:
     """The final list, cut to ``limit``: named speakers' turns boosted, thin turns damped, re-sorted."""
-    speakers = {s for r in results if (s := _speaker(r))}
+    spoken = [_speaker(r) for r in results]  # once each: a regex per item, on every recall
+    speakers = {s for s in spoken if s}
     if not speakers:
         return results[:limit]
     named = named_in(query, speakers)
     if named == speakers:
         named = set()
     names = name_words(speakers)
-    out = [_reweighted(r, _weight(r, named, names)) for r in results]
+    out = [_reweighted(r, _weight(r, s, named, names)) for r, s in zip(results, spoken, strict=True)]
     # The same tie-break as fusion: newer first, then the id, so results are deterministic.
     out.sort(key=lambda s: (-s.score, -s.item.updated_at_ms, s.item.id))
     return out[:limit]

@@ -238,34 +238,42 @@ class LtmVersions:
         self._redis = redis
         self._keys = keys
 
-    async def bump(self, user_id: str, removed: bool = False) -> None:
+    async def bump(self, user_id: str, removed: bool = False, learnt: bool = False) -> None:
         """After a write; ``removed``: it deleted rows (a delete, pruning, erasure, a restore), which a
-        reader cannot see in what changed since its view and must reload for. A failure is logged, not
-        raised: the write itself landed, and cached profiles expire within seconds anyway (a Redis that
-        is down fails the next assembly first)."""
+        reader cannot see in what changed since its view and must reload for; ``learnt``: learning made
+        it (an open session's promotion), which no caller waits to read, so readers take it in behind their
+        reads (ltm/core.py ``Freshness``). A failure is logged, not raised: the write itself landed, and
+        cached profiles expire within seconds anyway (a Redis that is down fails the next assembly
+        first)."""
         token = os.urandom(12)
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(self._keys.ltm_version(user_id), token, ex=VERSION_TTL_S)
+                if learnt and not removed:
+                    pipe.set(self._keys.ltm_learnt(user_id), token, ex=VERSION_TTL_S)
+                else:
+                    pipe.set(self._keys.ltm_version(user_id), token, ex=VERSION_TTL_S)
                 if removed:
                     pipe.set(self._keys.ltm_removals(user_id), token, ex=VERSION_TTL_S)
                 await pipe.execute()
         except RedisError as exc:
             log.warning("ltm version bump failed", extra={"detail": str(exc)})
 
-    async def read(self, user_id: str) -> tuple[bytes, bytes]:
-        """The user's current version and removals token (one MGET; three more round trips only when
-        the version is missing). A missing version (erased with the user, or expired) counts as a
+    async def read(self, user_id: str) -> tuple[bytes, bytes, bytes]:
+        """The user's current version, removals and learnt tokens (one MGET; three more round trips only
+        when the version is missing). A missing version (erased with the user, or expired) counts as a
         removal too: the fresh version it is replaced by becomes the removals token as well, so no
         reader catches up across an erasure."""
         key, removals = self._keys.ltm_version(user_id), self._keys.ltm_removals(user_id)
-        raw, gone = cast(list[bytes | None], await hot(self._redis, "MGET", key, removals))  # per assembly
+        learnt = self._keys.ltm_learnt(user_id)
+        raw, gone, taught = cast(
+            list[bytes | None], await hot(self._redis, "MGET", key, removals, learnt)
+        )  # per assembly
         if raw is None:
             await self._redis.set(key, os.urandom(12), ex=VERSION_TTL_S, nx=True)
             raw = cast(bytes | None, await self._redis.get(key)) or b""
             await self._redis.set(removals, raw, ex=VERSION_TTL_S)  # racers read and write the same
             gone = raw
-        return raw, gone or b""
+        return raw, gone or b"", taught or b""
 
 
 # ---------------------------------------------------------------- once-only marks

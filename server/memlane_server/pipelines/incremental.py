@@ -13,6 +13,17 @@ processes:
   session went quiet. A channel policy may turn it off (``learn: false``, or ``promote: false``, which
   also stops promotion at session end).
 
+**Facts at once** (``facts``): a fact or preference a user states must be searchable from their other
+sessions and agents within seconds, not at the next threshold. An append with a new user turn marks its
+session (in memory); the scheduler queues one facts job for it on the facts stream (a lane of its own, so
+it never waits behind promotions), unless one is still waiting (``KeySpace.facts_marker``: however many
+turns arrive meanwhile, one job reads them all). The worker clears the mark, reads the user turns after
+``max(promoted_through, facts_through)`` and runs the extractor on them alone: no episodes (those keep
+the thresholds), one ingest per audience, ids those of promotion (which later finds them stored and adds
+nothing). Extraction runs only in the worker: a turn the extractor takes nothing from costs the serving
+process one marker write and one stream entry, and the LTM nothing (no write, no version change, so no
+reader catches up).
+
 It runs the session-end pipeline's own promotion step (``SessionEndPipeline.promote_range``) under the
 session's lease, so the same ``Promoter`` splits turns per audience (a private turn lands in its writer's
 scope, a group turn in the group, a session-wide turn in the user's), ids are the same deterministic
@@ -33,15 +44,24 @@ import time
 from dataclasses import dataclass
 
 from ..errors import NotFound
-from ..sessions.ending import REASON_LEARN, REASON_LEARN_QUIET, SessionEndQueue
+from ..sessions.ending import (
+    REASON_LEARN,
+    REASON_LEARN_FACTS,
+    REASON_LEARN_QUIET,
+    EndState,
+    SessionEndQueue,
+)
 from ..sessions.model import Message, PolicyBook, Role, SessionStatus
 from ..sessions.store import SessionStore, now_ms
+from .promote import Promoter
 from .session_end import SessionEndPipeline
 
 log = logging.getLogger("memlane.learn")
 
 _ENDED = (SessionStatus.CLOSED, SessionStatus.EXPIRED)
 _READ_BATCH = 200
+# A facts job waits this long for the session's lease (a learn run lets go within a second or so).
+_FACTS_LEASE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +71,15 @@ class LearnConfig:
     every_turns: int  # 0: not by count
     idle_s: float  # 0: not on idle
     tick_s: float  # how often quiet sessions are looked for
+    facts: bool  # a user turn's facts at once (while learning during the session is on)
 
     @property
     def enabled(self) -> bool:
         return self.every_turns > 0 or self.idle_s > 0
+
+    @property
+    def facts_at_once(self) -> bool:
+        return self.facts and self.enabled
 
 
 @dataclass(slots=True)
@@ -73,17 +98,33 @@ class LearnScheduler:
     """The serving process's half: notices appends in memory and queues a learn job when a session is
     due. Only Redis writes of one XADD per due session leave this process."""
 
-    def __init__(self, queue: SessionEndQueue, config: LearnConfig) -> None:
+    def __init__(
+        self,
+        queue: SessionEndQueue,
+        config: LearnConfig,
+        *,
+        facts: SessionEndQueue | None = None,
+        facts_wait_ms: int = 0,
+    ) -> None:
+        """``facts``: the facts jobs' stream (None: no facts at once); ``facts_wait_ms``: how long a facts
+        job's mark keeps another from being queued (a job not taken by then is taken over anyway)."""
         self._queue = queue
+        self._facts_queue = facts if config.facts_at_once else None
+        self._facts_wait_ms = facts_wait_ms
         self.config = config
         self._pending: dict[str, _Pending] = {}
+        self._facts: dict[str, None] = {}  # sessions with new user turns, in the order noticed
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def notice(self, session_id: str, new_turns: int) -> None:
-        """Called after an append stored ``new_turns`` new messages; no I/O."""
+    def notice(self, session_id: str, new_turns: int, *, user_turns: int = 0) -> None:
+        """Called after an append stored ``new_turns`` new messages, ``user_turns`` of them user turns
+        (not transient); no I/O."""
         if new_turns <= 0 or not self.config.enabled:
             return
+        if user_turns > 0 and self._facts_queue is not None:
+            self._facts[session_id] = None
+            self._wake.set()
         p = self._pending.get(session_id)
         if p is None:
             p = self._pending[session_id] = _Pending(0, 0.0)
@@ -120,8 +161,21 @@ class LearnScheduler:
                 async with asyncio.timeout(self.config.tick_s):
                     await self._wake.wait()
             self._wake.clear()
+            await self._queue_facts()
             for sid, quiet in self._due(time.monotonic()):
                 await self._queue_one(sid, quiet)
+
+    async def _queue_facts(self) -> None:
+        queue = self._facts_queue
+        while queue is not None and self._facts:
+            sid = next(iter(self._facts))
+            del self._facts[sid]
+            try:
+                await queue.enqueue_once(sid, REASON_LEARN_FACTS, now_ms(), self._facts_wait_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("could not queue a facts job; the next learn job takes the turn", exc_info=True)
 
     async def _queue_one(self, session_id: str, quiet: bool) -> None:
         p = self._pending[session_id]
@@ -143,10 +197,27 @@ class LearnScheduler:
 class Learner:
     """A worker's half: runs one learn job."""
 
-    def __init__(self, store: SessionStore, pipeline: SessionEndPipeline, *, policies: PolicyBook) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        pipeline: SessionEndPipeline,
+        *,
+        policies: PolicyBook,
+        state: EndState,
+        promoter: Promoter | None = None,
+        facts: Promoter | None = None,
+        facts_queue: SessionEndQueue | None = None,
+    ) -> None:
+        """``promoter``: the session end's promotion, its writes marked as learning's (None: the
+        pipeline's own); ``facts``: promotion of facts and preferences alone (no episodes), for facts
+        jobs; ``facts_queue``: their stream (its marks are cleared here)."""
+        self._promoter = promoter
         self._store = store
         self._pipeline = pipeline
         self._policies = policies
+        self._state = state
+        self._facts = facts
+        self._facts_queue = facts_queue
 
     async def learn(self, session_id: str, *, whole: bool) -> int | None:
         """Promotes the open session's turns not promoted yet (without the open exchange unless
@@ -172,8 +243,40 @@ class Learner:
         keep = 0 if whole else held_back(tail)
         if keep >= len(tail):
             return keep
-        await self._pipeline.promote_range(session_id, through, tail[-keep - 1].seq)
+        await self._pipeline.promote_range(session_id, through, tail[-keep - 1].seq, promoter=self._promoter)
         return keep
+
+    async def learn_facts(self, session_id: str) -> bool:
+        """A facts job: the facts and preferences of the user turns not read yet. False when the session
+        stayed held by another run (the caller queues the job again)."""
+        if self._facts is None or self._facts_queue is None:
+            return True
+        queue = self._facts_queue
+        # Cleared before the turns are read: a turn appended from now on queues another job.
+        await queue.clear_marker(session_id)
+        done = await self._pipeline.locked(
+            session_id, lambda: self._learn_facts(session_id), None, wait_s=_FACTS_LEASE_WAIT_S
+        )
+        return done is not None
+
+    async def _learn_facts(self, session_id: str) -> bool:
+        assert self._facts is not None
+        try:
+            s = await self._store.get(session_id)
+        except NotFound:
+            return True
+        policy = self._policies.for_session(s)
+        if s.status in _ENDED or not (policy.promote and policy.learn):
+            return True  # the session end takes it from here, or nothing is learnt while open
+        progress = await self._state.progress(session_id)
+        after = max(progress.promoted_through, progress.facts_through)
+        if after >= s.last_seq:
+            return True
+        tail = await self._tail(session_id, after, s.last_seq)
+        said = [m for m in tail if m.role is Role.USER and not m.transient]
+        ids = await self._facts.promote(s, said) if said else []
+        await self._state.record_facts(session_id, ids, tail[-1].seq if tail else s.last_seq)
+        return True
 
     async def _tail(self, session_id: str, after: int, until: int) -> list[Message]:
         out: list[Message] = []

@@ -74,10 +74,16 @@ def audience_of(message: Message, session: Session) -> Audience:
 class LtmPromoter:
     """``Promoter`` over the rule-based (or LLM) extractor, episode builder and ``ltm.MemoryService``."""
 
-    def __init__(self, memory: MemoryService, extractor: Extractor, *, episodes: bool = True) -> None:
+    def __init__(
+        self, memory: MemoryService, extractor: Extractor, *, episodes: bool = True, learnt: bool = False
+    ) -> None:
+        """``learnt``: promotion while the session is open (learning), whose writes other processes take
+        in behind their reads (ltm/core.py ``Freshness``); a session end's stay writes a caller may wait
+        to read (PromoteSession)."""
         self._memory = memory
         self._extractor = extractor
         self._episodes = episodes
+        self._learnt = learnt
 
     async def promote(self, session: Session, messages: list[Message]) -> list[str]:
         audiences: dict[Audience, list[Message]] = {}
@@ -121,7 +127,7 @@ class LtmPromoter:
         results = []
         if fresh:
             with spans.memory_span(spans.CREATE) as span:  # the job's writes, in its trace
-                results = await self._memory.ingest(owner, fresh)
+                results = await self._memory.ingest(owner, fresh, learnt=self._learnt)
                 spans.wrote(span, "", len(results))
         out = [i for i in ids if i in existing]
         out += [r.item.id for r in results]

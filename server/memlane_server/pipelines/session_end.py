@@ -285,14 +285,18 @@ class SessionEndPipeline:
         """The last seq promoted to long-term memory (by session end, or by learning while open)."""
         return (await self._end.progress(session_id)).promoted_through
 
-    async def promote_range(self, session_id: str, after: int, last: int) -> None:
+    async def promote_range(
+        self, session_id: str, after: int, last: int, *, promoter: Promoter | None = None
+    ) -> None:
         """Promotes the turns with ``after < seq <= last`` and records them as promoted; run under the
-        session's lease (``locked``). Also the learner's step for open sessions (pipelines/incremental.py)."""
-        assert self._promoter is not None
+        session's lease (``locked``). Also the learner's step for open sessions (pipelines/incremental.py),
+        with its own ``promoter`` (the same one, its writes marked as learning's)."""
+        promoter = promoter or self._promoter
+        assert promoter is not None
         s = await self._store.get(session_id)
         msgs = await self._messages(session_id, after, last)
         for chunk in self._exchange_chunks(msgs):
-            ids = await self._promoter.promote(s, chunk)
+            ids = await promoter.promote(s, chunk)
             await self._end.record_promoted(session_id, ids, chunk[-1].seq)
         await self._end.record_promoted(session_id, (), last)
 

@@ -2,9 +2,10 @@
 0), one registry started and stopped by its composition root:
 
 - ``consume``: takes jobs from the shared queue (and a dead worker's stale ones), runs them with bounded
-  concurrency, acknowledges them when done: session-end jobs through the pipeline, learn jobs through
-  the ``Learner``; a session-end job that fails ``max_failures`` times is parked (dead-lettered) with a
-  PARKED event and a metric, for an operator to inspect and retry;
+  concurrency, acknowledges them when done: session-end jobs through the pipeline, learn jobs (and, on
+  a lane of their own, facts jobs) through the ``Learner``; a session-end job that fails
+  ``max_failures`` times is parked (dead-lettered) with a PARKED event and a metric, for an operator to
+  inspect and retry;
 - ``retire``: retires archived sessions whose hot retention ran out;
 - ``retention``: deletes archive parts older than their channel's archive retention (one sidecar per
   interval, under a lock).
@@ -28,6 +29,7 @@ from ..errors import Conflict, DataLoss, MemlaneError, NotFound, ResourceExhaust
 from ..observability import spans
 from ..sessions.ending import (
     LEARN_REASONS,
+    REASON_LEARN_FACTS,
     REASON_LEARN_QUIET,
     REASON_SUMMARIZE,
     EndJob,
@@ -54,6 +56,7 @@ Summarize = Callable[[str, int, int], Awaitable[object]]
 # an operator if it keeps failing: a damaged table needs one).
 _RETRIED = (Conflict, ResourceExhausted, DataLoss)
 _SUMMARY_CONCURRENCY = 2  # summaries run at once in a worker, beside its session-end and learn jobs
+_FACTS_CONCURRENCY = 2  # facts jobs likewise: a few ms of extraction each, wanted within seconds
 
 
 @dataclass(slots=True)
@@ -105,8 +108,10 @@ class SessionEndWorker:
         learner: Learner | None = None,
         summarize: Summarize | None = None,
         summaries: SessionEndQueue | None = None,
+        facts: SessionEndQueue | None = None,
     ) -> None:
-        """``summaries``: the summarize jobs' stream, read by a lane of its own (``summarize`` runs them)."""
+        """``summaries``: the summarize jobs' stream, read by a lane of its own (``summarize`` runs them);
+        ``facts``: the facts jobs' stream, likewise (the ``learner`` runs them)."""
         self._learner = learner
         self._summarize = summarize
         self._end = state
@@ -122,6 +127,8 @@ class SessionEndWorker:
         self._lanes = [_Lane(queue, config.concurrency)]
         if summaries is not None and summarize is not None:
             self._lanes.append(_Lane(summaries, _SUMMARY_CONCURRENCY))
+        if facts is not None and learner is not None:
+            self._lanes.append(_Lane(facts, _FACTS_CONCURRENCY))
         # The job each in-flight task runs, and its lane's queue (where it is acknowledged or handed back).
         self._jobs: dict[asyncio.Task[None], tuple[SessionEndQueue, EndJob]] = {}
         self.completed = 0
@@ -206,6 +213,10 @@ class SessionEndWorker:
             await self._learn(job)
             await queue.ack([job.job_id])
             return
+        if job.reason == REASON_LEARN_FACTS:
+            await self._facts(queue, job)
+            await queue.ack([job.job_id])
+            return
         if job.reason == REASON_SUMMARIZE:
             await self._summary(job)
             await queue.ack([job.job_id])
@@ -262,6 +273,20 @@ class SessionEndWorker:
         except Exception:
             log.exception(
                 "learning from an open session failed; session end still promotes its turns",
+                extra={"session_id": job.session_id},
+            )
+
+    async def _facts(self, queue: SessionEndQueue, job: EndJob) -> None:
+        """Acknowledged whatever happens, like a learn job; one that found the session held by another
+        run past its wait is queued again (the run holding it may leave the open turn for later)."""
+        try:
+            if self._learner is not None and not await self._learner.learn_facts(job.session_id):
+                await queue.enqueue_once(job.session_id, job.reason, now_ms(), self._config.claim_timeout_ms)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "learning a turn's facts failed; the next learn job or the session end takes them",
                 extra={"session_id": job.session_id},
             )
 

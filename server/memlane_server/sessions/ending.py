@@ -22,7 +22,7 @@ through-seq) is one MULTI on the session's slot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,9 @@ REASON_FORCED = "forced"
 REASON_LEARN = "learn"
 REASON_LEARN_QUIET = "learn-quiet"
 LEARN_REASONS = (REASON_LEARN, REASON_LEARN_QUIET)
+# A user turn's facts and preferences, learnt at once (pipelines/incremental.py): queued on a stream of its
+# own (``KeySpace.facts_queue``), at most one waiting per session (``KeySpace.facts_marker``).
+REASON_LEARN_FACTS = "learn-facts"
 # A background summary of an open session (context/summaries.py): the turns through ``through_seq``
 # folded into its summary within ``budget`` tokens. Queued on a stream of its own
 # (``KeySpace.summary_queue``): a summary is small and wanted soon, and must not wait behind promotions.
@@ -90,12 +93,21 @@ MAX_ERROR_CHARS = 500
 
 
 class SessionEndQueue:
-    def __init__(self, redis: aioredis.Redis, keys: KeySpace, *, key: str = "") -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: KeySpace,
+        *,
+        key: str = "",
+        marker: Callable[[str], str] | None = None,
+    ) -> None:
         """``key``: another stream of the same kind (``KeySpace.summary_queue``); the default is the
-        session-end queue."""
+        session-end queue. ``marker``: the key of a session's queued-job mark (``enqueue_once``); the
+        default is the end's (``KeySpace.end_marker``)."""
         self._redis = redis
         self._keys = keys
         self.key = key or keys.session_end_queue()
+        self._marker = marker or keys.end_marker
         self._park = redis.register_script(scripts.PARK)
 
     async def ensure_group(self) -> None:
@@ -115,13 +127,13 @@ class SessionEndQueue:
     async def enqueue_once(self, session_id: str, reason: str, now_ms: int, window_ms: int) -> bool:
         """Enqueues unless a job for this session was queued within ``window_ms`` (every sidecar hears
         the same expiry event; one job is enough). The worker clears the marker when it is done."""
-        if not await self._redis.set(self._keys.end_marker(session_id), reason, nx=True, px=window_ms):
+        if not await self._redis.set(self._marker(session_id), reason, nx=True, px=window_ms):
             return False
         await self.enqueue(session_id, reason, now_ms)
         return True
 
     async def clear_marker(self, session_id: str) -> None:
-        await self._redis.delete(self._keys.end_marker(session_id))
+        await self._redis.delete(self._marker(session_id))
 
     @staticmethod
     def _jobs(rows: list[tuple[bytes, dict[bytes, bytes]]] | None) -> list[EndJob]:
@@ -289,6 +301,7 @@ class EndProgress:
     discarded_through: int = 0
     promoted_through: int = 0
     archived_through: int = 0
+    facts_through: int = 0  # the turns facts jobs read, ahead of promoted_through (pipelines/incremental.py)
     archives: list[dict[str, Any]] = field(default_factory=list)  # ArchivePointer records
 
     @classmethod
@@ -299,6 +312,7 @@ class EndProgress:
             discarded_through=int(g.get("discarded_through", 0)),
             promoted_through=int(g.get("promoted_through", 0)),
             archived_through=int(g.get("archived_through", 0)),
+            facts_through=int(g.get("facts_through", 0)),
             archives=[r for r in records if isinstance(r, dict)],
         )
 
@@ -336,6 +350,15 @@ class EndState:
             if memory_ids:
                 pipe.sadd(self._keys.promoted(session_id), *memory_ids)
             pipe.hset(self._keys.pipeline(session_id), "promoted_through", through)
+            await pipe.execute()
+
+    async def record_facts(self, session_id: str, memory_ids: Sequence[str], through: int) -> None:
+        """Memories a facts job learnt and the last seq it read, atomically; ``promoted_through`` stays
+        (the turns' episodes are still to come)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if memory_ids:
+                pipe.sadd(self._keys.promoted(session_id), *memory_ids)
+            pipe.hset(self._keys.pipeline(session_id), "facts_through", through)
             await pipe.execute()
 
     async def record_archive(self, session_id: str, through: int, records: list[dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ from ..extraction import (
     OpenAIExtractorSettings,
     RulesExtractor,
 )
+from ..extraction.rules import PROVIDER as RULES_PROVIDER
 from ..infra.redis_pool import RedisClient
 from ..ltm import MemoryService
 from ..observability.domain import DomainMetrics
@@ -67,6 +68,7 @@ class SessionEnd:
     events: EventLog
     queue: SessionEndQueue
     summaries: SessionEndQueue  # background summaries' own lane
+    facts: SessionEndQueue  # facts jobs' own lane (a user turn's facts at once)
     lifecycle: Lifecycle
     archive: metering.MeteredArchive
     pipeline: metering.MeteredPipeline
@@ -95,6 +97,9 @@ def build_session_end(
     claim_ms = _claim_ms(p)
     policies, events, queue, lifecycle = _lifecycle(settings, redis, stores, claim_ms)
     summaries = SessionEndQueue(redis, stores.keys, key=stores.keys.summary_queue())
+    facts = SessionEndQueue(
+        redis, stores.keys, key=stores.keys.facts_queue(), marker=stores.keys.facts_marker
+    )
     # With the client provider the agent summarizes live turns; at session end nobody is there to
     # ask, so the tail is summarized extractively.
     end_summarizer = metering.MeteredStepSummarizer(
@@ -117,8 +122,30 @@ def build_session_end(
     # Learning during the session, only with something to promote: noticed where appends are served,
     # run where session-end jobs run.
     learns = promoter is not None
-    scheduler = LearnScheduler(queue, learn_config(settings)) if learns else None
-    learner = Learner(stores.sessions, pipeline, policies=policies) if learns else None
+    facts_promoter = _facts_promoter(ltm, extractor)
+    scheduler = (
+        LearnScheduler(
+            queue,
+            learn_config(settings),
+            facts=facts if facts_promoter is not None else None,
+            facts_wait_ms=claim_ms,
+        )
+        if learns
+        else None
+    )
+    learner = (
+        Learner(
+            stores.sessions,
+            pipeline,
+            policies=policies,
+            state=stores.end_state,
+            promoter=_promoter(stores, ltm, extractor, metrics, learnt=True),
+            facts=facts_promoter,
+            facts_queue=facts,
+        )
+        if learns
+        else None
+    )
     worker = SessionEndWorker(
         stores.end_state,
         queue,
@@ -131,6 +158,7 @@ def build_session_end(
         learner=learner,
         summarize=SummaryWriter(stores.sessions, summarizer, tokens, executor).run if summarizer else None,
         summaries=summaries,
+        facts=facts,
     )
     on_request = EndOnRequest(stores.sessions, lifecycle, queue, stores.end_state, pipeline)
     return SessionEnd(
@@ -138,6 +166,7 @@ def build_session_end(
         events,
         queue,
         summaries,
+        facts,
         lifecycle,
         archive,
         pipeline,
@@ -149,15 +178,28 @@ def build_session_end(
 
 
 def _promoter(
-    stores: Stores, ltm: MemoryService | None, extractor: Extractor | None, metrics: DomainMetrics
+    stores: Stores,
+    ltm: MemoryService | None,
+    extractor: Extractor | None,
+    metrics: DomainMetrics,
+    *,
+    learnt: bool = False,
 ) -> Promoter | None:
     """Promotion into long-term memory, when there is one; successful sessions also propose an example
-    procedure for their agent (pipelines/promote.py, procedures/service.py)."""
+    procedure for their agent (pipelines/promote.py, procedures/service.py). ``learnt``: learning's
+    (an open session's), whose writes readers take in behind their reads."""
     if ltm is None or extractor is None:
         return None
-    return ExtractingPromoter(
-        metering.MeteredPromoter(LtmPromoter(ltm, extractor), metrics), stores.procedures
-    )
+    inner = LtmPromoter(ltm, extractor, learnt=learnt)
+    return ExtractingPromoter(metering.MeteredPromoter(inner, metrics), stores.procedures)
+
+
+def _facts_promoter(ltm: MemoryService | None, extractor: Extractor | None) -> Promoter | None:
+    """Facts at once: facts and preferences without episodes, with the rules extractor only (a few ms
+    of regexes per turn; a model extractor keeps to the learn thresholds rather than a call per turn)."""
+    if ltm is None or extractor is None or extractor.provider != RULES_PROVIDER:
+        return None
+    return LtmPromoter(ltm, extractor, episodes=False, learnt=True)
 
 
 def _lifecycle(
@@ -329,6 +371,7 @@ def learn_config(settings: Settings) -> LearnConfig:
         every_turns=p.learn_every_turns,
         idle_s=p.learn_idle_seconds,
         tick_s=settings.lifecycle.lifecycle_sweep_interval_seconds,
+        facts=p.learn_facts_on_append,
     )
 
 
