@@ -65,9 +65,12 @@ try:
         with tracer.start_as_current_span("agent-close") as span:
             m.client.close_session(session_id=sid)
         ids["close"] = span.get_span_context().trace_id
+        # Until the session end has run: the job that promotes it may be handed back once while the
+        # facts job of its last turn holds the session's lease, and run again.
         deadline = time.monotonic() + 60
-        while not any(s.name.startswith("memlane.job") for s in exporter.get_finished_spans()):
-            assert time.monotonic() < deadline, "no job span"
+        archived = memlane.PromotionState.PROMOTION_STATE_ARCHIVED
+        while m.client.get_session(session_id=sid).session.promotion_state != archived:
+            assert time.monotonic() < deadline, "the session did not end"
             time.sleep(0.1)
 finally:
     sidecar.stop()
@@ -198,10 +201,11 @@ def test_memory_writes_and_jobs_are_traced(traced: Run) -> None:
     ]
     jobs = [s for s in spans if s["name"] == "memlane.job closed"]
     assert jobs, [s["name"] for s in spans]
-    (job,) = jobs
-    assert job["kind"] == "CONSUMER" and job["parent"] is None and job["trace"] != ids["close"]
-    assert job["links"] == [[ids["close"], close["id"]]]
-    work = under(spans, "memlane.job closed", job["trace"])  # the job's own work inside it
+    # One run, or two when the first was handed back (the facts job of the last turn held the lease).
+    for job in jobs:
+        assert job["kind"] == "CONSUMER" and job["parent"] is None and job["trace"] != ids["close"]
+        assert job["links"] == [[ids["close"], close["id"]]]
+    work = [s for job in jobs for s in under(spans, "memlane.job closed", job["trace"])]  # their own work
     assert any(s["attributes"].get("db.system.name") == "redis" for s in work)
     (promoted,) = [s for s in work if s["name"] == "create_memory"]  # the session's turns, learnt
     assert promoted["attributes"]["gen_ai.memory.record.count"] >= 1
