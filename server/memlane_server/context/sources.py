@@ -18,6 +18,7 @@ from typing import Protocol
 from ..access.identity import Caller
 from ..ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 from ..ltm.model import ScoreParts
+from ..ltm.recall import STALE_KEY
 from ..procedures.store import ActiveProcedure
 
 
@@ -27,6 +28,9 @@ class MemoryHit:
     text: str
     score: float = 0.0
     parts: ScoreParts | None = None  # why a recalled memory ranked where it did; None for profile items
+    # An episode that carries a fact since superseded (ltm's ``STALE_KEY``): what was said then, no
+    # longer true. Search ranks it lower; a context leaves it out (the newer value is what holds).
+    stale: bool = False
 
 
 class MemorySource(Protocol):
@@ -173,7 +177,10 @@ class LtmMemorySource:
         hits = await self._memory.search(query_)
         # A use each for the first ``limit``: the spares are injected only in place of a repeat.
         await self._memory.bump_usage([h.item.id for h in hits[:limit]])
-        return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]
+        return [
+            MemoryHit(h.item.id, h.item.content, h.score, h.parts, stale=bool(h.item.metadata.get(STALE_KEY)))
+            for h in hits
+        ]
 
 
 # --- Procedures, one more gathered input ---------------------------------------------------------------

@@ -14,7 +14,17 @@ import numpy.typing as npt
 from ..errors import AlreadyExists, InvalidArgument
 from ..memory_kinds import MemoryDraft, MemoryKind, MemoryScope, default_scope
 from . import filters
-from .conflicts import Action, Decision, Thresholds, decide, may_merge, may_supersede, restates
+from .conflicts import (
+    Action,
+    Decision,
+    Thresholds,
+    decide,
+    may_merge,
+    may_retire_across,
+    may_supersede,
+    newest_wins,
+    restates,
+)
 from .core import DELETE_BATCH, LOCK_STRIPES, MemoryCore, canonical_slot, stated_slot
 from .history import Change, ChangeReason
 from .model import (
@@ -90,7 +100,10 @@ class MemoryWriter(MemoryCore):
         if any(k is not MemoryKind.EPISODIC for _, k, _ in accepted):
             await self._slots.ready()
         now = self._clock()
-        async with self._locks[hash((user_id, owner.agent_id)) % LOCK_STRIPES]:
+        # Per user, not per (user, agent): an ingest reads and may retire other agents' user-wide items
+        # (``_load_peers``), so two agents' ingests of one user in this process must not interleave (both
+        # deciding against the same old value, or one writing back a row the other just retired).
+        async with self._locks[hash(user_id) % LOCK_STRIPES]:
             results, pruned = await self._ingest_locked(owner, accepted, vectors, now, reason)
         await self._changed(user_id, removed=pruned)
         return results
@@ -139,7 +152,7 @@ class MemoryWriter(MemoryCore):
                 # said again in another session: one memory, its provenance both turns.
                 decision = Decision(Action.MERGE, target=twin)
             else:
-                decision = self._decision(draft, kind, content, vector, peers)
+                decision = self._decision(draft, kind, content, vector, peers, agent_id=owner.agent_id)
             if decision.action is Action.MERGE and decision.target is not None:
                 target = decision.target
                 kept = self._merge_into(
@@ -161,6 +174,9 @@ class MemoryWriter(MemoryCore):
                 continue
             item = self._new_item(owner, draft, kind=kind, content=content, vector=vector, now=now)
             slot = "" if kind is MemoryKind.EPISODIC else self._slots.slot_of(item.slot, content, vector)
+            if decision.retired_by is not None:  # said before another agent's newer value
+                item.superseded_by = decision.retired_by.id
+                item.valid_until_ms = now
             results.append(
                 _insert(
                     item,
@@ -183,14 +199,18 @@ class MemoryWriter(MemoryCore):
         stored = [i for i in batch.new_items.values() if i.is_active(now) or i.superseded_by]
         await self._store.add(stored)
         await self._store.upsert(list(batch.changed.values()))
-        dropped = await self._enforce_caps(owner, peers.items, now)
+        own = [i for i in peers.items if i.agent_id == owner.agent_id]
+        dropped = await self._enforce_caps(owner, own, now)
         await self._journal(owner.user_id, owner.agent_id, _changes(stored, batch, dropped, reason))
         return results, bool(dropped)
 
     async def _load_peers(self, owner: Owner, now: int) -> _Peers:
-        """The (user, agent)'s active non-episodic items with their vectors."""
-        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
-        existing = await self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
+        """The active non-episodic items a draft is compared with, with their vectors: the (user,
+        agent)'s own, and other agents' user-wide ones (a user-wide attribute has one answer whichever
+        agent was told it: ``conflicts``, "Across agents")."""
+        whose = filters.is_("agent_id", owner.agent_id) | filters.user_wide()
+        where = filters.owned_by(owner.user_id) & whose & filters.active(now)
+        existing = await self._store.fetch(where & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
         ndims = self._embedder.ndims
         matrix = (
             np.asarray([e.vector for e in existing], dtype=np.float32)
@@ -263,14 +283,23 @@ class MemoryWriter(MemoryCore):
         content: str,
         vector: npt.NDArray[np.float32],
         peers: _Peers,
+        *,
+        agent_id: str,
     ) -> Decision:
-        # The two rules of ``audience``: supersede within the draft's source, merge for the same readers.
+        # The rules of ``conflicts``: supersede within the draft's source, merge for the same readers and
+        # only into the agent's own items; another agent's item only user-wide, the newest said winning.
         existing = peers.items
+        others = {e.id for e in existing if e.agent_id != agent_id}
+
+        def may_retire(e: MemoryItem) -> bool:
+            return may_retire_across(draft, kind, e) if e.id in others else may_supersede(draft, e)
+
+        def may_fold(e: MemoryItem) -> bool:
+            return e.id not in others and may_merge(draft, kind, e)
+
         # Never one person's fact against another's: compare only items of the same subject.
         who = subject_of(draft.metadata)
-        allowed = [
-            i for i, e in enumerate(existing) if may_supersede(draft, e) and subject_of(e.metadata) == who
-        ]
+        allowed = [i for i, e in enumerate(existing) if may_retire(e) and subject_of(e.metadata) == who]
         among = partial(
             _decide,
             draft,
@@ -285,9 +314,13 @@ class MemoryWriter(MemoryCore):
             subject=who,
         )
         decision = among(peers=allowed)
-        if decision.target is not None and not may_merge(draft, kind, decision.target):
-            decision = among(peers=[i for i in allowed if may_merge(draft, kind, existing[i])])
-        return decision
+        if decision.target is not None and not may_fold(decision.target):
+            # A duplicate it may not fold into is left alone: decided again without it, other agents'
+            # items still what it may retire; then, repeating another agent's value, among its own.
+            decision = among(peers=[i for i in allowed if may_fold(existing[i]) or existing[i].id in others])
+            if decision.target is not None and not may_fold(decision.target):
+                decision = among(peers=[i for i in allowed if may_fold(existing[i])])
+        return newest_wins(decision, draft.occurred_at_ms or self._clock(), others)
 
     def _new_item(
         self,
@@ -374,8 +407,8 @@ class MemoryWriter(MemoryCore):
 
 @dataclass(slots=True)
 class _Peers:
-    """The items a draft is compared with (a (user, agent)'s active non-episodic ones), as ingest
-    changes them, and their vectors row by row."""
+    """The items a draft is compared with (``_load_peers``: the agent's active non-episodic ones and
+    other agents' user-wide ones), as ingest changes them, and their vectors row by row."""
 
     items: list[MemoryItem]
     matrix: npt.NDArray[np.float32]
@@ -436,7 +469,7 @@ def _insert(
         peers.items = [peers.items[i] for i in keep]
         peers.matrix = peers.matrix[keep]
         peers.slots = [peers.slots[i] for i in keep]
-    if kind is not MemoryKind.EPISODIC:
+    if kind is not MemoryKind.EPISODIC and not item.superseded_by:
         peers.items.append(item)
         peers.matrix = np.vstack([peers.matrix, vector[None, :]])
         peers.slots.append(slot)
