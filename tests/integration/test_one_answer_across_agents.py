@@ -6,8 +6,10 @@ agent-private or group statement never retires what every agent reads, and two p
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import memlane
 from memlane.v1 import context_pb2 as cpb
@@ -172,3 +174,31 @@ def test_two_peoples_homes_told_to_two_agents_stay_two(client: memlane.Client) -
     for agent in (A, B):
         active = [m.content for m in _facts(client, _as(user, agent))]
         assert "Ana lives in Lyon." in active and "Ben lives in Porto." in active, active
+
+
+def test_two_agents_told_two_homes_at_once_leave_one(client: memlane.Client) -> None:
+    """Guards the locking: two agents' writes of one user's attribute at the same moment are decided one
+    after the other (ingest locks per user, not per (user, agent)), so neither misses the other's and
+    the newest said is the one answer, whichever landed first."""
+    users = [_user() for _ in range(6)]
+    said = {A: ("Lives in Munich.", "2024-01-10T09:00:00"), B: ("Lives in Berlin.", "2024-03-04T10:00:00")}
+    start = threading.Barrier(len(users) * 2)
+
+    def tell(user: str, agent: str) -> None:
+        text, day = said[agent]
+        start.wait()
+        client.create_memory(
+            caller=_as(user, agent),
+            kind=mpb.MEMORY_KIND_FACT,
+            content=text,
+            scope=mpb.MEMORY_SCOPE_USER,
+            occurred_at_unix_ms=_ms(day),
+        )
+
+    with ThreadPoolExecutor(len(users) * 2) as pool:
+        for done in [pool.submit(tell, u, agent) for u in users for agent in (A, B)]:
+            done.result()
+    for user in users:
+        assert [m.content for m in _facts(client, _as(user, A))] == ["Lives in Berlin."], user
+        berlin = _one(_facts(client, _as(user, B)), "Berlin")
+        assert _one(_facts(client, _as(user, A), retired=True), "Munich").superseded_by == berlin.memory_id
