@@ -106,8 +106,10 @@ class MemoryCore:
         # Called with a user id after each write that changes what the user's reads return (not usage
         # counts), once the write is visible, and whether it removed rows: caches invalidate on it.
         self._on_change = on_change
-        # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
-        # decide "insert" for the same fact; unrelated users rarely share a stripe.
+        # Striped locks serialize ingest per user (every agent's: a user-wide attribute has one answer
+        # across agents, ltm/conflicts.py), so two concurrent promotions cannot both decide "insert" for
+        # the same fact, nor two values of one attribute both stay; unrelated users rarely share a stripe.
+        # Per process: a worker process's ingest and the serving process's are not serialized.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._hot = HotIndex(store, max_bytes=hot_index_mb << 20)
         # Reads see what other processes wrote (a worker's promotions): ltm/core.py.

@@ -99,11 +99,12 @@ class MemoryWriter(MemoryCore):
         vectors = await self._embedder.embed([embedding_text(c, d.keywords) for d, _, c in accepted])
         if any(k is not MemoryKind.EPISODIC for _, k, _ in accepted):
             await self._slots.ready()
-        now = self._clock()
         # Per user, not per (user, agent): an ingest reads and may retire other agents' user-wide items
         # (``_load_peers``), so two agents' ingests of one user in this process must not interleave (both
-        # deciding against the same old value, or one writing back a row the other just retired).
+        # deciding against the same old value, or one writing back a row the other just retired). The
+        # time is read once held: the order of the user's writes is the order of their decisions.
         async with self._locks[hash(user_id) % LOCK_STRIPES]:
+            now = self._clock()
             results, pruned = await self._ingest_locked(owner, accepted, vectors, now, reason)
         await self._changed(user_id, removed=pruned)
         return results
