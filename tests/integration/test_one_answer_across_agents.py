@@ -56,9 +56,13 @@ def _talk_to(
 
 
 def _facts(
-    client: memlane.Client, caller: mpb.Caller, *, retired: bool = False, kinds: Sequence[int] = _DURABLE
+    client: memlane.Client,
+    caller: mpb.Caller,
+    *,
+    retired: bool = False,
+    kinds: Sequence[mpb.MemoryKind.ValueType] = _DURABLE,
 ) -> list[mpb.Memory]:
-    flt = mpb.MemoryFilter(kinds=list(kinds), include_retired=retired)  # type: ignore[arg-type]
+    flt = mpb.MemoryFilter(kinds=list(kinds), include_retired=retired)
     return list(client.list_memories(caller=caller, filter=flt, page_size=500).memories)
 
 
