@@ -206,3 +206,22 @@ def test_two_agents_told_two_homes_at_once_leave_one(client: memlane.Client) -> 
         assert [m.content for m in _facts(client, _as(user, A))] == ["Lives in Berlin."], user
         berlin = _one(_facts(client, _as(user, B)), "Berlin")
         assert _one(_facts(client, _as(user, A), retired=True), "Munich").superseded_by == berlin.memory_id
+
+
+def test_a_context_leaves_out_an_episode_whose_fact_was_superseded(client: memlane.Client) -> None:
+    """Guards: the episode that stated a retired value is not shown beside the new one (it was ranked
+    lower only, and still filled a slot of "Relevant memories"); the trace names it. Search keeps it."""
+    user = _user()
+    _talk_to(client, user, A, ["I live in Bangalore, near the lake."], day="2024-01-10T09:00:00")
+    episode = _one(_facts(client, _as(user, A), kinds=[mpb.MEMORY_KIND_EPISODIC]), "Bangalore")
+    # Positive control: while true, the episode is recalled into the context.
+    assert "near the lake" in _shown(client, user, A, "where do I live? near the lake?")
+    _talk_to(client, user, A, ["I moved to Pune."], day="2024-02-10T09:00:00")
+    sid = client.create_session(user_id=user, agent_id=A).session.session_id
+    blocks, stats = _assemble(client, sid, "where do I live? near the lake?")
+    shown = "\n".join(m.content for b in blocks.values() for m in b.messages)
+    assert "Pune" in shown and "Bangalore" not in shown, shown
+    [left] = [t for t in stats.truncations if "superseded fact" in t.reason]
+    assert list(left.memory_ids) == [episode.memory_id]
+    hits = client.search_memories(caller=_as(user, A), query="near the lake", limit=10).results
+    assert episode.memory_id in {h.memory.memory_id for h in hits}
