@@ -153,7 +153,9 @@ class MemoryWriter(MemoryCore):
                 # said again in another session: one memory, its provenance both turns.
                 decision = Decision(Action.MERGE, target=twin)
             else:
-                decision = self._decision(draft, kind, content, vector, peers, agent_id=owner.agent_id)
+                decision = self._decision(
+                    draft, kind, content, vector, peers, agent_id=owner.agent_id, now=now
+                )
             if decision.action is Action.MERGE and decision.target is not None:
                 target = decision.target
                 kept = self._merge_into(
@@ -286,6 +288,7 @@ class MemoryWriter(MemoryCore):
         peers: _Peers,
         *,
         agent_id: str,
+        now: int,
     ) -> Decision:
         # The rules of ``conflicts``: supersede within the draft's source, merge for the same readers and
         # only into the agent's own items; another agent's item only user-wide, the newest said winning.
@@ -321,7 +324,7 @@ class MemoryWriter(MemoryCore):
             decision = among(peers=[i for i in allowed if may_fold(existing[i]) or existing[i].id in others])
             if decision.target is not None and not may_fold(decision.target):
                 decision = among(peers=[i for i in allowed if may_fold(existing[i])])
-        return newest_wins(decision, draft.occurred_at_ms or self._clock(), others)
+        return newest_wins(decision, draft.occurred_at_ms or now, others)  # as ``_new_item`` dates it
 
     def _new_item(
         self,
