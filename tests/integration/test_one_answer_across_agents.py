@@ -225,3 +225,23 @@ def test_a_context_leaves_out_an_episode_whose_fact_was_superseded(client: memla
     assert list(left.memory_ids) == [episode.memory_id]
     hits = client.search_memories(caller=_as(user, A), query="near the lake", limit=10).results
     assert episode.memory_id in {h.memory.memory_id for h in hits}
+
+
+def test_a_preference_changed_with_another_agent_wins_however_it_is_worded(client: memlane.Client) -> None:
+    """Guards: preferences too, and a new value whose slot only its meaning names (an explicit
+    instruction, no slot given) meets another agent's stored one."""
+    user = _user()
+    _talk_to(client, user, A, ["I prefer answers in metric units."], day="2024-01-10T09:00:00")
+    metric = _one(_facts(client, _as(user, A)), "metric")
+    _talk_to(client, user, B, ["I now prefer answers in imperial units."], day="2024-03-04T10:00:00")
+    imperial = _one(_facts(client, _as(user, A)), "imperial")
+    assert _one(_facts(client, _as(user, A), retired=True), "metric").superseded_by == imperial.memory_id
+    said = client.create_memory(
+        caller=_as(user, A),
+        kind=mpb.MEMORY_KIND_INSTRUCTION,
+        content="Use the metric system for all measurements.",
+        scope=mpb.MEMORY_SCOPE_USER,
+    ).memory
+    for agent in (A, B):
+        assert [m.content for m in _facts(client, _as(user, agent))] == [said.content], agent
+    assert metric.memory_id != said.memory_id

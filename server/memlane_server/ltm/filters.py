@@ -175,11 +175,6 @@ def user_wide() -> Expr:
     return col("scope").isin([MemoryScope.USER.value, MemoryScope.SHARED.value])
 
 
-def slotted() -> Expr:
-    """Items stored with a slot (a single-valued attribute: ``ltm/core.py`` slots)."""
-    return col("slot") != lit("")
-
-
 def of_kind(kind: MemoryKind) -> Expr:
     return col("kind") == lit(MemoryKind(kind).value)
 

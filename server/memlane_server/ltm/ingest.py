@@ -135,8 +135,14 @@ class MemoryWriter(MemoryCore):
         now: int,
         reason: ChangeReason,
     ) -> tuple[list[IngestResult], bool]:
+        # The attributes the drafts state: other agents' items meet a draft only in one of these.
+        stating = {
+            self._slots.slot_of(d.slot, c, v)
+            for (d, k, c), v in zip(accepted, vectors, strict=True)
+            if k is not MemoryKind.EPISODIC
+        } - {""}
         peers, (seen_turns, twins) = await asyncio.gather(
-            self._load_peers(owner, now), self._load_episodes(owner, accepted, now)
+            self._load_peers(owner, now, slots=stating), self._load_episodes(owner, accepted, now)
         )
         batch = _Batch()
         results: list[IngestResult] = []
@@ -207,16 +213,15 @@ class MemoryWriter(MemoryCore):
         await self._journal(owner.user_id, owner.agent_id, _changes(stored, batch, dropped, reason))
         return results, bool(dropped)
 
-    async def _load_peers(self, owner: Owner, now: int) -> _Peers:
+    async def _load_peers(self, owner: Owner, now: int, *, slots: set[str]) -> _Peers:
         """The active non-episodic items a draft is compared with, with their vectors: the (user,
-        agent)'s own, and other agents' user-wide ones stored with a slot (a user-wide attribute has one
-        answer whichever agent was told it: ``conflicts``, "Across agents"). Only slotted ones: another
-        agent's item is never merged into, so only its slot can make it meet a draft, and its
-        unslotted items (most of them) would cost their rows and vectors on every ingest (600 of them:
-        an ingest's p50 40 -> 108 ms). An attribute recognised by meaning alone meets within the agent."""
-        whose = filters.is_("agent_id", owner.agent_id) | (filters.user_wide() & filters.slotted())
-        where = filters.owned_by(owner.user_id) & whose & filters.active(now)
-        existing = await self._store.fetch(where & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True)
+        agent)'s own, and other agents' user-wide ones stating one of ``slots`` (``_load_others``)."""
+        mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
+        own, others = await asyncio.gather(
+            self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True),
+            self._load_others(owner, now, slots),
+        )
+        existing = own + others
         ndims = self._embedder.ndims
         matrix = (
             np.asarray([e.vector for e in existing], dtype=np.float32)
@@ -226,6 +231,32 @@ class MemoryWriter(MemoryCore):
         # Stored slots in their family's name too: items written before a name joined a family meet.
         slots = self._slots.slots_of([e.slot for e in existing], [e.content for e in existing], matrix)
         return _Peers(existing, matrix, slots)
+
+    async def _load_others(self, owner: Owner, now: int, slots: set[str]) -> list[MemoryItem]:
+        """Other agents' active user-wide items stating one of ``slots`` (stored or meant): the only
+        ones of theirs a draft may change (a user-wide attribute has one answer whichever agent was
+        told it; another agent's item is never merged into: ``conflicts``, "Across agents"). None read
+        for drafts that state no attribute (most); else their slots are read from columns and the few
+        whole rows fetched after: as whole rows, 600 of them cost an ingest 40 -> 108 ms p50
+        (measured), mostly turning vectors into Python floats and back."""
+        if not slots:
+            return []
+        theirs = filters.owned_by(owner.user_id) & ~filters.is_("agent_id", owner.agent_id)
+        where = theirs & filters.user_wide() & filters.active(now) & ~filters.of_kind(MemoryKind.EPISODIC)
+        table = await self._store.fetch_columns(where, ["id", "slot", "content", "vector"])
+        if not table.num_rows:
+            return []
+        flat = table["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        matrix = np.asarray(flat, dtype=np.float32).reshape(table.num_rows, -1)
+        stated = self._slots.slots_of(
+            table["slot"].to_pylist(), table["content"].to_pylist(), matrix, worded=False
+        )
+        ids = [i for i, slot in zip(table["id"].to_pylist(), stated, strict=True) if slot in slots]
+        found: list[MemoryItem] = []
+        for start in range(0, len(ids), DELETE_BATCH):
+            chunk = filters.with_ids(ids[start : start + DELETE_BATCH])
+            found += await self._store.fetch(where & chunk, with_vector=True)
+        return found
 
     async def _load_episodes(
         self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
@@ -415,7 +446,8 @@ class MemoryWriter(MemoryCore):
 @dataclass(slots=True)
 class _Peers:
     """The items a draft is compared with (``_load_peers``: the agent's active non-episodic ones and
-    other agents' user-wide ones), as ingest changes them, and their vectors row by row."""
+    other agents' user-wide ones that state an attribute), as ingest changes them, and their vectors
+    row by row."""
 
     items: list[MemoryItem]
     matrix: npt.NDArray[np.float32]
