@@ -142,7 +142,7 @@ class MemoryWriter(MemoryCore):
             if k is not MemoryKind.EPISODIC
         } - {""}
         peers, (seen_turns, twins) = await asyncio.gather(
-            self._load_peers(owner, now, slots=stating), self._load_episodes(owner, accepted, now)
+            self._load_peers(owner, now, stating=stating), self._load_episodes(owner, accepted, now)
         )
         batch = _Batch()
         results: list[IngestResult] = []
@@ -213,13 +213,14 @@ class MemoryWriter(MemoryCore):
         await self._journal(owner.user_id, owner.agent_id, _changes(stored, batch, dropped, reason))
         return results, bool(dropped)
 
-    async def _load_peers(self, owner: Owner, now: int, *, slots: set[str]) -> _Peers:
+    async def _load_peers(self, owner: Owner, now: int, *, stating: set[str]) -> _Peers:
         """The active non-episodic items a draft is compared with, with their vectors: the (user,
-        agent)'s own, and other agents' user-wide ones stating one of ``slots`` (``_load_others``)."""
+        agent)'s own, and other agents' user-wide ones stating one of the slots ``stating``
+        (``_load_others``)."""
         mine = filters.written_by(owner.user_id, owner.agent_id) & filters.active(now)
         own, others = await asyncio.gather(
             self._store.fetch(mine & ~filters.of_kind(MemoryKind.EPISODIC), with_vector=True),
-            self._load_others(owner, now, slots),
+            self._load_others(owner, now, stating),
         )
         existing = own + others
         ndims = self._embedder.ndims
