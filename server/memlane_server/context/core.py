@@ -60,6 +60,7 @@ SUMMARIZED = (Strategy.HYBRID, Strategy.ROLLING_SUMMARY)
 PROFILE_REPEAT_REASON = "already in the profile block"
 TEXT_REPEAT_REASON = "the same text as another memory"
 WEAK_HIT_REASON = "below the relevance floor (context_memory_min_similarity)"
+STALE_REASON = "an episode carrying a superseded fact"
 
 
 @dataclass(slots=True)
@@ -212,7 +213,7 @@ class Composition:
         grant = self.ledger.grant(section)
         hits = self._distinct(section, hits)
         if section == Section.MEMORY:
-            hits = self._not_in_profile(self._relevant(hits))
+            hits = self._not_in_profile(self._relevant(self._current(hits)))
         block = hits_block(self.s.costing, provenance, heading, hits, grant)
         if section == Section.PROFILE:
             shown = {m.memory_id for m in block.memories}
@@ -237,6 +238,14 @@ class Composition:
         ]
         if len(kept) < len(hits):
             self._left_out(Section.MEMORY, WEAK_HIT_REASON, [h for h in hits if h not in kept])
+        return kept
+
+    def _current(self, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:
+        """Recalled hits without the episodes whose fact was superseded (by any agent): shown beside the
+        newer value, the older would be a second answer; it stays in search and in the history."""
+        kept = [h for h in hits if not h.stale]
+        if len(kept) < len(hits):
+            self._left_out(Section.MEMORY, STALE_REASON, [h for h in hits if h.stale])
         return kept
 
     def _distinct(self, section: Section, hits: Sequence[MemoryHit]) -> Sequence[MemoryHit]:

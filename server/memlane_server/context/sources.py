@@ -18,6 +18,7 @@ from typing import Protocol
 from ..access.identity import Caller
 from ..ltm import MemoryFilter, MemoryService, RecallQuery, Visibility
 from ..ltm.model import ScoreParts
+from ..ltm.recall import STALE_KEY
 from ..observability import spans
 from ..procedures.store import ActiveProcedure
 
@@ -28,6 +29,9 @@ class MemoryHit:
     text: str
     score: float = 0.0
     parts: ScoreParts | None = None  # why a recalled memory ranked where it did; None for profile items
+    # An episode that carries a fact since superseded (ltm's ``STALE_KEY``): what was said then, no
+    # longer true. Search ranks it lower; a context leaves it out (the newer value is what holds).
+    stale: bool = False
 
 
 class MemorySource(Protocol):
@@ -176,7 +180,10 @@ class LtmMemorySource:
             spans.found(span, ((h.item.id, h.score) for h in hits))
             # A use each for the first ``limit``: the spares are injected only in place of a repeat.
             await self._memory.bump_usage([h.item.id for h in hits[:limit]])
-        return [MemoryHit(h.item.id, h.item.content, h.score, h.parts) for h in hits]
+        return [
+            MemoryHit(h.item.id, h.item.content, h.score, h.parts, stale=bool(h.item.metadata.get(STALE_KEY)))
+            for h in hits
+        ]
 
 
 # --- Procedures, one more gathered input ---------------------------------------------------------------

@@ -6,10 +6,11 @@ and the store sees one batched write per ingest.
 
 Who reads an item, as one model: the rules for what a new memory may change are stated in it.
 
-All items compared here belong to one (user, agent) (ingest dedupes and supersedes within it), so an
-audience is fixed by scope and group: AGENT is the writing agent alone, GROUP the agents presenting
-the group, USER (and SHARED, which reaches the same agents) every agent serving the user. Audiences
-nest: AGENT within any GROUP within USER.
+The items compared here are one user's: the drafting agent's own (ingest dedupes and supersedes
+within them), whose audience is fixed by scope and group: AGENT is the writing agent alone, GROUP the
+agents presenting the group, USER (and SHARED, which reaches the same agents) every agent serving the
+user. Audiences nest: AGENT within any GROUP within USER. And other agents' user-wide items (see
+"Across agents" below), the only ones whose readers this model names without knowing their writer.
 
 A draft (promotion, ExtractMemories, CreateMemory) has two audiences:
 
@@ -24,6 +25,16 @@ The two rules of ingest then read:
   source (``item.within(source)``); else a narrow conversation could rewrite what wider readers see.
 - **merge**: a draft folds into an item only for the very same readers (``item == target``): folded
   into a wider item, the draft would be published; into a narrower one, hidden from its own readers.
+
+**Across agents** (``may_retire_across``, ``newest_wins``): a user-wide attribute has one answer
+whichever agent was told it. A draft may retire another agent's item only if both are user-wide: the
+item's readers (every agent) could read the draft's source, and will read the draft's item, so every
+agent that saw the old value sees the new one. An agent-private or group item of another agent is
+never compared (its readers are not this model's AGENT, and no other agent may rewrite it), nor is
+another agent's item merged into (it keeps its own provenance: the restatement is the drafter's own
+item, and assembly shows one text once). Two agents' learning runs apart (one agent's session may be
+promoted long after another's), so across agents the newest *said* wins (``occurred_at_ms``), not
+the newest written: a draft said before another agent's item it contradicts is stored retired by it.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ class Decision:
     action: Action
     target: MemoryItem | None = None
     retire: list[MemoryItem] = field(default_factory=list)
+    # A newer item (another agent's) the new one is stored retired by: it came too late to win.
+    retired_by: MemoryItem | None = None
 
 
 _SALIENT = linear_regex.compile(r"\b(?:[A-Z][\w'-]*|[\w-]*\d[\w-]*)")
@@ -203,3 +216,27 @@ def may_supersede(draft: MemoryDraft, item: MemoryItem) -> bool:
 
 def may_merge(draft: MemoryDraft, kind: MemoryKind, item: MemoryItem) -> bool:
     return Audience.of_item(item) == target(draft, kind)
+
+
+def may_retire_across(draft: MemoryDraft, kind: MemoryKind, item: MemoryItem) -> bool:
+    """Whether a draft may retire ``item`` of another agent: both user-wide (see "Across agents")."""
+    user = Audience(MemoryScope.USER)
+    return Audience.of_item(item) == user and source(draft) == user and target(draft, kind) == user
+
+
+def newest_wins(decision: Decision, said_at_ms: int, others: set[str]) -> Decision:
+    """A supersede with the items of ``others`` (ids of other agents' items) ordered by when each was
+    said: those said after the draft (``said_at_ms``) stay, and the draft is stored retired by the
+    newest of them; the draft still retires what was said before it (its history then reads old ->
+    draft -> newest). Ties go to the draft, the later written."""
+    if decision.action is not Action.SUPERSEDE:
+        return decision
+    newer = [i for i in decision.retire if i.id in others and i.occurred_at_ms > said_at_ms]
+    if not newer:
+        return decision
+    late = {i.id for i in newer}
+    return Decision(
+        Action.SUPERSEDE,
+        retire=[i for i in decision.retire if i.id not in late],
+        retired_by=max(newer, key=lambda i: (i.occurred_at_ms, i.id)),
+    )

@@ -114,8 +114,10 @@ class MemoryCore:
         # Called with a user id after each write that changes what the user's reads return (not usage
         # counts), once the write is visible, and whether it removed rows: caches invalidate on it.
         self._on_change = on_change
-        # Striped locks serialize ingest per (user, agent), so two concurrent promotions cannot both
-        # decide "insert" for the same fact; unrelated users rarely share a stripe.
+        # Striped locks serialize ingest per user (every agent's: a user-wide attribute has one answer
+        # across agents, ltm/conflicts.py), so two concurrent promotions cannot both decide "insert" for
+        # the same fact, nor two values of one attribute both stay; unrelated users rarely share a stripe.
+        # Per process: a worker process's ingest and the serving process's are not serialized.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._hot = HotIndex(store, max_bytes=hot_index_mb << 20)
         # Reads see what other processes wrote (a worker's promotions): ltm/core.py.
@@ -457,9 +459,16 @@ class SlotReader:
         """The slot an item is compared under: ``stated_slot``, else the one recognised by meaning."""
         return stated_slot(given, content) or self.infer(vector[None, :])[0]
 
-    def slots_of(self, given: list[str], contents: list[str], vectors: npt.NDArray[np.float32]) -> list[str]:
-        """``slot_of`` of many items (one matrix product for those that need meaning)."""
-        out = [stated_slot(g, c) for g, c in zip(given, contents, strict=True)]
+    def slots_of(
+        self, given: list[str], contents: list[str], vectors: npt.NDArray[np.float32], *, worded: bool = True
+    ) -> list[str]:
+        """``slot_of`` of many items (one matrix product for those that need meaning). ``worded`` False
+        for stored items whose slot already holds what their wording named (every write since it is
+        stored: ``stated_slot``), when the wording's patterns would cost more than the rest (5 us an
+        item)."""
+        out = [
+            stated_slot(g, c) if worded else canonical_slot(g) for g, c in zip(given, contents, strict=True)
+        ]
         bare = [i for i, s in enumerate(out) if not s]
         if bare:
             for i, slot in zip(bare, self.infer(vectors[bare]), strict=True):

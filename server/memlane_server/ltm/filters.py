@@ -170,6 +170,11 @@ def written_by(user_id: str, agent_id: str) -> Expr:
     return owned_by(user_id) & is_("agent_id", agent_id)
 
 
+def user_wide() -> Expr:
+    """Items every agent of the user reads (USER, and SHARED which reaches the same agents)."""
+    return col("scope").isin([MemoryScope.USER.value, MemoryScope.SHARED.value])
+
+
 def of_kind(kind: MemoryKind) -> Expr:
     return col("kind") == lit(MemoryKind(kind).value)
 

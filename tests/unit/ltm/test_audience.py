@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from memlane_server.ltm import MemoryItem, MemoryKind, MemoryScope, NewMemory
-from memlane_server.ltm.conflicts import Audience, may_merge, may_supersede
+from memlane_server.ltm.conflicts import (
+    Action,
+    Audience,
+    Decision,
+    may_merge,
+    may_retire_across,
+    may_supersede,
+    newest_wins,
+)
 
 AGENT, USER, SHARED, GROUP = MemoryScope.AGENT, MemoryScope.USER, MemoryScope.SHARED, MemoryScope.GROUP
 
@@ -63,3 +71,41 @@ def test_audiences_nest() -> None:
     assert user == Audience.of(USER) and Audience.of(USER, "ignored") == user
     assert agent.within(g) and g.within(user) and agent.within(user)
     assert not user.within(g) and not g.within(agent) and not g.within(Audience.of(GROUP, "h"))
+
+
+@pytest.mark.parametrize(
+    ("d", "kind", "allowed"),
+    [
+        # Across agents only user-wide with user-wide: the old value's readers all read the new one.
+        (draft(None), MemoryKind.FACT, [False, True, True, False, False]),
+        (draft(SHARED), MemoryKind.FACT, [False, True, True, False, False]),
+        # From the user's conversation but kept to the agent (an instruction's default): never.
+        (draft(None), MemoryKind.INSTRUCTION, [False, False, False, False, False]),
+        (draft(GROUP, "g"), MemoryKind.FACT, [False, False, False, False, False]),
+        (draft(AGENT), MemoryKind.FACT, [False, False, False, False, False]),
+    ],
+)
+def test_a_draft_retires_another_agents_item_only_user_wide_with_user_wide(
+    d: NewMemory, kind: MemoryKind, allowed: list[bool]
+) -> None:
+    assert [may_retire_across(d, kind, i) for i in ITEMS] == allowed
+
+
+def _said(memory_id: str, at_ms: int) -> MemoryItem:
+    return MemoryItem(
+        id=memory_id, user_id="u", agent_id="b", scope=USER, kind=MemoryKind.FACT, content=memory_id,
+        occurred_at_ms=at_ms,
+    )  # fmt: skip
+
+
+def test_across_agents_the_newest_said_wins() -> None:
+    old, own, newer, newest = _said("old", 100), _said("own", 900), _said("newer", 300), _said("newest", 400)
+    decision = Decision(Action.SUPERSEDE, retire=[old, own, newer, newest])
+    # Said at 200: another agent's items said later stay and the newest of them retires the draft; its
+    # own items (not in ``others``) and the older one are retired as before.
+    out = newest_wins(decision, 200, {"old", "newer", "newest"})
+    assert [i.id for i in out.retire] == ["old", "own"] and out.retired_by is newest
+    # Said last (ties go to the draft): everything retired, nothing retires it.
+    out = newest_wins(decision, 400, {"old", "newer", "newest"})
+    assert len(out.retire) == 4 and out.retired_by is None
+    assert newest_wins(Decision(Action.INSERT), 0, {"old"}) == Decision(Action.INSERT)
