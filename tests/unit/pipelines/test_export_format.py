@@ -25,7 +25,7 @@ def test_written_lines_read_back_with_their_types_and_line_numbers() -> None:
 
 def test_a_tagged_record_names_its_type_first() -> None:
     line = export_format.tagged("memory", {"id": "m1", "record": "session"})
-    assert list(line) == ["record", "id"] and line["record"] == "memory"
+    assert list(line) == ["record", "memory_id"] and line["record"] == "memory"
 
 
 def test_a_newer_format_is_refused_not_half_read() -> None:
