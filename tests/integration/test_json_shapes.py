@@ -59,7 +59,9 @@ def test_the_cli_prints_integers_as_numbers_and_enums_by_their_short_name(
     assert main(["sessions", "show", sid, *address]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["status"] == "closed" and shown["messages"][0]["role"] == "user"
-    assert type(shown["messages"][0]["seq"]) is int and type(shown["messages"][0]["created_at_unix_ms"]) is int
+    assert (
+        type(shown["messages"][0]["seq"]) is int and type(shown["messages"][0]["created_at_unix_ms"]) is int
+    )
 
     assert main(["memories", "list", "--user", user, "--json", *address]) == 0
     (row,) = _lines(capsys)
@@ -99,12 +101,8 @@ def test_the_export_names_things_as_the_cli_does_and_reads_back(
     assert "id" not in memory and "created_at_ms" not in memory
     versions = by_kind["memory_version"]
     assert {v["memory"]["memory_id"] for v in versions} == {made.memory_id}
-    history = client.list_memory_versions(
-        caller=mpb.Caller(user_id=user), memory_id=made.memory_id
-    ).versions
-    assert sorted(v["changed_at_unix_ms"] for v in versions) == sorted(
-        v.changed_at_unix_ms for v in history
-    )
+    history = client.list_memory_versions(caller=mpb.Caller(user_id=user), memory_id=made.memory_id).versions
+    assert sorted(v["changed_at_unix_ms"] for v in versions) == sorted(v.changed_at_unix_ms for v in history)
 
     client.forget_user(user_id=user)
     assert main(["import-user", str(out), *address]) == 0
@@ -120,8 +118,8 @@ def test_the_export_names_things_as_the_cli_does_and_reads_back(
 def _version_one(records: list[dict[str, Any]]) -> bytes:
     """An export as memlane wrote it before version 2 (the stored names), from a file of either."""
     out = []
-    for r in records:
-        r = {k.replace("_unix_ms", "_ms"): v for k, v in r.items()}
+    for line in records:
+        r = {k.replace("_unix_ms", "_ms"): v for k, v in line.items()}
         if r["record"] == "header":
             r["format_version"] = 1
         elif r["record"] == "session":
