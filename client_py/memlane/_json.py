@@ -69,11 +69,11 @@ def _field(f: FieldDescriptor, value: Any) -> Any:
 
 
 def _scalar(f: FieldDescriptor, value: Any) -> Any:
-    if f.type == FieldDescriptor.TYPE_MESSAGE:
+    if f.message_type is not None:
         if f.message_type.full_name.startswith("google.protobuf."):
             return MessageToDict(value)  # well-known types have their own JSON forms
         return to_json(value)
-    if f.type == FieldDescriptor.TYPE_ENUM:
+    if f.enum_type is not None:
         return enum_name(f.enum_type, value)
     if f.type == FieldDescriptor.TYPE_BYTES:
         return base64.b64encode(value).decode()
