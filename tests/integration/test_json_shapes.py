@@ -22,6 +22,7 @@ from memlane.v1 import memory_pb2 as mpb
 from memlane_server.background import SidecarThread
 from memlane_server.cli import main
 from memlane_server.ltm.model import is_server_id
+from tests.conftest import wait_for
 from tests.integration.test_mcp import ok, stdio
 
 
@@ -29,15 +30,24 @@ def _lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
+def _the(memory_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of ``memory_id`` (the closed session's end learns memories of its own, an episode)."""
+    (row,) = [r for r in rows if r["memory_id"] == memory_id]
+    return row
+
+
 def _closed_session_with_a_memory(c: memlane.Client, user: str) -> tuple[str, mpb.Memory]:
     sid = f"s-{user}"
     c.create_session(session_id=sid, user_id=user, agent_id="desk")
-    c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I keep bees.")])
+    c.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="Hello there.")])
     caller = mpb.Caller(user_id=user, agent_id="desk")
     made = c.create_memory(caller=caller, content="Keeps bees.", kind=mpb.MEMORY_KIND_FACT).memory
     edit = mpb.Memory(memory_id=made.memory_id, content="Keeps two hives of bees.")
     c.update_memory(caller=caller, memory=edit, update_mask=FieldMask(paths=["content"]))
     c.close_session(session_id=sid)
+    # Once the session's end has run, nothing changes under the test (its learning merges, edits).
+    done = (memlane.PromotionState.PROMOTION_STATE_PROMOTED, memlane.PromotionState.PROMOTION_STATE_ARCHIVED)
+    wait_for(lambda: c.get_session(session_id=sid).session.promotion_state in done, timeout=30)
     return sid, made
 
 
@@ -64,12 +74,12 @@ def test_the_cli_prints_integers_as_numbers_and_enums_by_their_short_name(
     )
 
     assert main(["memories", "list", "--user", user, "--json", *address]) == 0
-    (row,) = _lines(capsys)
+    row = _the(made.memory_id, _lines(capsys))
     assert (row["memory_id"], row["kind"], row["scope"]) == (made.memory_id, "fact", "user")
     assert type(row["created_at_unix_ms"]) is int and row["created_at_unix_ms"] == made.created_at_unix_ms
     # Control: the flags take the same spelling the output uses.
     assert main(["memories", "list", "--user", user, "--kind", row["kind"], "--json", *address]) == 0
-    assert [r["memory_id"] for r in _lines(capsys)] == [made.memory_id]
+    assert made.memory_id in [r["memory_id"] for r in _lines(capsys)]
     client.forget_user(user_id=user)
 
 
@@ -93,20 +103,20 @@ def test_the_export_names_things_as_the_cli_does_and_reads_back(
         by_kind.setdefault(r["record"], []).append(r)
     (session,) = by_kind["session"]
     assert session["status"] == "closed" and session["topology"] == "shared"
-    (memory,) = by_kind["memory"]
+    memory = _the(made.memory_id, by_kind["memory"])
     assert main(["memories", "list", "--user", user, "--json", *address]) == 0
-    (row,) = _lines(capsys)
+    row = _the(made.memory_id, _lines(capsys))
     for key in ("memory_id", "kind", "scope", "content", "created_at_unix_ms", "updated_at_unix_ms"):
         assert memory[key] == row[key], key
     assert "id" not in memory and "created_at_ms" not in memory
-    versions = by_kind["memory_version"]
-    assert {v["memory"]["memory_id"] for v in versions} == {made.memory_id}
+    versions = [v for v in by_kind["memory_version"] if v["memory_id"] == made.memory_id]
+    assert {v["memory"]["memory_id"] for v in versions} == {made.memory_id} and len(versions) >= 2
     history = client.list_memory_versions(caller=mpb.Caller(user_id=user), memory_id=made.memory_id).versions
     assert sorted(v["changed_at_unix_ms"] for v in versions) == sorted(v.changed_at_unix_ms for v in history)
 
     client.forget_user(user_id=user)
     assert main(["import-user", str(out), *address]) == 0
-    assert json.loads(capsys.readouterr().out)["imported"]["memory"] == 1
+    assert json.loads(capsys.readouterr().out)["imported"]["memory"] == len(by_kind["memory"])
     back = client.get_memory(caller=mpb.Caller(user_id=user), memory_id=made.memory_id).memory
     assert back.content == "Keeps two hives of bees." and back.created_at_unix_ms == made.created_at_unix_ms
     assert client.get_session(session_id=sid).session.status == memlane.SessionStatus.SESSION_STATUS_CLOSED
@@ -150,7 +160,7 @@ def test_an_export_of_an_earlier_version_still_imports(
     path = tmp_path / "v1.jsonl"
     path.write_bytes(old)
     assert main(["import-user", str(path), "--address", server.target]) == 0
-    assert json.loads(capsys.readouterr().out)["imported"]["memory_version"] == len(history)
+    assert json.loads(capsys.readouterr().out)["imported"]["memory_version"] >= len(history) >= 2
     back = client.get_memory(caller=mpb.Caller(user_id=user), memory_id=made.memory_id).memory
     assert back.created_at_unix_ms == made.created_at_unix_ms
     assert client.get_session(session_id=sid).session.status == memlane.SessionStatus.SESSION_STATUS_CLOSED
