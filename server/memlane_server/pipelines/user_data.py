@@ -315,9 +315,11 @@ FORMAT = "memlane.user-export"
 FORMAT_VERSION = 2
 TYPE_FIELD = "record"
 HEADER = "header"
-# The records whose fields version 2 renames: those the API shows too. Traces, checkpoints, procedures and
-# archived rows keep their own fields (a checkpoint is a framework's object, not memlane's to rename).
-_NAMED_LIKE_THE_API = frozenset({"session", "message", "memory", "memory_version", "memory_snapshot"})
+# The records whose fields version 2 renames: those the API shows too. Traces, checkpoints and archived
+# rows keep their own fields (a checkpoint is a framework's object, not memlane's to rename).
+_NAMED_LIKE_THE_API = frozenset(
+    {"session", "message", "memory", "memory_version", "memory_snapshot", "procedure"}
+)
 _SESSION_ENUMS: dict[str, type[SessionStatus | PromotionState | Topology]] = {
     "status": SessionStatus,
     "promotion_state": PromotionState,
