@@ -27,11 +27,7 @@ COMMANDS = ("health", "sessions", "trace", "snapshots", "procedures")
 _STATUSES = enum_names(session_pb2.SessionStatus)
 
 
-def as_dict(message: ProtoMessage) -> dict[str, Any]:
-    # The one JSON shape of memlane's messages (memlane/_json.py), as the MCP tools print them too.
-    return to_json(message)
-
-
+# Messages print in the one JSON shape of memlane's messages (memlane/_json.py), as the MCP tools do.
 def _print(obj: dict[str, Any], *, pretty: bool = False) -> None:
     print(json_line(obj, pretty=pretty))
 
@@ -105,7 +101,7 @@ def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
         ):
             if shown >= args.limit:
                 break
-            _print(as_dict(s))
+            _print(to_json(s))
             shown += 1
         if not shown:
             say(f"no sessions of user {args.user!r}" + (f" in status {args.status}" if args.status else ""))
@@ -116,8 +112,8 @@ def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
         order=memlane.MessageOrder.MESSAGE_ORDER_NEWEST_FIRST,
         page_size=max(1, min(args.messages, 1000)),
     ).messages
-    out = as_dict(session)
-    out["messages"] = [as_dict(m) for m in reversed(messages)]
+    out = to_json(session)
+    out["messages"] = [to_json(m) for m in reversed(messages)]
     _print(out, pretty=True)
     return 0
 
@@ -131,7 +127,7 @@ def _trace(c: memlane.Client, args: argparse.Namespace) -> int:
             say(f"session {args.session_id!r} has no turn traces yet")
             return 1
         trace = traces[0]
-    _print(as_dict(trace), pretty=True)
+    _print(to_json(trace), pretty=True)
     return 0
 
 
@@ -146,7 +142,7 @@ _STATES = enum_names(procedure_pb2.ProcedureState)
 
 
 def _print_line(message: ProtoMessage) -> None:
-    _print(as_dict(message))
+    _print(to_json(message))
 
 
 def _add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
