@@ -206,7 +206,7 @@ def test_snapshot_cli(
     assert [json.loads(line)["snapshot_id"] for line in capsys.readouterr().out.splitlines()] == ["cli-1"]
     assert main(["snapshots", "diff", "--user", user_id, "cli-1", *target]) == 0
     [added] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert added["kind"] == "MEMORY_DIFF_KIND_ADDED" and "coins" in added["after"]["content"]
+    assert added["kind"] == "added" and "coins" in added["after"]["content"]
     assert main(["snapshots", "restore", "--user", user_id, "cli-1", *target]) == 0
     assert json.loads(capsys.readouterr().out)["undone"] == {"added": 1}
     assert [m.content for m in c.list_memories(caller=mpb.Caller(user_id=user_id)).memories] == [

@@ -199,7 +199,7 @@ def test_export_header_and_record_types(client: memlane.Client, user_id: str) ->
     lines = [orjson.loads(line) for line in _export(client, user_id).splitlines()]
     head = lines[0]
     assert head["record"] == "header" and head["format"] == "memlane.user-export"
-    assert head["format_version"] == 1 and head["memlane_version"] == memlane.__version__
+    assert head["format_version"] == 2 and head["memlane_version"] == memlane.__version__
     assert head["user_id"] == user_id
     kinds = {line["record"] for line in lines[1:]}
     assert {"session", "message", "memory", "memory_version", "memory_snapshot"} <= kinds
@@ -267,7 +267,7 @@ def test_import_round_trip_into_a_fresh_sidecar(
                 {
                     "record": "memory",
                     **orjson.loads(next(line for line in data.splitlines() if b'"record":"memory"' in line)),
-                    "id": "imported-extra",
+                    "memory_id": "imported-extra",
                     "content": "Plays the cello.",
                 }
             )
@@ -283,8 +283,8 @@ def test_import_round_trip_into_a_fresh_sidecar(
 
 def test_import_refuses_bad_files(client: memlane.Client, user_id: str) -> None:
     head = {"record": "header", "format": "memlane.user-export", "format_version": 1, "user_id": user_id}
-    newer = orjson.dumps({**head, "format_version": 2, "memlane_version": "9.0"}) + b"\n"
-    with pytest.raises(memlane.FailedPreconditionError, match="format version 2"):
+    newer = orjson.dumps({**head, "format_version": 3, "memlane_version": "9.0"}) + b"\n"
+    with pytest.raises(memlane.FailedPreconditionError, match="format version 3"):
         client.import_user_data(data=newer)
     with pytest.raises(memlane.InvalidArgumentError, match="header"):
         client.import_user_data(data=b'{"record": "session", "session_id": "s"}\n')

@@ -265,7 +265,7 @@ def test_operator_cli_reviews_procedures(
     assert (
         main(["procedures", "propose", "--agent", "bot", pid, "--content", "Say hello first.", *target]) == 0
     )
-    assert json.loads(capsys.readouterr().out)["versions"][0]["state"] == "PROCEDURE_STATE_PROPOSED"
+    assert json.loads(capsys.readouterr().out)["versions"][0]["state"] == "proposed"
     assert main(["procedures", "list", "--agent", "bot", "--state", "proposed", *target]) == 0
     assert [json.loads(line)["procedure_id"] for line in capsys.readouterr().out.splitlines()] == [pid]
     assert main(["procedures", "approve", "--agent", "bot", pid, "1", "--note", "ok", *target]) == 0

@@ -254,7 +254,9 @@ def test_the_same_file_twice_writes_nothing_and_versions_keep_their_times(
         )
     data = b"".join(r.data for r in client.export_user_data(user_id=user))
     exported = sorted(
-        r["changed_at_ms"] for r in map(orjson.loads, data.splitlines()) if r["record"] == "memory_version"
+        r["changed_at_unix_ms"]
+        for r in map(orjson.loads, data.splitlines())
+        if r["record"] == "memory_version"
     )
     assert len(exported) == 6
     fresh = start_server()

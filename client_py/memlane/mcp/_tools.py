@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 from .._chat import chat_from_context, to_messages
 from .._client import AsyncClient
 from .._errors import MemlaneError, NotFoundError
-from .._ids import new_id
+from .._json import UNKNOWN, enum_name, enum_names, to_json
 from ..v1.context_pb2 import AssembleContextResponse
 from ..v1.memory_pb2 import Caller, IngestOutcome, Memory, MemoryFilter, MemoryKind
 from ..v1.session_pb2 import Session
@@ -31,12 +31,9 @@ from ._options import McpOptions
 # The kinds a model names, from the proto enum (MEMORY_KIND_FACT: "fact"; 0 is no kind), so a kind added
 # there is offered here with no edit. Typed ``str`` checked at run time against this list, not a
 # ``Literal`` (a type checker needs its values written out); the schema lists them as an enum all the same.
-_KINDS: dict[str, MemoryKind.ValueType] = {
-    name.removeprefix("MEMORY_KIND_").lower(): value for name, value in MemoryKind.items() if value
-}
-_KIND_NAMES = {v: k for k, v in _KINDS.items()}
+_KINDS: dict[str, MemoryKind.ValueType] = enum_names(MemoryKind)
 # A kind a newer sidecar stores that this client's proto does not name yet: said so, not guessed.
-UNKNOWN_KIND = "unknown"
+UNKNOWN_KIND = UNKNOWN
 # What a caller may state: every kind but episodes, which the sidecar builds from a conversation's turns.
 _STATED_KINDS = [k for k in _KINDS if k != "episodic"]
 
@@ -290,17 +287,21 @@ def failure_from(exc: MemlaneError) -> ToolFailure:
     return ToolFailure(text, {"error": data})
 
 
+# What a tool shows of a memory (MemoryOut), in the one JSON shape of memlane's messages that the CLI
+# prints too (memlane/_json.py): the fields a model uses, the required ones even at their defaults.
+_MEMORY_REQUIRED: dict[str, Any] = {
+    "memory_id": "",
+    "kind": UNKNOWN_KIND,
+    "content": "",
+    "created_at_unix_ms": 0,
+}
+_MEMORY_OPTIONAL = ("slot", "occurred_at_unix_ms")
+
+
 def _memory(m: Memory) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "memory_id": m.memory_id,
-        "kind": _KIND_NAMES.get(m.kind, UNKNOWN_KIND),
-        "content": m.content,
-        "created_at_unix_ms": m.created_at_unix_ms,
-    }
-    if m.slot:
-        out["slot"] = m.slot
-    if m.occurred_at_unix_ms:
-        out["occurred_at_unix_ms"] = m.occurred_at_unix_ms
+    full = to_json(m)
+    out = {k: full.get(k, default) for k, default in _MEMORY_REQUIRED.items()}
+    out.update((k, full[k]) for k in _MEMORY_OPTIONAL if k in full)
     return out
 
 
@@ -500,17 +501,18 @@ class Tools:
         return _lines(found, "no memory matches"), {"memories": found}
 
     async def _remember(self, args: Remember, user: str) -> tuple[str, dict[str, Any]]:
-        # A client-chosen id makes the write safe to retry (the client sends CreateMemory without one
-        # only once), so a dropped connection never stores the fact twice.
+        # The sidecar chooses the id (mem_...), as for every other client: a memory has one id shape. A
+        # retry is still safe without an id of ours: the client sends a CreateMemory without one only
+        # once, and the model's own retry of this call (the same text, by the same agent, for the same
+        # user) merges into the memory the first call stored (outcome "merged", the same memory_id).
         reply = await self._client.create_memory(
             caller=self._caller(user),
-            memory_id=new_id(),
             kind=_KINDS[args.kind],
             content=args.content,
             slot=args.slot,
             channel=self._opts.channel,
         )
-        name = IngestOutcome.Name(reply.outcome).removeprefix("INGEST_OUTCOME_").lower()  # created, merged...
+        name = enum_name(IngestOutcome.DESCRIPTOR, reply.outcome)  # created, merged, superseded...
         data = {
             "memory_id": reply.memory.memory_id,
             "outcome": name,

@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import field_mask_pb2
-from google.protobuf.json_format import MessageToDict
 
 import memlane
+from memlane._json import enum_names, to_json
 from memlane.v1 import admin_pb2, memory_pb2
 
 from .connection import add_connection, client, failed, say
 from .terminal import json_line, shown
 
-_KINDS = {n.removeprefix("MEMORY_KIND_").lower(): v for n, v in memory_pb2.MemoryKind.items() if v}
-_SCOPES = {n.removeprefix("MEMORY_SCOPE_").lower(): v for n, v in memory_pb2.MemoryScope.items() if v}
+_KINDS = enum_names(memory_pb2.MemoryKind)
+_SCOPES = enum_names(memory_pb2.MemoryScope)
 COMMANDS = ("memories", "jobs", "forget-user", "export-user", "import-user", "users")
 
 
@@ -237,10 +237,8 @@ def _memories(c: memlane.Client, args: argparse.Namespace) -> int:
 
 
 def _memory_row(m: memory_pb2.Memory) -> dict[str, Any]:
-    row = MessageToDict(m, preserving_proto_field_name=True)
-    row["kind"] = memory_pb2.MemoryKind.Name(m.kind).removeprefix("MEMORY_KIND_").lower()
-    row["scope"] = memory_pb2.MemoryScope.Name(m.scope).removeprefix("MEMORY_SCOPE_").lower()
-    row.setdefault("slot", "")
+    row = to_json(m)
+    row.setdefault("slot", "")  # the table's column, and scripts may read it on every row
     return row
 
 
@@ -292,8 +290,7 @@ def _iso(ms: int) -> str:
 
 def _forget(c: memlane.Client, args: argparse.Namespace) -> int:
     receipt = c.forget_user(user_id=args.user)
-    # JSON, like every other command's output; counts as numbers (MessageToDict would print int64 as
-    # strings).
+    # Every key on every answer, an empty list too: a script reads operator_actions to know it is done.
     out = {
         "user_id": receipt.user_id,
         "erased": dict(sorted(receipt.erased.items())),
@@ -311,7 +308,7 @@ def _jobs(c: memlane.Client, args: argparse.Namespace) -> int:
     if args.jobs_command == "list-parked":
         listed = 0
         for job in memlane.iter_pages(lambda t: c.list_parked_jobs(page_size=500, page_token=t), "jobs"):
-            print(json_line(MessageToDict(job, preserving_proto_field_name=True)))
+            print(json_line(to_json(job)))
             listed += 1
         if not listed:
             say("no parked jobs")

@@ -14,23 +14,20 @@ import argparse
 import sys
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message as ProtoMessage
 
 import memlane
+from memlane._json import enum_name, enum_names, to_json
 from memlane.v1 import memory_pb2, procedure_pb2, session_pb2
 
 from .connection import add_connection, client, failed, say
 from .terminal import json_line
 
 COMMANDS = ("health", "sessions", "trace", "snapshots", "procedures")
-_STATUSES = [n.removeprefix("SESSION_STATUS_").lower() for n in session_pb2.SessionStatus.keys()][1:]  # noqa: SIM118
+_STATUSES = enum_names(session_pb2.SessionStatus)
 
 
-def as_dict(message: ProtoMessage) -> dict[str, Any]:
-    return MessageToDict(message, preserving_proto_field_name=True)
-
-
+# Messages print in the one JSON shape of memlane's messages (memlane/_json.py), as the MCP tools do.
 def _print(obj: dict[str, Any], *, pretty: bool = False) -> None:
     print(json_line(obj, pretty=pretty))
 
@@ -46,7 +43,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     ls = ssub.add_parser("list", help="a user's sessions, newest first, one JSON object per line")
     add_connection(ls)
     ls.add_argument("--user", required=True, help="the user id")
-    ls.add_argument("--status", choices=_STATUSES, help="only sessions in this status")
+    ls.add_argument("--status", choices=list(_STATUSES), help="only sessions in this status")
     ls.add_argument("--limit", type=int, default=50, help="at most this many (default %(default)s)")
     show = ssub.add_parser("show", help="one session and its latest messages, as one JSON object")
     add_connection(show)
@@ -91,7 +88,7 @@ def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
     if args.sessions_command == "list":
         status = session_pb2.SessionStatus.SESSION_STATUS_UNSPECIFIED
         if args.status:
-            status = session_pb2.SessionStatus.Value(f"SESSION_STATUS_{args.status.upper()}")
+            status = _STATUSES[args.status]
         if args.limit < 1:
             say("--limit must be at least 1")
             return 2
@@ -104,7 +101,7 @@ def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
         ):
             if shown >= args.limit:
                 break
-            _print(as_dict(s))
+            _print(to_json(s))
             shown += 1
         if not shown:
             say(f"no sessions of user {args.user!r}" + (f" in status {args.status}" if args.status else ""))
@@ -115,8 +112,8 @@ def _sessions(c: memlane.Client, args: argparse.Namespace) -> int:
         order=memlane.MessageOrder.MESSAGE_ORDER_NEWEST_FIRST,
         page_size=max(1, min(args.messages, 1000)),
     ).messages
-    out = as_dict(session)
-    out["messages"] = [as_dict(m) for m in reversed(messages)]
+    out = to_json(session)
+    out["messages"] = [to_json(m) for m in reversed(messages)]
     _print(out, pretty=True)
     return 0
 
@@ -130,7 +127,7 @@ def _trace(c: memlane.Client, args: argparse.Namespace) -> int:
             say(f"session {args.session_id!r} has no turn traces yet")
             return 1
         trace = traces[0]
-    _print(as_dict(trace), pretty=True)
+    _print(to_json(trace), pretty=True)
     return 0
 
 
@@ -141,15 +138,11 @@ _KINDS = {
     "example": procedure_pb2.PROCEDURE_KIND_EXAMPLE,
     "instruction": procedure_pb2.PROCEDURE_KIND_INSTRUCTION,
 }
-_STATES = {
-    n.removeprefix("PROCEDURE_STATE_").lower(): v
-    for n, v in procedure_pb2.ProcedureState.items()
-    if v != procedure_pb2.PROCEDURE_STATE_UNSPECIFIED
-}
+_STATES = enum_names(procedure_pb2.ProcedureState)
 
 
 def _print_line(message: ProtoMessage) -> None:
-    _print(as_dict(message))
+    _print(to_json(message))
 
 
 def _add_state_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -220,7 +213,7 @@ def _snapshots(c: memlane.Client, args: argparse.Namespace) -> int:
         )
         counts: dict[str, int] = {}
         for d in out.diffs:
-            name = memory_pb2.MemoryDiffKind.Name(d.kind).removeprefix("MEMORY_DIFF_KIND_").lower()
+            name = enum_name(memory_pb2.MemoryDiffKind.DESCRIPTOR, d.kind)
             counts[name] = counts.get(name, 0) + 1
         _print({"undone": counts, "backup": out.backup.snapshot_id})
     else:

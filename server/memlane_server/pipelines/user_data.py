@@ -30,7 +30,7 @@ from ..ltm import MemoryService
 from ..ltm.history import MemoryHistory
 from ..paging import cursor_of, decode_token, encode_token, page_size, query_fingerprint
 from ..sessions.leases import ErasureJournal, sessions_held
-from ..sessions.model import Message
+from ..sessions.model import Message, PromotionState, SessionStatus, Topology
 from ..sessions.store import SessionStore, with_session_defaults
 from .archive import ParquetArchive
 
@@ -297,18 +297,37 @@ class UserDirectory:
 # in docs/operations.md#export-format).
 #
 # JSON lines. The first line is the header: ``{"record": "header", "format": "memlane.user-export",
-# "format_version": 1, "memlane_version": ..., "user_id": ..., "exported_at_ms": ...}``. Every other line
-# is one record, an object whose ``record`` field names its type (``session``, ``message``, ``trace``,
-# ``checkpoint``, ``memory``, ``memory_version``, ``memory_snapshot``, ``procedure``,
+# "format_version": 2, "memlane_version": ..., "user_id": ..., "exported_at_unix_ms": ...}``. Every other
+# line is one record, an object whose ``record`` field names its type (``session``, ``message``,
+# ``trace``, ``checkpoint``, ``memory``, ``memory_version``, ``memory_snapshot``, ``procedure``,
 # ``archive.<dataset>``) beside the record's own fields.
+#
+# Version 2 names a thing the API also shows as the API's JSON does (memlane/_json.py, the CLI and the
+# MCP tools): times ``*_unix_ms``, a memory's id ``memory_id``, a memory version's item ``memory``, a
+# session's status, promotion state and topology by their short lowercase names. Version 1 wrote the
+# stored names (``created_at_ms``, ``id``, ``item``, ``"status": 3``); the stores keep those, so ``tagged``
+# renames on the way out and ``parse`` renames a version-2 file back, and the import reads both alike.
 #
 # A reader accepts its own format version and older ones; a newer file is refused (a field it cannot read
 # may carry meaning), never half read.
 
 FORMAT = "memlane.user-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 TYPE_FIELD = "record"
 HEADER = "header"
+# The records whose fields version 2 renames: those the API shows too. Traces, checkpoints and archived
+# rows keep their own fields (a checkpoint is a framework's object, not memlane's to rename).
+_NAMED_LIKE_THE_API = frozenset(
+    {"session", "message", "memory", "memory_version", "memory_snapshot", "procedure"}
+)
+_SESSION_ENUMS: dict[str, type[SessionStatus | PromotionState | Topology]] = {
+    "status": SessionStatus,
+    "promotion_state": PromotionState,
+    "topology": Topology,
+}
+_STORED_MS, _API_MS = "_ms", "_unix_ms"
+_RENAMED = {"memory": {"id": "memory_id"}, "memory_version": {"item": "memory"}}  # stored name: the file's
+_ITEMS = {"memory_version": "item", "memory_snapshot": "items"}  # the stored memories a record holds
 
 
 def header(user_id: str) -> dict[str, Any]:
@@ -318,13 +337,70 @@ def header(user_id: str) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "memlane_version": memlane.__version__,
         "user_id": user_id,
-        "exported_at_ms": time.time_ns() // 1_000_000,
+        "exported_at_unix_ms": time.time_ns() // 1_000_000,
     }
 
 
 def tagged(kind: str, record: dict[str, Any]) -> dict[str, Any]:
-    """The record as a line holds it: its type first, then its own fields."""
-    return {TYPE_FIELD: kind, **{k: v for k, v in record.items() if k != TYPE_FIELD}}
+    """The record as a line holds it: its type first, then its own fields under the file's names."""
+    fields = {k: v for k, v in record.items() if k != TYPE_FIELD}
+    return {TYPE_FIELD: kind, **(_api_names(kind, fields) if kind in _NAMED_LIKE_THE_API else fields)}
+
+
+def _file_key(kind: str, key: str) -> str:
+    if key.endswith(_STORED_MS) and not key.endswith(_API_MS):
+        return key.removesuffix(_STORED_MS) + _API_MS
+    return _RENAMED.get(kind, {}).get(key, key)
+
+
+def _stored_key(kind: str, key: str) -> str:
+    if key.endswith(_API_MS):
+        return key.removesuffix(_API_MS) + _STORED_MS
+    return next((old for old, new in _RENAMED.get(kind, {}).items() if new == key), key)
+
+
+def _api_names(kind: str, record: dict[str, Any]) -> dict[str, Any]:
+    """A record's stored fields under version 2's names."""
+    return {_file_key(kind, k): _api_value(kind, k, v) for k, v in record.items()}
+
+
+def _api_value(kind: str, key: str, value: Any) -> Any:
+    if kind == "session" and key in _SESSION_ENUMS and isinstance(value, int):
+        return _SESSION_ENUMS[key](value).name.lower()
+    if _ITEMS.get(kind) != key:
+        return value
+    if isinstance(value, list):
+        return [_api_names("memory", v) for v in value]
+    return _api_names("memory", value)
+
+
+def _stored_names(kind: str, record: dict[str, Any], number: int) -> dict[str, Any]:
+    """A version-2 record under the stored names that the import checks read. A field named twice
+    (under both versions' names), which no export writes, is refused rather than one of them dropped."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = _stored_key(kind, key)
+        if name in out:
+            raise InvalidArgument(f"line {number}: {kind} names the field {name!r} twice", field="data")
+        out[name] = _stored_value(kind, name, value, number)
+    return out
+
+
+def _stored_value(kind: str, name: str, value: Any, number: int) -> Any:
+    if kind == "session" and name in _SESSION_ENUMS and isinstance(value, str):
+        enum = _SESSION_ENUMS[name]
+        if value.upper() not in enum.__members__:
+            names = ", ".join(m.lower() for m in enum.__members__)
+            raise InvalidArgument(
+                f"line {number}: session {name} {value[:40]!r} is none of {names}", field="data"
+            )
+        return enum[value.upper()].value
+    if _ITEMS.get(kind) != name:
+        return value
+    # Anything but an object is left for the import checks to refuse, in their words.
+    if isinstance(value, list):
+        return [_stored_names("memory", v, number) if isinstance(v, dict) else v for v in value]
+    return _stored_names("memory", value, number) if isinstance(value, dict) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +431,10 @@ def parse(data: bytes) -> ExportFile:
             continue
         if kind == HEADER:
             raise InvalidArgument(f"line {number} is a second header", field="data")
-        records.append((number, kind, {k: v for k, v in obj.items() if k != TYPE_FIELD}))
+        fields = {k: v for k, v in obj.items() if k != TYPE_FIELD}
+        if head["format_version"] >= 2 and kind in _NAMED_LIKE_THE_API:
+            fields = _stored_names(kind, fields, number)
+        records.append((number, kind, fields))
     if head is None:
         raise InvalidArgument("data holds no lines: an export starts with its header line", field="data")
     return ExportFile(head["user_id"], head["format_version"], records)
