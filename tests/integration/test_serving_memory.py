@@ -4,7 +4,7 @@ weighs idle: the README's quick start (six calls) must not make it grow for good
 It did by 54-91 MB PSS, ~50 MB of it anonymous (heap: the o200k_base encoding, ~46 MB, built on the
 quick start's first context call for ``gpt-4o-mini``, while the 1-2 s build held that call). Now the
 serving process builds the encodings of ``preload_encodings`` at start and gives back what their build
-freed, so light use moves it by a few MB (measured 3-12 PSS, ~3 anonymous). The chart's memory request
+freed, so light use moves it by a few MB (measured ~3 anonymous, 4-35 PSS). The chart's memory request
 is sized from the pod after this quick start (docs/operations.md, "Sizing"). One server start: the
 machine's model cache, the defaults.
 """
