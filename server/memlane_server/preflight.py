@@ -1,7 +1,7 @@
 """What a start checks before it loads anything heavy: the data dir (writable, and served by no other
-sidecar), the listen addresses, the policy files, the tokenizers named and Redis. Each failure is one ``StartError`` naming the
-cause, within about two seconds of the start, instead of a traceback after the model has loaded (13-21 s
-in) with an embedded Redis left running.
+sidecar), the listen addresses, the policy files, the tokenizers named and Redis. Each failure is one
+``StartError`` naming the cause, within about two seconds of the start, instead of a traceback after the
+model has loaded (13-21 s in) with an embedded Redis left running.
 
 The data dir's lock (``DataDirLock``) is held for as long as a sidecar with an embedded Redis or that
 Redis runs (the Redis inherits it): a second one on the same directory would run a second Redis on the
