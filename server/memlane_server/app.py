@@ -198,10 +198,23 @@ class Sidecar:
             self._model = model = ModelProcess(s, self._parts)
             self._closes["model process"] = model.stop
             await model.start()
-        await self._connect()
-        tokens = await asyncio.to_thread(
-            TokenCounter, s.sessions.default_encoding, preload=self._serves_requests
+        preload = s.sessions.preload_encodings.split(",") if self._serves_requests else []
+        # Beside Redis's start: building the encodings takes 1-2 s of CPU, mostly native.
+        building = asyncio.ensure_future(
+            asyncio.to_thread(
+                TokenCounter,
+                s.sessions.default_encoding,
+                preload=tuple(n.strip() for n in preload if n.strip()),
+            )
         )
+        try:
+            await self._connect()
+        finally:
+            tokens = await building
+        if self._serves_requests:
+            # What the builds freed (their ranks dicts, ~7 MB) goes back now: later the serving process
+            # does not trim (children.TRIM_INTERVAL_S), and nothing is served yet to wait on the lock.
+            await children.return_freed_memory()
         self.stores = build_stores(
             self.redis, tokens, s, executor=self._executor, auto_approve=self._auto_approves
         )

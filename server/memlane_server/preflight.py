@@ -1,7 +1,7 @@
 """What a start checks before it loads anything heavy: the data dir (writable, and served by no other
-sidecar), the listen addresses, the policy files and Redis. Each failure is one ``StartError`` naming the
-cause, within about two seconds of the start, instead of a traceback after the model has loaded (13-21 s
-in) with an embedded Redis left running.
+sidecar), the listen addresses, the policy files, the tokenizers named and Redis. Each failure is one
+``StartError`` naming the cause, within about two seconds of the start, instead of a traceback after the
+model has loaded (13-21 s in) with an embedded Redis left running.
 
 The data dir's lock (``DataDirLock``) is held for as long as a sidecar with an embedded Redis or that
 Redis runs (the Redis inherits it): a second one on the same directory would run a second Redis on the
@@ -47,6 +47,7 @@ from .file_modes import tighten_data_dir
 from .infra.redis_pool import unanswered
 from .sessions.model import PolicyBook
 from .sessions.model import PolicyError as ChannelPolicyError
+from .tokens import ENCODINGS
 
 log = logging.getLogger("memlane")
 
@@ -236,6 +237,14 @@ def policy_files(settings: Settings) -> None:
         PolicyFile(Path(settings.access.access_policy_file))
 
 
+def encodings(settings: Settings) -> None:
+    """The tokenizers named are ones this build ships (they are built later, after Redis starts)."""
+    names = [settings.sessions.default_encoding, *settings.sessions.preload_encodings.split(",")]
+    for name in (n.strip() for n in names):
+        if name and name not in ENCODINGS:
+            raise StartError(f"encoding {name!r} is unknown; known: {', '.join(ENCODINGS)}")
+
+
 async def redis_answers(url: str) -> None:
     """A configured Redis answers a PING within two seconds (an embedded one is started later)."""
     why = await unanswered(url, _REDIS_TIMEOUT_S)
@@ -259,6 +268,7 @@ async def check(settings: Settings, *, listens: bool) -> Path:
     if listens:
         listen_addresses(settings)
     policy_files(settings)
+    encodings(settings)
     if settings.redis.redis_url:
         await redis_answers(settings.redis.redis_url)
     return path

@@ -33,7 +33,8 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _quick_start(target: str) -> str:
+def quick_start(target: str) -> str:
+    """The README's Python quick start, as a user pastes it, against ``target``."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Quick start (Python client)", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
@@ -76,7 +77,7 @@ def test_the_quick_start_prints_no_warning_and_ctrl_c_stops_serve_cleanly(tmp_pa
         wait_for(lambda: _answers(target, proc, log), timeout=START_S)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONWARNINGS": "default"}
         run = subprocess.run(
-            [sys.executable, "-c", _quick_start(target)],
+            [sys.executable, "-c", quick_start(target)],
             env=env,
             capture_output=True,
             text=True,

@@ -86,6 +86,7 @@ def _one_line_refusal(out: subprocess.CompletedProcess[str], says: str) -> None:
         ("admin port in use", "admin_listen"),
         ("read-only data dir", "is not writable"),
         ("malformed channel policy file", "channels.yaml: channels: expected a mapping"),
+        ("unknown encoding", "encoding 'o300k_base' is unknown; known: cl100k_base, o200k_base"),
     ],
 )
 def test_a_start_that_cannot_work_says_why_in_one_line_before_loading_anything(
@@ -112,6 +113,8 @@ def test_a_start_that_cannot_work_says_why_in_one_line_before_loading_anything(
                 data.chmod(0o700)
                 (tmp_path / "file").write_text("")
                 flags[3] = str(tmp_path / "file" / "data")
+        elif case == "unknown encoding":
+            flags += ["--preload-encodings", "cl100k_base,o300k_base"]
         else:
             policy = tmp_path / "channels.yaml"
             policy.write_text("channels: [not, a, mapping]\n")

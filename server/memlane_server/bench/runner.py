@@ -122,7 +122,7 @@ class Process:
         each). It depends on what else runs: a library page shared with a process outside the tree (the
         bench's own, another sidecar) counts only in part. ``pod_mb`` does not."""
         assert self.proc is not None
-        return sum(_rollup_mb(pid, "Pss:") for pid in [self.proc.pid, *children_of(self.proc.pid)])
+        return sum(rollup_mb(pid, "Pss:") for pid in [self.proc.pid, *children_of(self.proc.pid)])
 
     def pod_mb(self) -> float:
         """What the process and its children hold together, as a container of their own would be charged
@@ -151,7 +151,8 @@ def _status_mb(pid: int, field: str, name: str = "status") -> float:
     return 0.0
 
 
-def _rollup_mb(pid: int, field: str) -> float:
+def rollup_mb(pid: int, field: str) -> float:
+    """A field of /proc/PID/smaps_rollup in MB (0 once the process is gone)."""
     return _status_mb(pid, field, "smaps_rollup")
 
 
