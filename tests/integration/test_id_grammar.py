@@ -75,7 +75,8 @@ def test_a_composed_and_a_decomposed_name_are_one_user(client: memlane.Client) -
     other = f"Jos\u00e8-{tag}"  # a different letter (è), a different user
     client.create_memory(caller=mpb.Caller(user_id=composed), kind=mpb.MEMORY_KIND_FACT, content="Likes tea.")
     sid = client.create_session(user_id=decomposed).session.session_id
-    client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="I like tea.")])
+    # A turn with no fact in it: a fact would be learnt at once (learn_facts_on_append), a second memory.
+    client.append_messages(session_id=sid, messages=[Message(role=Role.ROLE_USER, content="Hi, me again.")])
     client.create_memory(caller=mpb.Caller(user_id=other), kind=mpb.MEMORY_KIND_FACT, content="Likes coffee.")
 
     assert client.get_session(session_id=sid).session.user_id == composed  # stored in NFC
