@@ -143,13 +143,20 @@ class MemoryWriter(MemoryCore):
             for (d, k, c), v in zip(accepted, vectors, strict=True)
             if k is not MemoryKind.EPISODIC
         } - {""}
-        peers, (seen_turns, twins) = await asyncio.gather(
-            self._load_peers(owner, now, stating=stating), self._load_episodes(owner, accepted, now)
+        peers, (seen_turns, twins), retired_by_turn = await asyncio.gather(
+            self._load_peers(owner, now, stating=stating),
+            self._load_episodes(owner, accepted, now),
+            self._retired_statements(owner, accepted),
         )
         batch = _Batch()
         results: list[IngestResult] = []
-        # Which durable items each turn of this batch stated, to link the turn's episode to them.
+        # Which durable items each turn stated, to link the turn's episode to them: this batch's, and the
+        # agent's stored ones (a turn's facts are learnt at once, its episode comes in a later batch).
         stated: dict[str, list[MemoryItem]] = {}
+        for item in peers.items:
+            if item.agent_id == owner.agent_id:
+                for mid in item.source_message_ids:
+                    stated.setdefault(mid, []).append(item)
         for (draft, kind, content), vector in zip(accepted, vectors, strict=True):
             prior = seen_turns.get(draft.source_message_ids[0]) if _is_turn_episode(draft, kind) else None
             if prior is not None:
@@ -202,6 +209,9 @@ class MemoryWriter(MemoryCore):
             )
             if kind is MemoryKind.EPISODIC:
                 _link_episode(item, stated, batch)
+                gone = retired_by_turn.get(item.source_message_ids[0]) if item.source_message_ids else None
+                if gone is not None and not item.metadata.get(STALE_KEY):
+                    item.metadata = {**item.metadata, STALE_KEY: gone}  # its fact was retired already
                 twins.setdefault(text_key(content), item)
             else:
                 _note_stated(stated, draft, item)
@@ -260,6 +270,31 @@ class MemoryWriter(MemoryCore):
             chunk = filters.with_ids(ids[start : start + DELETE_BATCH])
             found += await self._store.fetch(where & chunk, with_vector=True)
         return found
+
+    async def _retired_statements(
+        self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]]
+    ) -> dict[str, str]:
+        """For the turns of this session whose episodes are drafted here: the durable item each stated
+        that is retired already, by the turn's message id. A turn's facts are learnt at once and its
+        episode later: a fact it stated and a later turn retired meanwhile leaves the episode stale from
+        its first write (within one batch, ``_link_episode`` sees that itself). One read, by the
+        session's digest: a message id is caller text, never a predicate's literal."""
+        session = owner.source_session_id
+        turns = {d.source_message_ids[0] for d, k, _ in accepted if _is_turn_episode(d, k)}
+        if not session or not turns:
+            return {}
+        where = (
+            filters.written_by(owner.user_id, owner.agent_id)
+            & filters.is_("source_session_id", session)
+            & ~filters.not_superseded()
+            & ~filters.of_kind(MemoryKind.EPISODIC)
+        )
+        return {
+            mid: item.id
+            for item in await self._store.fetch(where)
+            for mid in item.source_message_ids
+            if mid in turns
+        }
 
     async def _load_episodes(
         self, owner: Owner, accepted: list[tuple[MemoryDraft, MemoryKind, str]], now: int
