@@ -206,13 +206,21 @@ def test_a_start_stops_the_redis_a_dead_sidecar_left_on_its_data_dir(pods: list[
         append(c, sid, [f"kept {i}" for i in range(20)])
     (orphan,) = a.redis_pids()
     # A Redis that does not act on its parent's death at once (stopped, or stuck writing to a slow disk)
-    # outlives its sidecar: it still holds appendonly.aof and the socket.
-    os.kill(orphan, signal.SIGSTOP)
-    wait_for(lambda: _state(orphan) == "T", timeout=30)  # stopped before its sidecar dies
-    a.kill()
-    assert alive(orphan)
-    b = Pod(tmp_path, "b", data)
-    pods.append(b)
+    # outlives its sidecar: it still holds appendonly.aof and the socket. The sidecar starts its Redis in
+    # a process group of its own (a terminal's Ctrl-C must not reach it), and the kernel resumes a stopped
+    # process whose group its parent's death orphans; a member whose parent lives (this test) keeps the
+    # group from being orphaned, so the stopped Redis stays stopped, as a stuck one would.
+    keeper = subprocess.Popen(["sleep", "300"], process_group=os.getpgid(orphan))
+    try:
+        os.kill(orphan, signal.SIGSTOP)
+        wait_for(lambda: _state(orphan) == "T", timeout=30)  # stopped before its sidecar dies
+        a.kill()
+        assert alive(orphan)
+        b = Pod(tmp_path, "b", data)
+        pods.append(b)
+    finally:
+        keeper.kill()
+        keeper.wait()
     assert not alive(orphan)  # stopped by b's start, before b started its own
     assert redis_servers_in(data) == b.redis_pids()  # one Redis on the files: b's
     assert "stopping the embedded redis (pid" in b.log.read_text()
