@@ -221,6 +221,7 @@ class Supervised:
         self._beat_at, self._beaten = time.monotonic(), True
         if SERVING in got and not self._serving_since:
             self._serving_since = self._beat_at
+            self._up.set(1)  # at once, as health reads it (health reads the beats too, between ticks)
             if self._down:
                 log.warning(f"{self._what} serves again", extra=self._fields)
             self._down = ""
