@@ -158,8 +158,9 @@ class SessionSettings:
         "cl100k_base", "tiktoken encoding used when the model is unknown (cl100k_base, o200k_base)."
     )
     # Built at start by the serving process, so a request of a model of their families waits for no
-    # build (1-2 s) and the process does not grow then: cl100k_base holds ~25 MB, o200k_base ~46 MB.
-    preload_encodings: str = tune(
+    # build (1-2 s) and the process does not grow then: cl100k_base holds ~25 MB, o200k_base ~46 MB. An
+    # operator's setting: which model families a deployment serves is what sizes its pods.
+    preload_encodings: str = op(
         "cl100k_base,o200k_base",
         "tiktoken encodings the serving process builds at start (comma-separated; cl100k_base ~25 MB,"
         " o200k_base ~46 MB); one left out is built on the first request of a model that uses it.",
