@@ -263,6 +263,12 @@ class RemoteEmbedder:
                     await conn.writer.drain()
             except TimeoutError:
                 raise EmbeddingUnavailable(self._silent) from None
+            except RuntimeError as exc:
+                # uvloop refuses a write on a transport closed under it ("the handler is closed"): the
+                # model process died between the connection's last read and this write (chaos: a kill -9
+                # under recall answered INTERNAL).
+                conn.lost = True
+                raise EmbeddingUnavailable("the model process closed its socket") from exc
             return await self._answer(conn, future)
         except EmbeddingUnavailable:
             raise

@@ -284,6 +284,12 @@ class SessionEndWorker:
                 await queue.enqueue_once(job.session_id, job.reason, now_ms(), self._config.claim_timeout_ms)
         except asyncio.CancelledError:
             raise
+        except Unavailable as exc:  # a store or the model process away for a moment: expected, no trace
+            log.warning(
+                "learning a turn's facts met an unavailable store; the next learn job or the session end"
+                " takes them",
+                extra={"session_id": job.session_id, "error": str(exc)},
+            )
         except Exception:
             log.exception(
                 "learning a turn's facts failed; the next learn job or the session end takes them",
