@@ -40,10 +40,11 @@ def _talk(
     *,
     day: str = "2024-03-04T10:00:00",
     participants: Sequence[str] = (),
+    agent: str = AGENT,
 ) -> str:
-    """One session of user turns (text, or (speaker, text)), closed and promoted; returns its id."""
+    """One session of ``agent``'s user turns (text, or (speaker, text)), closed and promoted; its id."""
     sid = f"s-{uuid.uuid4().hex[:10]}"
-    client.create_session(session_id=sid, user_id=user, agent_id=AGENT, participants=list(participants))
+    client.create_session(session_id=sid, user_id=user, agent_id=agent, participants=list(participants))
     at = _ms(day)
     messages = []
     for i, turn in enumerate(turns):

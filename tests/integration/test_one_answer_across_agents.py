@@ -7,15 +7,13 @@ agent-private or group statement never retires what every agent reads, and two p
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import memlane
 from memlane.v1 import context_pb2 as cpb
 from memlane.v1 import memory_pb2 as mpb
-from memlane.v1 import session_pb2 as spb
-from tests.integration.test_memory_quality import _DURABLE, _assemble, _ms, _user
+from tests.integration.test_memory_quality import _DURABLE, _assemble, _ms, _talk, _user
 
 A, B = "agent-a", "agent-b"
 R = mpb.MemoryChangeReason
@@ -35,24 +33,7 @@ def _talk_to(
     participants: Sequence[str] = (),
 ) -> None:
     """One user-wide session of ``agent`` (turns: text, or (speaker, text)), closed and promoted."""
-    sid = f"s-{uuid.uuid4().hex[:10]}"
-    client.create_session(session_id=sid, user_id=user, agent_id=agent, participants=list(participants))
-    at = _ms(day)
-    messages = []
-    for i, turn in enumerate(turns):
-        name, text = turn if isinstance(turn, tuple) else ("", turn)
-        messages.append(
-            spb.Message(
-                message_id=f"{sid}-m{i}",
-                role=spb.ROLE_USER,
-                participant_name=name,
-                content=text,
-                created_at_unix_ms=at + i * 1000,
-            )
-        )
-    client.append_messages(session_id=sid, messages=messages)
-    state = client.promote_session(session_id=sid, close=True, timeout=120).session.promotion_state
-    assert state in (spb.PROMOTION_STATE_PROMOTED, spb.PROMOTION_STATE_ARCHIVED)
+    _talk(client, user, turns, day=day, participants=participants, agent=agent)
 
 
 def _facts(
